@@ -1,0 +1,42 @@
+# colony — top-level wrapper around CMake.
+#   make         build (RelWithDebInfo) into build/
+#   make test    build + run every test through CTest (each with a timeout)
+#   make demo    build + run examples/tour
+#   make bench   build + run the benchmarks side by side with Go (bench/run.sh)
+#   make asan / make tsan / make ucontext   the sanitizer and fallback suites
+BUILD ?= build
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+CMAKE_FLAGS ?=
+
+.PHONY: all deps test demo bench asan tsan ucontext install clean
+
+all: deps
+	@cmake -S . -B $(BUILD) $(CMAKE_FLAGS) >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS)
+
+deps:
+	@sh scripts/deps.sh
+
+test: all
+	cd $(BUILD) && ctest --output-on-failure -j 2
+
+demo: all
+	./$(BUILD)/tour
+
+bench: all
+	sh bench/run.sh $(BUILD)
+
+asan:
+	$(MAKE) test BUILD=build-asan CMAKE_FLAGS="-DCMAKE_C_COMPILER=clang -DCOLONY_SANITIZE=address -DCOLONY_BUILD_BENCH=OFF"
+
+tsan:
+	$(MAKE) test BUILD=build-tsan CMAKE_FLAGS="-DCMAKE_C_COMPILER=clang -DCOLONY_SANITIZE=thread -DCOLONY_BUILD_BENCH=OFF"
+
+ucontext:
+	$(MAKE) test BUILD=build-ucontext CMAKE_FLAGS="-DCOLONY_UCONTEXT=ON -DCOLONY_BUILD_BENCH=OFF"
+
+install: all
+	cmake --install $(BUILD)
+
+clean:
+	rm -rf build build-asan build-tsan build-ucontext

@@ -1,0 +1,27 @@
+/* Portable context switch on makecontext/swapcontext (-DCOLONY_UCONTEXT=ON).
+ * Slower (swapcontext saves the signal mask with a syscall) but needs no
+ * assembly; CI runs the whole suite with it. */
+#ifdef COLONY_UCONTEXT
+#include "ctx.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+
+static void uc_entry(unsigned hi, unsigned lo) {
+    struct co_g *g = (struct co_g *)(((uintptr_t)hi << 32) | (uintptr_t)lo);
+    co__g_entry(g);
+}
+
+void co__ctx_make(co__ctx_t *ctx, void *lo, size_t size, struct co_g *g) {
+    if (getcontext(&ctx->uc) != 0) abort();
+    ctx->uc.uc_stack.ss_sp = lo;
+    ctx->uc.uc_stack.ss_size = size;
+    ctx->uc.uc_link = NULL;
+    uintptr_t v = (uintptr_t)g;
+    makecontext(&ctx->uc, (void (*)(void))uc_entry, 2, (unsigned)(v >> 32), (unsigned)v);
+}
+
+void co__ctx_switch(co__ctx_t *from, co__ctx_t *to) {
+    if (swapcontext(&from->uc, &to->uc) != 0) abort();
+}
+#endif

@@ -1,0 +1,70 @@
+/*
+ * Context switch for AArch64, AAPCS64, ELF, GNU as.
+ *
+ * void co__jump(void **save_sp, void *to_sp)
+ *
+ * Saves what AAPCS64 makes callee-saved: x19-x28, x29 (fp), x30 (lr), the
+ * low 64 bits of v8-v15 (d8-d15), plus FPCR, in this 176-byte frame:
+ *
+ *   sp+0    x19 x20      sp+96   d8  d9
+ *   sp+16   x21 x22      sp+112  d10 d11
+ *   sp+32   x23 x24      sp+128  d12 d13
+ *   sp+48   x25 x26      sp+144  d14 d15
+ *   sp+64   x27 x28      sp+160  fpcr, padding
+ *   sp+80   x29 x30
+ *
+ * A fresh context has x30 = co__trampoline and x19 = its G.
+ * BTI: entry points start with `bti c` (hint 34, a no-op without BTI).
+ */
+    .text
+    .globl  co__jump
+    .hidden co__jump
+    .type   co__jump, %function
+    .p2align 4
+co__jump:
+    hint    #34
+    sub     sp, sp, #176
+    stp     x19, x20, [sp, #0]
+    stp     x21, x22, [sp, #16]
+    stp     x23, x24, [sp, #32]
+    stp     x25, x26, [sp, #48]
+    stp     x27, x28, [sp, #64]
+    stp     x29, x30, [sp, #80]
+    stp     d8,  d9,  [sp, #96]
+    stp     d10, d11, [sp, #112]
+    stp     d12, d13, [sp, #128]
+    stp     d14, d15, [sp, #144]
+    mrs     x9, fpcr
+    str     x9, [sp, #160]
+    mov     x9, sp
+    str     x9, [x0]
+    mov     sp, x1
+    ldp     x19, x20, [sp, #0]
+    ldp     x21, x22, [sp, #16]
+    ldp     x23, x24, [sp, #32]
+    ldp     x25, x26, [sp, #48]
+    ldp     x27, x28, [sp, #64]
+    ldp     x29, x30, [sp, #80]
+    ldp     d8,  d9,  [sp, #96]
+    ldp     d10, d11, [sp, #112]
+    ldp     d12, d13, [sp, #128]
+    ldp     d14, d15, [sp, #144]
+    ldr     x9, [sp, #160]
+    msr     fpcr, x9
+    add     sp, sp, #176
+    ret
+    .size   co__jump, .-co__jump
+
+    .globl  co__trampoline
+    .hidden co__trampoline
+    .type   co__trampoline, %function
+    .p2align 4
+co__trampoline:
+    hint    #34
+    mov     x0, x19
+    mov     x29, #0
+    bl      co__g_entry
+    brk     #0
+    .size   co__trampoline, .-co__trampoline
+
+    .section .note.GNU-stack,"",%progbits

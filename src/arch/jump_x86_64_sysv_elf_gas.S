@@ -1,0 +1,70 @@
+/*
+ * Context switch for x86-64, System V ABI, ELF, GNU as.
+ *
+ * void co__jump(void **save_sp, void *to_sp)
+ *
+ * Saves what the SysV ABI makes callee-saved (rbx, rbp, r12-r15) plus the
+ * MXCSR and x87 control words, on the current stack, in this frame:
+ *
+ *   sp+0   padding   (keeps the frame a multiple of 16 with the return addr)
+ *   sp+8   MXCSR (4 bytes) | x87 FPU control word (2 bytes)
+ *   sp+16  r15
+ *   sp+24  r14
+ *   sp+32  r13
+ *   sp+40  r12      <- a fresh context keeps its G here
+ *   sp+48  rbx
+ *   sp+56  rbp
+ *   sp+64  return address  <- co__trampoline for a fresh context
+ *
+ * Everything else is caller-saved and already spilled by the C caller.
+ * CET: both entry points start with endbr64 (IBT). The shadow stack (SHSTK)
+ * is not supported: a switch changes stacks without telling the CPU.
+ */
+    .text
+    .globl  co__jump
+    .hidden co__jump
+    .type   co__jump, @function
+    .p2align 4
+co__jump:
+    .cfi_startproc
+    endbr64
+    pushq   %rbp
+    pushq   %rbx
+    pushq   %r12
+    pushq   %r13
+    pushq   %r14
+    pushq   %r15
+    subq    $16, %rsp
+    stmxcsr 8(%rsp)
+    fnstcw  12(%rsp)
+    movq    %rsp, (%rdi)
+    movq    %rsi, %rsp
+    ldmxcsr 8(%rsp)
+    fldcw   12(%rsp)
+    addq    $16, %rsp
+    popq    %r15
+    popq    %r14
+    popq    %r13
+    popq    %r12
+    popq    %rbx
+    popq    %rbp
+    ret
+    .cfi_endproc
+    .size   co__jump, .-co__jump
+
+/* First code of every coroutine: rsp is 16-byte aligned here, r12 = G. */
+    .globl  co__trampoline
+    .hidden co__trampoline
+    .type   co__trampoline, @function
+    .p2align 4
+co__trampoline:
+    .cfi_startproc
+    .cfi_undefined rip
+    endbr64
+    movq    %r12, %rdi
+    call    co__g_entry
+    ud2
+    .cfi_endproc
+    .size   co__trampoline, .-co__trampoline
+
+    .section .note.GNU-stack,"",%progbits

@@ -1,0 +1,133 @@
+/* Errors, time, schedtrace, co_sched_stats and co_dump. */
+#include "runtime.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+const char *co_strerror(int err) {
+    switch (err) {
+    case 0: return "success";
+    case CO_ECLOSED: return "closed (channel or pool)";
+    case CO_EOVERLOAD: return "overloaded (pool full in nonblocking mode, or too many blocked submitters)";
+    case CO_ETIMEDOUT: return "deadline passed";
+    case CO_EINVAL: return "invalid argument";
+    case CO_ENOMEM: return "out of memory";
+    case CO_ECANCELED: return "context canceled";
+    case CO_EBUSY: return "busy (coroutines still alive)";
+    case CO_EDEADLK: return "would deadlock (a worker submitted to its own full pool)";
+    case CO_EPERM: return "not allowed from this context";
+    default:
+        if (err < 0 && err > -4096) return strerror(-err);
+        return "unknown error";
+    }
+}
+
+int64_t co_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+int64_t co_deadline_after(int64_t ns) {
+    if (ns < 0) return CO_FOREVER;
+    int64_t now = co_now();
+    if (ns > INT64_MAX - now) return CO_FOREVER;
+    return now + ns;
+}
+
+void co__debug_parse_env(void) {
+    const char *e = getenv("COLONY_DEBUG");
+    if (!e) return;
+    const char *k = strstr(e, "schedtrace=");
+    if (k) co__sched.schedtrace_ms = atoll(k + strlen("schedtrace="));
+}
+
+void co_sched_stats(co_sched_stats_t *out) {
+    if (!out) return;
+    memset(out, 0, sizeof *out);
+    co_sched_t *s = &co__sched;
+    if (!s->allp) return;
+    co__lock(&s->lock);
+    out->procs = s->nprocs;
+    out->idle_procs = (int)s->npidle;
+    out->threads = s->mcount + 1; /* + sysmon */
+    out->idle_threads = s->nmidle;
+    out->global_runq = s->runqsize;
+    co__unlock(&s->lock);
+    out->spinning_threads = (int)__atomic_load_n(&s->nmspinning, __ATOMIC_ACQUIRE);
+    out->coroutines = co_count();
+    for (int i = 0; i < s->nprocs && i < 64; i++) out->local_runq[i] = co__runq_len(s->allp[i]);
+}
+
+void co__schedtrace(FILE *out) {
+    co_sched_stats_t st;
+    co_sched_stats(&st);
+    char buf[1024];
+    int n = snprintf(buf, sizeof buf,
+                     "SCHED %lldms: gomaxprocs=%d idleprocs=%d threads=%d spinningthreads=%d "
+                     "idlethreads=%d runqueue=%lld [",
+                     (long long)((co_now() - co__sched.start_ns) / 1000000), st.procs,
+                     st.idle_procs, st.threads, st.spinning_threads, st.idle_threads,
+                     (long long)st.global_runq);
+    for (int i = 0; i < st.procs && i < 64 && n < (int)sizeof buf - 16; i++)
+        n += snprintf(buf + n, sizeof buf - (size_t)n, i ? " %d" : "%d", st.local_runq[i]);
+    fprintf(out, "%s]\n", buf);
+    fflush(out);
+}
+
+static const char *const wait_reasons[CO__WR_COUNT_] = {
+    [CO__WR_NONE] = "", [CO__WR_SLEEP] = "sleep", [CO__WR_CHAN_SEND] = "chan send",
+    [CO__WR_CHAN_RECV] = "chan receive", [CO__WR_SELECT] = "select",
+    [CO__WR_MUTEX] = "sync.Mutex.Lock", [CO__WR_RWMUTEX] = "sync.RWMutex",
+    [CO__WR_COND] = "sync.Cond.Wait", [CO__WR_WAITGROUP] = "sync.WaitGroup.Wait",
+    [CO__WR_SEM] = "semacquire", [CO__WR_ONCE] = "sync.Once", [CO__WR_POOL] = "pool",
+    [CO__WR_IO] = "IO wait", [CO__WR_MAIN] = "co_main", [CO__WR_GROUP] = "group",
+};
+
+void co_dump(FILE *out) {
+    if (!out) out = stderr;
+    co_sched_t *s = &co__sched;
+    if (!s->allp) {
+        fprintf(out, "colony: runtime not started\n");
+        return;
+    }
+    co__schedtrace(out);
+    static const char *const st[] = {"idle", "runnable", "running", "waiting", "dead"};
+    co__lock(&s->allg_lock);
+    for (co_g_t *g = s->allg; g; g = g->alllink_next) {
+        uint32_t status = __atomic_load_n(&g->status, __ATOMIC_RELAXED);
+        if (status == CO_G_DEAD || status == CO_G_IDLE) continue;
+        int wr = g->wait_reason;
+        fprintf(out, "coroutine %llu%s%s%s [%s%s%s]\n", (unsigned long long)g->id,
+                g->name[0] ? " '" : "", g->name, g->name[0] ? "'" : "", st[status],
+                status == CO_G_WAITING && wr > 0 && wr < CO__WR_COUNT_ ? ", " : "",
+                status == CO_G_WAITING && wr > 0 && wr < CO__WR_COUNT_ ? wait_reasons[wr] : "");
+    }
+    co__unlock(&s->allg_lock);
+}
+
+/* co_main: run fn as a coroutine and wait for it, from a thread or a coroutine. */
+struct main_args {
+    int (*fn)(void *);
+    void *arg;
+    int result;
+    co_waitgroup_t wg;
+};
+
+static void main_tramp(void *a_) {
+    struct main_args *a = a_;
+    a->result = a->fn(a->arg);
+    co_waitgroup_done(&a->wg);
+}
+
+int co_main(int (*fn)(void *arg), void *arg) {
+    if (!fn) return CO_EINVAL;
+    struct main_args a = {fn, arg, 0, CO_WAITGROUP_INIT};
+    co_waitgroup_add(&a.wg, 1);
+    co_attr_t attr = {0, "main"};
+    int rc = co_go_with(&attr, main_tramp, &a);
+    if (rc < 0) return rc;
+    co_waitgroup_wait(&a.wg);
+    return a.result;
+}

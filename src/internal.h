@@ -1,0 +1,166 @@
+/*
+ * Internal API shared by every layer above the scheduler (sync, chan, pool,
+ * io). Nothing here is public. The runtime's own types live in runtime.h.
+ *
+ * The one rule of blocking in colony: everything that waits goes through a
+ * co__parker_t (wait.c). A parker belongs to one blocked caller, coroutine
+ * or plain thread; waiters (co__waiter_t, Go's sudog) link that parker into
+ * the wait queues of one or more objects. A waker must win co__claim() on
+ * the parker (a CAS) before it may hand over data and call co__unpark();
+ * a timeout claims it the same way, so exactly one party wins.
+ */
+#ifndef COLONY_INTERNAL_H
+#define COLONY_INTERNAL_H
+
+#define _GNU_SOURCE 1
+#include "colony.h"
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define CO_HIDDEN __attribute__((visibility("hidden")))
+#define CO_LIKELY(x) __builtin_expect(!!(x), 1)
+#define CO_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define CO_CONTAINER_OF(p, T, m) ((T *)((char *)(p)-offsetof(T, m)))
+#define CO_STATIC_ASSERT(c, msg) _Static_assert(c, msg)
+
+/* Print "colony: fatal: <msg>" and abort. Used for misuse Go would panic on. */
+CO_HIDDEN _Noreturn void co__fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Starts the runtime with defaults if nothing started it yet. Cheap after the
+ * first call (one acquire load). Returns 0 or a negative code. */
+CO_HIDDEN int co__ensure_init(void);
+
+/* Hook run at the start of co_shutdown(), before live coroutines are counted
+ * (the default pool releases its idle workers here). At most 8 hooks. */
+CO_HIDDEN void co__at_shutdown(void (*fn)(void));
+
+/* ---- futex-backed internal lock ---------------------------------------- */
+/* A 3-state futex mutex (0 free, 1 locked, 2 locked with sleepers): one CAS
+ * uncontended; contended lockers spin briefly then sleep in the kernel. It
+ * blocks the OS thread, never switches coroutines: hold it only for short,
+ * non-blocking critical sections. Zero-initialised == unlocked. */
+typedef struct co__lock {
+    uint32_t v;
+} co__lock_t;
+CO_HIDDEN void co__lock(co__lock_t *l);
+CO_HIDDEN bool co__trylock(co__lock_t *l);
+CO_HIDDEN void co__unlock(co__lock_t *l);
+
+/* futex helpers on a 32-bit word (private futexes). */
+CO_HIDDEN int co__futex_wait(uint32_t *addr, uint32_t val, int64_t deadline); /* 0 / CO_ETIMEDOUT / -EAGAIN/-EINTR */
+CO_HIDDEN void co__futex_wake(uint32_t *addr, int n);
+
+/* ---- coroutines --------------------------------------------------------- */
+struct co_g;
+CO_HIDDEN struct co_g *co__cur_g(void); /* NULL on a plain thread (never cached across a switch) */
+CO_HIDDEN uint64_t co__g_id(const struct co_g *g);
+CO_HIDDEN const char *co__g_name(const struct co_g *g); /* never NULL ("" if unnamed) */
+/* Per-coroutine slot for the panic/recover chain (per-thread on a plain
+ * thread). Owned by panic.c. */
+CO_HIDDEN void **co__panic_slot(void);
+/* Spawn with an explicit stack size (0 = default); same as co_go_with. */
+CO_HIDDEN int co__spawn(void (*fn)(void *), void *arg, size_t stack_size, const char *name);
+
+/* ---- parking: the wait layer ------------------------------------------- */
+enum {
+    CO__PK_WAITING = 0, /* parked or about to park; nobody claimed it yet */
+    CO__PK_WOKEN = 1,   /* a waker claimed it (co__claim) */
+    CO__PK_TIMEDOUT = 2 /* its deadline claimed it */
+};
+
+typedef struct co__parker {
+    uint32_t state;   /* atomic: CO__PK_*; WAITING -> WOKEN|TIMEDOUT by one CAS */
+    uint32_t futex;   /* plain-thread wake word (0 sleeping, 1 released) */
+    struct co_g *g;   /* the parked coroutine; NULL for a plain thread */
+    void *winner;     /* set by the claimer: which waiter fired (select) */
+    int wait_reason;  /* CO__WR_*, for co_dump */
+} co__parker_t;
+
+/* Wait reasons, shown by co_dump. Never reuse one; add new ones. */
+enum {
+    CO__WR_NONE = 0, CO__WR_SLEEP, CO__WR_CHAN_SEND, CO__WR_CHAN_RECV, CO__WR_SELECT,
+    CO__WR_MUTEX, CO__WR_RWMUTEX, CO__WR_COND, CO__WR_WAITGROUP, CO__WR_SEM, CO__WR_ONCE,
+    CO__WR_POOL, CO__WR_IO, CO__WR_MAIN, CO__WR_GROUP, CO__WR_COUNT_
+};
+
+/* Prepare a parker for the calling coroutine or thread. */
+CO_HIDDEN void co__parker_init(co__parker_t *pk, int wait_reason);
+
+/* Block until claimed. `unlockf(arg)` (may be NULL) is called exactly once
+ * after the caller can no longer run: for a coroutine, once it has switched
+ * away (so a waker that finds the parker under the object's lock can never
+ * ready a coroutine that is still running); for a thread, before it sleeps.
+ * If `deadline` is not CO_FOREVER a timer claims the parker with
+ * CO__PK_TIMEDOUT when it passes (a deadline already past is fine: the
+ * parker is claimed at once). Returns 0 if woken by a claim, CO_ETIMEDOUT if
+ * the deadline claimed it. On return the lock released by unlockf is not
+ * held; a timed-out caller must re-lock and unlink its waiters. */
+CO_HIDDEN int co__park(co__parker_t *pk, int64_t deadline, void (*unlockf)(void *), void *arg);
+/* Convenience: unlockf = co__unlock(l). */
+CO_HIDDEN int co__park_lock(co__parker_t *pk, int64_t deadline, co__lock_t *l);
+
+/* Claim: CAS WAITING->WOKEN; records `winner`. True if this caller now owns
+ * the wake-up and must call co__unpark() (after handing over any data). */
+CO_HIDDEN bool co__claim(co__parker_t *pk, void *winner);
+/* Make a claimed parker's owner run again: readies the coroutine (into the
+ * current P's runnext, like Go's goready) or futex-wakes the thread. The
+ * parker's memory may be gone once this returns. */
+CO_HIDDEN void co__unpark(co__parker_t *pk);
+
+/* A waiter: one entry of an object's wait queue (Go's sudog). */
+typedef struct co__waiter {
+    struct co__waiter *next, *prev;
+    struct co__waitq *q;   /* queue it is linked in, NULL if none */
+    co__parker_t *pk;
+    void *data;            /* payload: element pointer, request size, ... */
+    int64_t n;             /* payload: a count (semaphores) */
+    int result;            /* set by the waker before co__unpark */
+    int idx;               /* select: case index */
+} co__waiter_t;
+
+/* Intrusive FIFO of waiters. Protected by the lock of the object that
+ * embeds it; zero-initialised == empty. */
+typedef struct co__waitq {
+    co__waiter_t *head, *tail;
+} co__waitq_t;
+CO_HIDDEN void co__waitq_push(co__waitq_t *q, co__waiter_t *w);       /* at the tail */
+CO_HIDDEN void co__waitq_push_front(co__waitq_t *q, co__waiter_t *w); /* at the head */
+CO_HIDDEN co__waiter_t *co__waitq_pop(co__waitq_t *q);                /* NULL if empty */
+CO_HIDDEN void co__waitq_remove(co__waiter_t *w);                     /* no-op if unlinked */
+static inline bool co__waitq_empty(const co__waitq_t *q) { return q->head == NULL; }
+
+/* ---- timers ------------------------------------------------------------- */
+/* A runtime timer on a per-P 4-ary heap. `fn(arg)` runs on some M, without
+ * any timer lock held, at or after `when`; it must be short and must not
+ * block (typically: claim a parker and unpark it). It may re-add its own
+ * timer (tickers). Embed it; zero-init, then set fn/arg. */
+typedef struct co__timer {
+    int64_t when;
+    int64_t period;          /* informational; re-adding is the callback's job */
+    void (*fn)(void *arg);
+    void *arg;
+    struct co_p *p;          /* heap it is on (under that heap's lock) */
+    int32_t idx;             /* heap index, -1 when not on a heap */
+    uint32_t state;          /* atomic: CO__TM_* */
+} co__timer_t;
+enum { CO__TM_IDLE = 0, CO__TM_PENDING = 1, CO__TM_RUNNING = 2 };
+CO_HIDDEN void co__timer_add(co__timer_t *t, int64_t when); /* t must not be pending */
+/* Remove a timer. Returns true if it was pending and will now never run.
+ * If its callback is running on another M, waits until it returns, so the
+ * timer's memory can be freed once this returns. Do not call it from the
+ * timer's own callback. */
+CO_HIDDEN bool co__timer_del(co__timer_t *t);
+
+/* ---- netpoll hooks (netpoll_epoll.c) ----------------------------------- */
+CO_HIDDEN int co__netpoll_init(void);
+CO_HIDDEN void co__netpoll_fini(void);
+/* Wait up to delay_ns (<0 forever, 0 poll) and unpark every waiter whose fd
+ * became ready. Returns the number of waiters made runnable. */
+CO_HIDDEN int co__netpoll(int64_t delay_ns);
+CO_HIDDEN void co__netpoll_break(void); /* wake an M blocked in co__netpoll */
+CO_HIDDEN bool co__netpoll_has_waiters(void);
+
+#endif

@@ -1,0 +1,90 @@
+/*
+ * The runtime's internal lock and futex helpers.
+ *
+ * co__lock_t is Drepper's three-state futex mutex ("Futexes are tricky"):
+ * v = 0 unlocked, 1 locked, 2 locked and maybe sleepers. Lock: CAS 0->1
+ * (acquire); on failure spin a little, then exchange in 2 and sleep while
+ * the value stays 2. Unlock: exchange 0 (release); if the old value was 2,
+ * wake one sleeper. The critical sections it guards are short and never
+ * park a coroutine, so blocking the M in the kernel is rare and brief.
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <linux/futex.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ volatile("yield");
+#endif
+}
+
+int co__futex_wait(uint32_t *addr, uint32_t val, int64_t deadline) {
+    struct timespec ts, *tsp = NULL;
+    if (deadline >= 0) {
+        int64_t now = co_now();
+        if (deadline <= now) return CO_ETIMEDOUT;
+        int64_t d = deadline - now;
+        ts.tv_sec = d / 1000000000;
+        ts.tv_nsec = d % 1000000000;
+        tsp = &ts;
+    }
+    long r = syscall(SYS_futex, addr, FUTEX_WAIT_PRIVATE, val, tsp, NULL, 0);
+    if (r == 0) return 0;
+    if (errno == ETIMEDOUT) return CO_ETIMEDOUT;
+    return -errno;
+}
+
+void co__futex_wake(uint32_t *addr, int n) {
+    syscall(SYS_futex, addr, FUTEX_WAKE_PRIVATE, n, NULL, NULL, 0);
+}
+
+bool co__trylock(co__lock_t *l) {
+    uint32_t z = 0;
+    /* acquire: pairs with the release exchange in co__unlock */
+    return __atomic_compare_exchange_n(&l->v, &z, 1, false, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED);
+}
+
+void co__lock(co__lock_t *l) {
+    uint32_t c = 0;
+    if (CO_LIKELY(__atomic_compare_exchange_n(&l->v, &c, 1, false, __ATOMIC_ACQUIRE,
+                                              __ATOMIC_RELAXED)))
+        return;
+    for (int i = 0; i < 64; i++) {
+        cpu_relax();
+        c = __atomic_load_n(&l->v, __ATOMIC_RELAXED);
+        if (c == 0 && __atomic_compare_exchange_n(&l->v, &c, 1, false, __ATOMIC_ACQUIRE,
+                                                  __ATOMIC_RELAXED))
+            return;
+    }
+    /* acquire: an exchange that returns 0 took the lock (marked contended). */
+    while (__atomic_exchange_n(&l->v, 2, __ATOMIC_ACQUIRE) != 0)
+        co__futex_wait(&l->v, 2, CO_FOREVER);
+}
+
+void co__unlock(co__lock_t *l) {
+    /* release: publishes the critical section to the next acquirer */
+    if (__atomic_exchange_n(&l->v, 0, __ATOMIC_RELEASE) == 2) co__futex_wake(&l->v, 1);
+}
+
+void co__fatal(const char *fmt, ...) {
+    char buf[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    if (n < 0) n = 0;
+    if ((size_t)n >= sizeof buf) n = sizeof buf - 1;
+    fprintf(stderr, "colony: fatal: %.*s\n", n, buf);
+    fflush(stderr);
+    abort();
+}

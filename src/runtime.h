@@ -1,0 +1,203 @@
+/*
+ * The scheduler's types: G (coroutine), P (logical processor), M (OS thread)
+ * and the global scheduler state. Types only, like Go's runtime2.go; the
+ * code is in sched.c (run queues, park/ready, spinning Ms), stack.c, timer.c,
+ * wait.c, sysmon.c and debug.c.
+ */
+#ifndef COLONY_RUNTIME_H
+#define COLONY_RUNTIME_H
+
+#include "internal.h"
+#include "arch/ctx.h"
+
+#include <pthread.h>
+
+#define CO_RUNQ_SIZE 256   /* per-P ring, as Go's runq [256]guintptr */
+#define CO_GFREE_LOCAL 64  /* dead Gs cached per P before spilling half to global */
+#define CO_MAX_PROCS 1024
+#define CO_DEFAULT_STACK ((size_t)256 * 1024)
+
+/* G status. Who may change it:
+ *  RUNNABLE -> RUNNING : the M that took it off a run queue (it owns it now).
+ *  RUNNING  -> WAITING : the running G itself, in co__park (post-switch).
+ *  WAITING  -> RUNNABLE: whoever claimed its parker (co__unpark) or a timer.
+ *  RUNNING  -> RUNNABLE: the G itself (yield; published post-switch).
+ *  RUNNING  -> DEAD    : the G itself on exit (freed post-switch).
+ * The stack of a RUNNABLE or WAITING G is owned by nobody: only the M that
+ * next switches to it may touch it. */
+enum { CO_G_IDLE = 0, CO_G_RUNNABLE, CO_G_RUNNING, CO_G_WAITING, CO_G_DEAD };
+
+typedef struct co__stack {
+    char *map;        /* mmap base (includes the guard page when guarded) */
+    size_t map_size;
+    char *lo;         /* lowest usable byte */
+    size_t size;      /* usable bytes */
+    bool guarded;     /* PROT_NONE page below lo; else a zero canary zone at lo */
+    unsigned vg_id;   /* valgrind stack id */
+} co__stack_t;
+
+#define CO_CANARY_BYTES 64 /* zero bytes at the bottom of an unguarded stack */
+
+typedef struct co_g {
+    co__ctx_t ctx;             /* saved context; valid while not RUNNING */
+    uint64_t id;
+    uint32_t status;           /* atomic; CO_G_* (see above) */
+    int wait_reason;           /* CO__WR_*, written by the G itself before parking */
+    void (*fn)(void *);
+    void *arg;
+    co__stack_t stack;
+    struct co_g *schedlink;    /* global run queue / free lists; owned by the list's lock */
+    struct co_g *alllink_next, *alllink_prev; /* all-G list, under sched.allg_lock */
+    void *panic_top;           /* co__panic_slot; only the G itself */
+    char name[32];
+    void *asan_fake;           /* ASan fake stack of this fiber while switched out */
+    void *tsan_fiber;          /* TSan fiber handle */
+    struct co_m *lockedm;      /* unused: no LockOSThread yet */
+    bool is_g0;
+} co_g_t;
+
+/* P status. RUNNING: owned by an M (p->m); only that M changes it, except
+ * SYSCALL -> IDLE by sysmon's retake (a CAS). IDLE: on the idle list, under
+ * sched.lock. SYSCALL: its M is inside co_blocking and does not touch it. */
+enum { CO_P_IDLE = 0, CO_P_RUNNING, CO_P_SYSCALL, CO_P_DEAD };
+
+typedef struct co_p {
+    int id;
+    uint32_t status;           /* atomic; CO_P_* */
+    struct co_m *m;            /* owner M while RUNNING/SYSCALL */
+    struct co_p *link;         /* idle list, under sched.lock */
+    uint32_t schedtick;        /* owner only; incremented per schedule */
+    uint32_t syscalltick;      /* owner; incremented per co_blocking (sysmon reads) */
+
+    /* Run queue: the owner pushes at tail (store-release); the owner and
+     * thieves pop at head by CAS (acquire/release). runnext: atomic pointer,
+     * owner stores, owner and thieves CAS it out. */
+    uint32_t runqhead;
+    uint32_t runqtail;
+    co_g_t *runq[CO_RUNQ_SIZE];
+    co_g_t *runnext;
+
+    /* Dead Gs with default-size stacks, owner only. */
+    co_g_t *gfree;
+    int gfree_n;
+
+    /* Timers: 4-ary min-heap on `when`. timers_lock protects timers,
+     * timers_len, timers_cap and every pending co__timer_t's idx/p.
+     * timer0_when mirrors timers[0]->when (0 if empty); written under the
+     * lock with release, read lock-free with acquire by any M. */
+    co__lock_t timers_lock;
+    co__timer_t **timers;
+    int timers_len, timers_cap;
+    int64_t timer0_when;
+
+    /* sysmon bookkeeping (sysmon only). */
+    uint32_t sysmon_tick;
+    int64_t sysmon_when;
+    uint32_t sysmon_schedtick;
+    int64_t sysmon_schedwhen;
+} co_p_t;
+
+typedef struct co_m {
+    int id;
+    pthread_t thread;
+    co_g_t g0;                 /* the scheduler context on the thread's own stack */
+    co_g_t *curg;              /* running G, or NULL while in g0 */
+    co_p_t *p;                 /* attached P (owned), NULL when none */
+    co_p_t *nextp;             /* P handed over by startm, read after wake-up */
+    co_p_t *syscallp;          /* P left in SYSCALL by co_blocking */
+    bool spinning;             /* this M is looking for work (counted in sched.nmspinning) */
+    uint32_t park;             /* futex word: 0 sleeping, 1 woken */
+    struct co_m *link;         /* idle M list, under sched.lock */
+    struct co_m *alllink;      /* all Ms, under sched.lock */
+    uint64_t fastrand;         /* owner only */
+
+    /* Post-switch action: set by a G before it switches away, run by
+     * whoever resumes on this M (the next G or g0) right after the switch,
+     * when the old G's stack is no longer in use. Owner only. */
+    void (*post_fn)(co_g_t *g, void *arg);
+    co_g_t *post_g;
+    void *post_arg;
+
+    void *altstack;            /* sigaltstack for the overflow report */
+    bool exiting;
+} co_m_t;
+
+#define CO_MAX_HOOKS 8
+
+typedef struct co_sched {
+    /* lock protects: pidle, npidle writes, midle, nmidle, allm, mcount,
+     * runq (the global queue), runqsize, gfree_global, ngfree_global. */
+    co__lock_t lock;
+    co_p_t *pidle;
+    uint32_t npidle;           /* atomic (written under lock, read lock-free) */
+    co_m_t *midle;
+    int nmidle;
+    co_m_t *allm;
+    int mcount;
+    uint32_t nmspinning;       /* atomic; Ms spinning (see sched.c's essay) */
+    co_g_t *runqhead, *runqtail;
+    int64_t runqsize;          /* atomic for lock-free emptiness checks */
+    co_g_t *gfree_global;
+    int ngfree_global;
+
+    int nprocs;
+    co_p_t **allp;
+    size_t stack_size;
+
+    int64_t ngoroutines;       /* atomic: live coroutines */
+    uint64_t goidgen;          /* atomic: id generator */
+
+    /* One M at a time blocks in co__netpoll with a timeout (the poller).
+     * poll_until: atomic; when it will wake (0: nobody is blocked, INT64_MAX:
+     * blocked without timeout). Adding an earlier timer breaks it. */
+    uint32_t polling;          /* atomic flag: an M owns the blocking poll */
+    int64_t poll_until;
+
+    uint32_t stopping;         /* atomic; set by co_shutdown */
+    int64_t start_ns;
+
+    /* all Gs (for co_dump), under allg_lock */
+    co__lock_t allg_lock;
+    co_g_t *allg;
+
+    pthread_t sysmon_thread;
+    uint32_t sysmon_wake;      /* futex word to kick sysmon out of a long sleep */
+    uint32_t sysmon_sleeping;  /* atomic: sysmon in a long (>1 ms) sleep */
+    int64_t schedtrace_ms;     /* COLONY_DEBUG=schedtrace=MS; 0 off */
+    int64_t lastpoll;          /* atomic: last co__netpoll time */
+} co_sched_t;
+
+extern co_sched_t co__sched;
+
+/* Internal functions shared by the runtime files. */
+CO_HIDDEN co_m_t *co__getm(void);         /* noinline; NULL on a plain thread */
+CO_HIDDEN void co__ready(co_g_t *g);      /* make a WAITING G runnable (runnext) */
+CO_HIDDEN void co__park_current(void (*post)(co_g_t *, void *), void *arg, int reason);
+CO_HIDDEN void co__wakep(void);
+CO_HIDDEN void co__startm(co_p_t *p, bool spinning);
+CO_HIDDEN void co__handoffp(co_p_t *p);
+CO_HIDDEN co_p_t *co__pidleget(void);
+CO_HIDDEN void co__globrunqput_batch(co_g_t *head, co_g_t *tail, int n);
+CO_HIDDEN bool co__runq_empty(co_p_t *p);
+CO_HIDDEN int co__runq_len(co_p_t *p);
+CO_HIDDEN uint32_t co__fastrand(void);
+/* stack.c */
+CO_HIDDEN void co__stack_setup(void);
+CO_HIDDEN int co__stack_alloc(co__stack_t *s, size_t size);
+CO_HIDDEN void co__stack_free(co__stack_t *s);
+CO_HIDDEN void co__stack_check(co_g_t *g);
+CO_HIDDEN void co__stack_m_init(co_m_t *m);
+CO_HIDDEN void co__stack_m_fini(co_m_t *m);
+/* timer.c */
+CO_HIDDEN int co__timers_run(co_p_t *p, int64_t now);  /* run due timers; returns how many */
+CO_HIDDEN int64_t co__timers_next(void);               /* earliest timer over all Ps, 0 if none */
+CO_HIDDEN void co__timers_free(co_p_t *p);
+/* sysmon.c */
+CO_HIDDEN int co__sysmon_start(void);
+CO_HIDDEN void co__sysmon_stop(void);
+CO_HIDDEN void co__sysmon_kick(void);
+/* debug.c */
+CO_HIDDEN void co__schedtrace(FILE *out);
+CO_HIDDEN void co__debug_parse_env(void);
+
+#endif

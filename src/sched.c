@@ -1,0 +1,1020 @@
+/*
+ * The scheduler: Go's G-P-M design (runtime/proc.go) in C.
+ *
+ * Glossary. G: a coroutine (stack + saved context). M: an OS thread that
+ * runs Gs. P: the right to run Gs, with a local run queue; there are
+ * `nprocs` of them, so at most nprocs Ms run coroutine code at a time (plus
+ * Ms inside co_blocking, which have given their P up).
+ *
+ * Switching. Unlike Go, a G that parks or yields switches straight to the
+ * next runnable G of its P (one jump, no trip through the scheduler stack)
+ * when there is one, and to its M's scheduler context g0 otherwise. The
+ * switching G cannot publish itself (put itself on a run queue, release the
+ * lock its waiter is queued under) before the switch, or another M could
+ * start running it on the stack it is still using. So it leaves a
+ * post-switch action in its M (m->post_fn), which whoever resumes on that M
+ * runs first thing: the classic "switch, then release" of fiber
+ * schedulers, and the equivalent of Go running gopark's unlockf on g0.
+ *
+ * Run queues (runqput/runqget/runqsteal): Go's lock-free 256-slot ring per
+ * P, the runnext slot, and the global queue under sched.lock, checked first
+ * every 61 schedticks for fairness.
+ *
+ * Worker parking/unparking (proc.go's essay, applied here). We must not
+ * leave a runnable G stranded while Ps sit idle, and we must not wake more
+ * Ms than there is work for. An M looking for work is "spinning"
+ * (sched.nmspinning). wakep() starts an M only if a P is idle and no M is
+ * spinning: the spinning M will find the new work or hand the job on. A
+ * spinning M that finds work calls resetspinning(), which wakes another
+ * spinner. An M that gives up its P and stops spinning first decrements
+ * nmspinning (seq_cst) and then re-checks every P's run queue; a submitter
+ * first publishes its G (runqput's store-release / the global queue) and
+ * then reads nmspinning (seq_cst) in wakep(). Either the submitter sees the
+ * spinner or the spinner sees the G (StoreLoad on both sides).
+ *
+ * Sleeping. Idle Ms sleep on a futex in m->park (never busy-poll). One idle
+ * M at a time is the poller: it blocks in co__netpoll until the earliest
+ * timer of all Ps (sched.poll_until); adding an earlier timer breaks it.
+ */
+#include "runtime.h"
+#include "san.h"
+
+#include <errno.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+co_sched_t co__sched;
+
+static __thread co_m_t *tls_m;
+static __thread void *tls_panic_top; /* co__panic_slot for plain threads */
+
+/* States of the runtime as a whole. Changed only under init_lock. */
+enum { RT_DOWN = 0, RT_UP = 2 };
+static uint32_t rt_state;  /* atomic: RT_*; acquire load on the fast path */
+static co__lock_t init_lock;
+static void (*shutdown_hooks[CO_MAX_HOOKS])(void);
+static int nhooks;
+
+/* Reached through a non-inlined function so a coroutine that migrated to
+ * another thread never uses a TLS address computed on the old one. */
+__attribute__((noinline)) co_m_t *co__getm(void) {
+    __asm__ volatile("" ::: "memory");
+    return tls_m;
+}
+
+co_g_t *co__cur_g(void) {
+    co_m_t *m = co__getm();
+    return m ? m->curg : NULL;
+}
+uint64_t co__g_id(const co_g_t *g) { return g ? g->id : 0; }
+const char *co__g_name(const co_g_t *g) { return g ? g->name : ""; }
+void **co__panic_slot(void) {
+    co_g_t *g = co__cur_g();
+    return g ? &g->panic_top : &tls_panic_top;
+}
+
+uint32_t co__fastrand(void) {
+    co_m_t *m = co__getm();
+    uint64_t x = m ? m->fastrand : (uint64_t)(uintptr_t)&x ^ (uint64_t)co_now();
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    if (m) m->fastrand = x;
+    return (uint32_t)(x >> 16);
+}
+
+/* ---- switching ---------------------------------------------------------- */
+
+static void run_post(co_m_t *m) {
+    void (*f)(co_g_t *, void *) = m->post_fn;
+    if (f) {
+        m->post_fn = NULL;
+        f(m->post_g, m->post_arg);
+    }
+}
+
+/* Switch from `from` (running on m) to `to`. Returns when `from` is
+ * resumed, possibly on another M; runs that M's post-switch action. */
+static void gogo(co_m_t *m, co_g_t *from, co_g_t *to, bool from_exiting) {
+    m->curg = to->is_g0 ? NULL : to;
+    if (!to->is_g0) __atomic_store_n(&to->status, CO_G_RUNNING, __ATOMIC_RELAXED);
+#ifdef CO_ASAN
+    __sanitizer_start_switch_fiber(from_exiting ? NULL : &from->asan_fake, to->stack.lo,
+                                   to->stack.size);
+#else
+    (void)from_exiting;
+#endif
+#ifdef CO_TSAN
+    __tsan_switch_to_fiber(to->tsan_fiber, 0);
+#endif
+    co__ctx_switch(&from->ctx, &to->ctx);
+#ifdef CO_ASAN
+    __sanitizer_finish_switch_fiber(from->asan_fake, NULL, NULL);
+#endif
+    run_post(co__getm());
+}
+
+/* ---- run queues --------------------------------------------------------- */
+
+static bool runqputslow(co_p_t *p, co_g_t *g, uint32_t h, uint32_t t);
+
+/* Owner only. next=true puts g in runnext, kicking the old one to the tail. */
+static void runqput(co_p_t *p, co_g_t *g, bool next) {
+    if (next) {
+        /* acq_rel: pairs with thieves' CAS of runnext */
+        co_g_t *old = __atomic_exchange_n(&p->runnext, g, __ATOMIC_ACQ_REL);
+        if (!old) return;
+        g = old;
+    }
+    for (;;) {
+        /* load-acquire: synchronize with consumers advancing head */
+        uint32_t h = __atomic_load_n(&p->runqhead, __ATOMIC_ACQUIRE);
+        uint32_t t = p->runqtail;
+        if (t - h < CO_RUNQ_SIZE) {
+            __atomic_store_n(&p->runq[t % CO_RUNQ_SIZE], g, __ATOMIC_RELAXED);
+            /* store-release: makes the item available for consumption */
+            __atomic_store_n(&p->runqtail, t + 1, __ATOMIC_RELEASE);
+            return;
+        }
+        if (runqputslow(p, g, h, t)) return;
+    }
+}
+
+/* Owner only: queue full, move half of it plus g to the global queue. */
+static bool runqputslow(co_p_t *p, co_g_t *g, uint32_t h, uint32_t t) {
+    enum { N = CO_RUNQ_SIZE / 2 };
+    co_g_t *batch[N + 1];
+    uint32_t n = (t - h) / 2;
+    if (n != N) return false;
+    for (uint32_t i = 0; i < n; i++)
+        batch[i] = __atomic_load_n(&p->runq[(h + i) % CO_RUNQ_SIZE], __ATOMIC_RELAXED);
+    /* cas-release: commits consume */
+    if (!__atomic_compare_exchange_n(&p->runqhead, &h, h + n, false, __ATOMIC_RELEASE,
+                                     __ATOMIC_RELAXED))
+        return false;
+    batch[n] = g;
+    for (uint32_t i = 0; i < n; i++) batch[i]->schedlink = batch[i + 1];
+    batch[n]->schedlink = NULL;
+    co__globrunqput_batch(batch[0], batch[n], (int)n + 1);
+    return true;
+}
+
+/* Owner only. */
+static co_g_t *runqget(co_p_t *p) {
+    co_g_t *next = __atomic_load_n(&p->runnext, __ATOMIC_ACQUIRE);
+    if (next && __atomic_compare_exchange_n(&p->runnext, &next, NULL, false, __ATOMIC_ACQ_REL,
+                                            __ATOMIC_RELAXED))
+        return next;
+    for (;;) {
+        uint32_t h = __atomic_load_n(&p->runqhead, __ATOMIC_ACQUIRE);
+        uint32_t t = p->runqtail;
+        if (t == h) return NULL;
+        co_g_t *g = __atomic_load_n(&p->runq[h % CO_RUNQ_SIZE], __ATOMIC_RELAXED);
+        if (__atomic_compare_exchange_n(&p->runqhead, &h, h + 1, false, __ATOMIC_RELEASE,
+                                        __ATOMIC_RELAXED))
+            return g;
+    }
+}
+
+/* Any M: grab half of pp's queue into batch[bh..] (ring of size 256). */
+static uint32_t runqgrab(co_p_t *pp, co_g_t **batch, uint32_t bh, bool steal_next) {
+    for (;;) {
+        uint32_t h = __atomic_load_n(&pp->runqhead, __ATOMIC_ACQUIRE);
+        uint32_t t = __atomic_load_n(&pp->runqtail, __ATOMIC_ACQUIRE);
+        uint32_t n = t - h;
+        n = n - n / 2;
+        if (n == 0) {
+            if (steal_next) {
+                co_g_t *next = __atomic_load_n(&pp->runnext, __ATOMIC_ACQUIRE);
+                if (next) {
+                    /* Let a running P that just readied a G switch to it
+                     * first (proc.go's usleep(3) before stealing runnext). */
+                    if (__atomic_load_n(&pp->status, __ATOMIC_RELAXED) == CO_P_RUNNING) {
+                        struct timespec ts = {0, 3000};
+                        nanosleep(&ts, NULL);
+                    }
+                    if (!__atomic_compare_exchange_n(&pp->runnext, &next, NULL, false,
+                                                     __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+                        continue;
+                    batch[bh % CO_RUNQ_SIZE] = next;
+                    return 1;
+                }
+            }
+            return 0;
+        }
+        if (n > CO_RUNQ_SIZE / 2) continue; /* read an inconsistent h and t */
+        for (uint32_t i = 0; i < n; i++)
+            batch[(bh + i) % CO_RUNQ_SIZE] =
+                __atomic_load_n(&pp->runq[(h + i) % CO_RUNQ_SIZE], __ATOMIC_RELAXED);
+        if (__atomic_compare_exchange_n(&pp->runqhead, &h, h + n, false, __ATOMIC_RELEASE,
+                                        __ATOMIC_RELAXED))
+            return n;
+    }
+}
+
+/* Owner of p: steal half of pp's queue into p's, return one G to run. */
+static co_g_t *runqsteal(co_p_t *p, co_p_t *pp, bool steal_next) {
+    uint32_t t = p->runqtail;
+    co_g_t *tmp[CO_RUNQ_SIZE];
+    uint32_t n = runqgrab(pp, tmp, 0, steal_next);
+    if (n == 0) return NULL;
+    n--;
+    co_g_t *g = tmp[n];
+    for (uint32_t i = 0; i < n; i++)
+        __atomic_store_n(&p->runq[(t + i) % CO_RUNQ_SIZE], tmp[i], __ATOMIC_RELAXED);
+    if (n) __atomic_store_n(&p->runqtail, t + n, __ATOMIC_RELEASE);
+    return g;
+}
+
+bool co__runq_empty(co_p_t *p) {
+    uint32_t h = __atomic_load_n(&p->runqhead, __ATOMIC_ACQUIRE);
+    uint32_t t = __atomic_load_n(&p->runqtail, __ATOMIC_ACQUIRE);
+    return h == t && __atomic_load_n(&p->runnext, __ATOMIC_ACQUIRE) == NULL;
+}
+
+int co__runq_len(co_p_t *p) {
+    uint32_t h = __atomic_load_n(&p->runqhead, __ATOMIC_ACQUIRE);
+    uint32_t t = __atomic_load_n(&p->runqtail, __ATOMIC_ACQUIRE);
+    return (int)(t - h) + (__atomic_load_n(&p->runnext, __ATOMIC_ACQUIRE) ? 1 : 0);
+}
+
+/* Global run queue. */
+void co__globrunqput_batch(co_g_t *head, co_g_t *tail, int n) {
+    co_sched_t *s = &co__sched;
+    co__lock(&s->lock);
+    tail->schedlink = NULL;
+    if (s->runqtail)
+        s->runqtail->schedlink = head;
+    else
+        s->runqhead = head;
+    s->runqtail = tail;
+    __atomic_store_n(&s->runqsize, s->runqsize + n, __ATOMIC_RELEASE);
+    co__unlock(&s->lock);
+}
+
+/* sched.lock held. Take up to max Gs (0: a fair share) into p. */
+static co_g_t *globrunqget_locked(co_p_t *p, int max) {
+    co_sched_t *s = &co__sched;
+    int64_t sz = s->runqsize;
+    if (sz == 0) return NULL;
+    int64_t n = sz / s->nprocs + 1;
+    if (n > sz) n = sz;
+    if (max > 0 && n > max) n = max;
+    if (n > CO_RUNQ_SIZE / 2) n = CO_RUNQ_SIZE / 2;
+    __atomic_store_n(&s->runqsize, sz - n, __ATOMIC_RELEASE);
+    co_g_t *g = s->runqhead;
+    s->runqhead = g->schedlink;
+    for (int64_t i = 1; i < n; i++) {
+        co_g_t *g1 = s->runqhead;
+        s->runqhead = g1->schedlink;
+        runqput(p, g1, false);
+    }
+    if (!s->runqhead) s->runqtail = NULL;
+    return g;
+}
+
+static co_g_t *globrunqget(co_p_t *p, int max) {
+    if (__atomic_load_n(&co__sched.runqsize, __ATOMIC_ACQUIRE) == 0) return NULL;
+    co__lock(&co__sched.lock);
+    co_g_t *g = globrunqget_locked(p, max);
+    co__unlock(&co__sched.lock);
+    return g;
+}
+
+/* The next G for p without blocking or stealing: due timers, 1-in-61 global,
+ * runnext, local ring, global. p's owner only; p may be NULL. */
+static co_g_t *runq_next_fast(co_p_t *p) {
+    if (!p) return NULL;
+    p->schedtick++;
+    if (__atomic_load_n(&p->timer0_when, __ATOMIC_ACQUIRE) != 0) {
+        int64_t w = __atomic_load_n(&p->timer0_when, __ATOMIC_ACQUIRE);
+        if (w && w <= co_now()) co__timers_run(p, co_now());
+    }
+    co_g_t *g;
+    if (p->schedtick % 61 == 0 && (g = globrunqget(p, 1))) return g;
+    if ((g = runqget(p))) return g;
+    return globrunqget(p, 0);
+}
+
+/* ---- Ps and Ms ---------------------------------------------------------- */
+
+static void acquirep(co_m_t *m, co_p_t *p) {
+    m->p = p;
+    p->m = m;
+    __atomic_store_n(&p->status, CO_P_RUNNING, __ATOMIC_RELEASE);
+}
+
+/* sched.lock held. */
+static void pidleput_locked(co_p_t *p) {
+    co_sched_t *s = &co__sched;
+    p->m = NULL;
+    __atomic_store_n(&p->status, CO_P_IDLE, __ATOMIC_RELEASE);
+    p->link = s->pidle;
+    s->pidle = p;
+    __atomic_store_n(&s->npidle, s->npidle + 1, __ATOMIC_SEQ_CST);
+}
+
+/* sched.lock held. */
+static co_p_t *pidleget_locked(void) {
+    co_sched_t *s = &co__sched;
+    co_p_t *p = s->pidle;
+    if (p) {
+        s->pidle = p->link;
+        __atomic_store_n(&s->npidle, s->npidle - 1, __ATOMIC_SEQ_CST);
+    }
+    return p;
+}
+
+co_p_t *co__pidleget(void) {
+    co__lock(&co__sched.lock);
+    co_p_t *p = pidleget_locked();
+    co__unlock(&co__sched.lock);
+    return p;
+}
+
+static void *mstart(void *arg);
+
+/* Create an M that will start with p. */
+static bool newm(co_p_t *p, bool spinning) {
+    co_sched_t *s = &co__sched;
+    co_m_t *m = calloc(1, sizeof *m);
+    if (!m) return false;
+    m->nextp = p;
+    m->spinning = spinning;
+    co__lock(&s->lock);
+    m->id = s->mcount++;
+    m->alllink = s->allm;
+    s->allm = m;
+    co__unlock(&s->lock);
+    m->fastrand = 0x9E3779B97F4A7C15ull ^ ((uint64_t)m->id * 0xBF58476D1CE4E5B9ull) ^ 1;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, 1024 * 1024);
+    int rc = pthread_create(&m->thread, &attr, mstart, m);
+    pthread_attr_destroy(&attr);
+    if (rc != 0) {
+        co__lock(&s->lock);
+        s->allm = m->alllink;
+        s->mcount--;
+        co__unlock(&s->lock);
+        free(m);
+        return false;
+    }
+    return true;
+}
+
+/* Start an M to run p (or an idle P if p is NULL). */
+void co__startm(co_p_t *p, bool spinning) {
+    co_sched_t *s = &co__sched;
+    co__lock(&s->lock);
+    if (!p) {
+        p = pidleget_locked();
+        if (!p) {
+            co__unlock(&s->lock);
+            if (spinning) __atomic_sub_fetch(&s->nmspinning, 1, __ATOMIC_SEQ_CST);
+            return;
+        }
+    }
+    co_m_t *m = s->midle;
+    if (m) {
+        s->midle = m->link;
+        s->nmidle--;
+    }
+    co__unlock(&s->lock);
+    if (!m) {
+        if (!newm(p, spinning)) {
+            co__lock(&s->lock);
+            pidleput_locked(p);
+            co__unlock(&s->lock);
+            if (spinning) __atomic_sub_fetch(&s->nmspinning, 1, __ATOMIC_SEQ_CST);
+        }
+        return;
+    }
+    m->spinning = spinning;
+    m->nextp = p;
+    /* store-release: publishes nextp/spinning to the woken M's acquire load */
+    __atomic_store_n(&m->park, 1, __ATOMIC_RELEASE);
+    co__futex_wake(&m->park, 1);
+}
+
+void co__wakep(void) {
+    co_sched_t *s = &co__sched;
+    /* seq_cst loads: the StoreLoad half of the spinning protocol (see top) */
+    if (__atomic_load_n(&s->npidle, __ATOMIC_SEQ_CST) == 0) return;
+    uint32_t z = 0;
+    if (__atomic_load_n(&s->nmspinning, __ATOMIC_SEQ_CST) != 0 ||
+        !__atomic_compare_exchange_n(&s->nmspinning, &z, 1, false, __ATOMIC_SEQ_CST,
+                                     __ATOMIC_RELAXED))
+        return;
+    co__startm(NULL, true);
+}
+
+static void resetspinning(co_m_t *m) {
+    m->spinning = false;
+    __atomic_sub_fetch(&co__sched.nmspinning, 1, __ATOMIC_SEQ_CST);
+    co__wakep();
+}
+
+/* P released by a retake (co_blocking) or a retiring M: find it an M. */
+void co__handoffp(co_p_t *p) {
+    co_sched_t *s = &co__sched;
+    if (!co__runq_empty(p) || __atomic_load_n(&s->runqsize, __ATOMIC_ACQUIRE) > 0) {
+        co__startm(p, false);
+        return;
+    }
+    uint32_t z = 0;
+    if (__atomic_load_n(&s->nmspinning, __ATOMIC_SEQ_CST) +
+                __atomic_load_n(&s->npidle, __ATOMIC_SEQ_CST) ==
+            0 &&
+        __atomic_compare_exchange_n(&s->nmspinning, &z, 1, false, __ATOMIC_SEQ_CST,
+                                    __ATOMIC_RELAXED)) {
+        co__startm(p, true);
+        return;
+    }
+    co__lock(&s->lock);
+    pidleput_locked(p);
+    co__unlock(&s->lock);
+    if (__atomic_load_n(&p->timer0_when, __ATOMIC_ACQUIRE) != 0 &&
+        __atomic_load_n(&s->polling, __ATOMIC_ACQUIRE) == 0)
+        co__wakep();
+}
+
+/* Park the M until startm hands it a P (or shutdown). */
+static void stopm(co_m_t *m) {
+    co_sched_t *s = &co__sched;
+    co__lock(&s->lock);
+    if (__atomic_load_n(&s->stopping, __ATOMIC_ACQUIRE)) {
+        co__unlock(&s->lock);
+        return;
+    }
+    __atomic_store_n(&m->park, 0, __ATOMIC_RELAXED);
+    m->link = s->midle;
+    s->midle = m;
+    s->nmidle++;
+    co__unlock(&s->lock);
+    /* acquire: pairs with startm's store-release */
+    while (__atomic_load_n(&m->park, __ATOMIC_ACQUIRE) == 0) co__futex_wait(&m->park, 0, CO_FOREVER);
+}
+
+/* ---- finding work (g0 only) -------------------------------------------- */
+
+static co_g_t *stealwork(co_m_t *m) {
+    co_sched_t *s = &co__sched;
+    int n = s->nprocs;
+    for (int round = 0; round < 4; round++) {
+        bool last = round == 3;
+        uint32_t start = co__fastrand() % (uint32_t)n;
+        for (int i = 0; i < n; i++) {
+            co_p_t *pp = s->allp[(start + (uint32_t)i) % (uint32_t)n];
+            if (pp == m->p) continue;
+            if (last && __atomic_load_n(&pp->timer0_when, __ATOMIC_ACQUIRE) != 0) {
+                int64_t now = co_now();
+                int64_t w = __atomic_load_n(&pp->timer0_when, __ATOMIC_ACQUIRE);
+                if (w && w <= now && co__timers_run(pp, now) > 0) {
+                    co_g_t *g = runqget(m->p);
+                    if (g) return g;
+                }
+            }
+            co_g_t *g = runqsteal(m->p, pp, last);
+            if (g) return g;
+        }
+    }
+    return NULL;
+}
+
+static void run_all_timers(int64_t now) {
+    co_sched_t *s = &co__sched;
+    for (int i = 0; i < s->nprocs; i++) {
+        co_p_t *pp = s->allp[i];
+        int64_t w = __atomic_load_n(&pp->timer0_when, __ATOMIC_ACQUIRE);
+        if (w && w <= now) co__timers_run(pp, now);
+    }
+}
+
+/* Block the P-less M m: as the poller until the next timer, or parked on
+ * its futex. Returns when there may be work; m->p may be set. */
+static void block_idle(co_m_t *m) {
+    co_sched_t *s = &co__sched;
+    uint32_t z = 0;
+    if (__atomic_compare_exchange_n(&s->polling, &z, 1, false, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_RELAXED)) {
+        int64_t next = co__timers_next();
+        /* seq_cst store then load of the timers: pairs with co__timer_add's
+         * store of timer0_when then seq_cst load of poll_until */
+        __atomic_store_n(&s->poll_until, next ? next : INT64_MAX, __ATOMIC_SEQ_CST);
+        int64_t next2 = co__timers_next();
+        if (next2 && (next == 0 || next2 < next)) next = next2;
+        int64_t delay = -1;
+        if (next) {
+            delay = next - co_now();
+            if (delay < 0) delay = 0;
+        }
+        if (__atomic_load_n(&s->runqsize, __ATOMIC_ACQUIRE) > 0 &&
+            __atomic_load_n(&s->npidle, __ATOMIC_ACQUIRE) > 0)
+            delay = 0; /* work is waiting for a P: don't sleep */
+        if (!__atomic_load_n(&s->stopping, __ATOMIC_ACQUIRE)) co__netpoll(delay);
+        __atomic_store_n(&s->lastpoll, co_now(), __ATOMIC_RELAXED);
+        __atomic_store_n(&s->poll_until, 0, __ATOMIC_SEQ_CST);
+        __atomic_store_n(&s->polling, 0, __ATOMIC_RELEASE);
+        co_p_t *p = co__pidleget();
+        if (p) acquirep(m, p);
+        run_all_timers(co_now());
+        if (p) return;
+        /* Every P is busy: Gs readied above went to the global queue and
+         * the running Ms will take them. Sleep as an ordinary idle M. */
+    }
+    stopm(m);
+    if (m->nextp) {
+        acquirep(m, m->nextp);
+        m->nextp = NULL;
+    }
+}
+
+/* Find a runnable G for m (which holds a P). Blocks. NULL on shutdown. */
+static co_g_t *findrunnable(co_m_t *m) {
+    co_sched_t *s = &co__sched;
+    for (;;) {
+        if (__atomic_load_n(&s->stopping, __ATOMIC_ACQUIRE)) return NULL;
+        co_p_t *p = m->p;
+        if (!p) {
+            block_idle(m);
+            continue;
+        }
+        co_g_t *g = runq_next_fast(p);
+        if (g) return g;
+        if (co__netpoll_has_waiters() && __atomic_load_n(&s->polling, __ATOMIC_ACQUIRE) == 0 &&
+            co__netpoll(0) > 0) {
+            __atomic_store_n(&s->lastpoll, co_now(), __ATOMIC_RELAXED);
+            continue;
+        }
+        /* Steal, if not too many Ms are spinning already. */
+        uint32_t busy = (uint32_t)s->nprocs - __atomic_load_n(&s->npidle, __ATOMIC_SEQ_CST);
+        if (m->spinning || 2 * __atomic_load_n(&s->nmspinning, __ATOMIC_SEQ_CST) < busy) {
+            if (!m->spinning) {
+                m->spinning = true;
+                __atomic_add_fetch(&s->nmspinning, 1, __ATOMIC_SEQ_CST);
+            }
+            if ((g = stealwork(m))) return g;
+        }
+        /* Nothing: give up the P. */
+        co__lock(&s->lock);
+        if ((g = globrunqget_locked(p, 0))) {
+            co__unlock(&s->lock);
+            return g;
+        }
+        m->p = NULL;
+        pidleput_locked(p);
+        co__unlock(&s->lock);
+        bool was_spinning = m->spinning;
+        if (was_spinning) {
+            m->spinning = false;
+            __atomic_sub_fetch(&s->nmspinning, 1, __ATOMIC_SEQ_CST);
+            /* Re-check every queue after the decrement (see the essay). */
+            bool work = __atomic_load_n(&s->runqsize, __ATOMIC_SEQ_CST) > 0;
+            for (int i = 0; !work && i < s->nprocs; i++) work = !co__runq_empty(s->allp[i]);
+            if (work) {
+                co_p_t *p2 = co__pidleget();
+                if (p2) {
+                    acquirep(m, p2);
+                    m->spinning = true;
+                    __atomic_add_fetch(&s->nmspinning, 1, __ATOMIC_SEQ_CST);
+                    continue;
+                }
+            }
+        }
+        block_idle(m);
+    }
+}
+
+/* ---- Gs ------------------------------------------------------------------- */
+
+static void gfree_release(co_g_t *g) {
+    co__stack_free(&g->stack);
+#ifdef CO_TSAN
+    if (g->tsan_fiber) __tsan_destroy_fiber(g->tsan_fiber);
+#endif
+    co__lock(&co__sched.allg_lock);
+    if (g->alllink_prev)
+        g->alllink_prev->alllink_next = g->alllink_next;
+    else
+        co__sched.allg = g->alllink_next;
+    if (g->alllink_next) g->alllink_next->alllink_prev = g->alllink_prev;
+    co__unlock(&co__sched.allg_lock);
+    free(g);
+}
+
+/* Owner of p (p may be NULL). Cache a dead G and its stack. */
+static void gfput(co_p_t *p, co_g_t *g) {
+    co_sched_t *s = &co__sched;
+    if (g->stack.size != s->stack_size || !p) {
+        gfree_release(g);
+        return;
+    }
+    g->schedlink = p->gfree;
+    p->gfree = g;
+    if (++p->gfree_n < CO_GFREE_LOCAL) return;
+    /* Spill half to the global list (bounded; beyond it, really free). */
+    co_g_t *spill = NULL;
+    while (p->gfree_n > CO_GFREE_LOCAL / 2) {
+        co_g_t *x = p->gfree;
+        p->gfree = x->schedlink;
+        p->gfree_n--;
+        x->schedlink = spill;
+        spill = x;
+    }
+    co__lock(&s->lock);
+    while (spill && s->ngfree_global < 65536) {
+        co_g_t *x = spill;
+        spill = x->schedlink;
+        x->schedlink = s->gfree_global;
+        s->gfree_global = x;
+        s->ngfree_global++;
+    }
+    co__unlock(&s->lock);
+    while (spill) {
+        co_g_t *x = spill;
+        spill = x->schedlink;
+        gfree_release(x);
+    }
+}
+
+static co_g_t *gfget(co_p_t *p) {
+    co_sched_t *s = &co__sched;
+    if (p && p->gfree) {
+        co_g_t *g = p->gfree;
+        p->gfree = g->schedlink;
+        p->gfree_n--;
+        return g;
+    }
+    if (__atomic_load_n(&s->ngfree_global, __ATOMIC_RELAXED) == 0) return NULL;
+    co__lock(&s->lock);
+    co_g_t *g = s->gfree_global;
+    if (g) {
+        s->gfree_global = g->schedlink;
+        s->ngfree_global--;
+        /* refill the local cache with a batch */
+        while (p && p->gfree_n < CO_GFREE_LOCAL / 2 && s->gfree_global) {
+            co_g_t *x = s->gfree_global;
+            s->gfree_global = x->schedlink;
+            s->ngfree_global--;
+            x->schedlink = p->gfree;
+            p->gfree = x;
+            p->gfree_n++;
+        }
+    }
+    co__unlock(&s->lock);
+    return g;
+}
+
+static void post_gfree(co_g_t *g, void *arg) {
+    (void)arg;
+    co_m_t *m = co__getm();
+    gfput(m->p, g);
+}
+
+static void goexit(co_g_t *g) __attribute__((noreturn));
+static void goexit(co_g_t *g) {
+    co__stack_check(g);
+    __atomic_store_n(&g->status, CO_G_DEAD, __ATOMIC_RELAXED);
+    __atomic_sub_fetch(&co__sched.ngoroutines, 1, __ATOMIC_ACQ_REL);
+    co_m_t *m = co__getm();
+    m->post_fn = post_gfree;
+    m->post_g = g;
+    co_g_t *next = runq_next_fast(m->p);
+    gogo(m, g, next ? next : &m->g0, true);
+    __builtin_unreachable();
+}
+
+void co__g_entry(co_g_t *g) {
+#ifdef CO_ASAN
+    __sanitizer_finish_switch_fiber(NULL, NULL, NULL);
+#endif
+    run_post(co__getm());
+    g->fn(g->arg);
+    goexit(g);
+}
+
+int co__spawn(void (*fn)(void *), void *arg, size_t stack_size, const char *name) {
+    if (!fn) return CO_EINVAL;
+    if (stack_size != 0 && (stack_size < CO_STACK_MIN || stack_size > CO_STACK_MAX))
+        return CO_EINVAL;
+    int rc = co__ensure_init();
+    if (rc < 0) return rc;
+    co_sched_t *s = &co__sched;
+    if (stack_size == 0) stack_size = s->stack_size;
+    co_m_t *m = co__getm();
+    co_p_t *p = m ? m->p : NULL;
+    co_g_t *g = NULL;
+    if (stack_size == s->stack_size) g = gfget(p);
+    if (!g) {
+        g = calloc(1, sizeof *g);
+        if (!g) return CO_ENOMEM;
+        if (co__stack_alloc(&g->stack, stack_size) < 0) {
+            free(g);
+            return CO_ENOMEM;
+        }
+#ifdef CO_TSAN
+        g->tsan_fiber = __tsan_create_fiber(0);
+#endif
+        co__lock(&s->allg_lock);
+        g->alllink_next = s->allg;
+        if (s->allg) s->allg->alllink_prev = g;
+        s->allg = g;
+        co__unlock(&s->allg_lock);
+    }
+    g->fn = fn;
+    g->arg = arg;
+    g->panic_top = NULL;
+    g->wait_reason = 0;
+    g->id = __atomic_add_fetch(&s->goidgen, 1, __ATOMIC_RELAXED);
+    if (name) {
+        strncpy(g->name, name, sizeof g->name - 1);
+        g->name[sizeof g->name - 1] = 0;
+    } else {
+        g->name[0] = 0;
+    }
+    co__ctx_make(&g->ctx, g->stack.lo, g->stack.size, g);
+    __atomic_add_fetch(&s->ngoroutines, 1, __ATOMIC_ACQ_REL);
+    __atomic_store_n(&g->status, CO_G_RUNNABLE, __ATOMIC_RELAXED);
+    if (p) {
+        runqput(p, g, true);
+    } else {
+        g->schedlink = NULL;
+        co__globrunqput_batch(g, g, 1);
+    }
+    co__wakep();
+    return 0;
+}
+
+int co_go(void (*fn)(void *arg), void *arg) { return co__spawn(fn, arg, 0, NULL); }
+
+int co_go_with(const co_attr_t *attr, void (*fn)(void *arg), void *arg) {
+    return co__spawn(fn, arg, attr ? attr->stack_size : 0, attr ? attr->name : NULL);
+}
+
+/* ---- park / ready / yield ------------------------------------------------ */
+
+void co__ready(co_g_t *g) {
+    __atomic_store_n(&g->status, CO_G_RUNNABLE, __ATOMIC_RELAXED);
+    co_m_t *m = co__getm();
+    if (m && m->p) {
+        runqput(m->p, g, true);
+    } else {
+        g->schedlink = NULL;
+        co__globrunqput_batch(g, g, 1);
+    }
+    co__wakep();
+}
+
+/* The running G switches away; post(g, arg) runs after the switch. */
+void co__park_current(void (*post)(co_g_t *, void *), void *arg, int reason) {
+    co_m_t *m = co__getm();
+    co_g_t *g = m->curg;
+    g->wait_reason = reason;
+    co__stack_check(g);
+    m->post_fn = post;
+    m->post_g = g;
+    m->post_arg = arg;
+    co_g_t *next = runq_next_fast(m->p);
+    gogo(m, g, next ? next : &m->g0, false);
+}
+
+static void post_yield(co_g_t *g, void *arg) {
+    (void)arg;
+    co_m_t *m = co__getm();
+    __atomic_store_n(&g->status, CO_G_RUNNABLE, __ATOMIC_RELAXED);
+    if (m->p) {
+        runqput(m->p, g, false);
+    } else {
+        g->schedlink = NULL;
+        co__globrunqput_batch(g, g, 1);
+    }
+}
+
+void co_yield(void) {
+    co_m_t *m = co__getm();
+    if (!m || !m->curg) {
+        sched_yield();
+        return;
+    }
+    co_g_t *g = m->curg;
+    co_g_t *next = runq_next_fast(m->p);
+    if (!next) return; /* nothing else is runnable here: keep running */
+    co__stack_check(g);
+    m->post_fn = post_yield;
+    m->post_g = g;
+    m->post_arg = NULL;
+    gogo(m, g, next, false);
+}
+
+/* ---- M main loop ---------------------------------------------------------- */
+
+static void *mstart(void *arg) {
+    co_m_t *m = arg;
+    tls_m = m;
+    m->g0.is_g0 = true;
+    m->g0.id = 0;
+    strcpy(m->g0.name, "g0");
+#ifdef CO_TSAN
+    m->g0.tsan_fiber = __tsan_get_current_fiber();
+#endif
+#ifdef CO_ASAN
+    {
+        pthread_attr_t a;
+        void *addr;
+        size_t sz;
+        if (pthread_getattr_np(pthread_self(), &a) == 0) {
+            pthread_attr_getstack(&a, &addr, &sz);
+            m->g0.stack.lo = addr;
+            m->g0.stack.size = sz;
+            pthread_attr_destroy(&a);
+        }
+    }
+#endif
+    co__stack_m_init(m);
+    if (m->nextp) {
+        acquirep(m, m->nextp);
+        m->nextp = NULL;
+    }
+    for (;;) {
+        co_g_t *g = findrunnable(m);
+        if (!g) break;
+        if (m->spinning) resetspinning(m);
+        gogo(m, &m->g0, g, false);
+    }
+    if (m->p) {
+        co__lock(&co__sched.lock);
+        pidleput_locked(m->p);
+        co__unlock(&co__sched.lock);
+        m->p = NULL;
+    }
+    co__stack_m_fini(m);
+    return NULL;
+}
+
+/* ---- init / shutdown ---------------------------------------------------- */
+
+void co__at_shutdown(void (*fn)(void)) {
+    co__lock(&init_lock);
+    for (int i = 0; i < nhooks; i++)
+        if (shutdown_hooks[i] == fn) {
+            co__unlock(&init_lock);
+            return;
+        }
+    if (nhooks < CO_MAX_HOOKS) shutdown_hooks[nhooks++] = fn;
+    co__unlock(&init_lock);
+}
+
+static int default_procs(void) {
+    const char *e = getenv("COLONY_PROCS");
+    if (e && *e) {
+        char *end;
+        long v = strtol(e, &end, 10);
+        if (*end == 0 && v > 0 && v <= CO_MAX_PROCS) return (int)v;
+    }
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    if (n < 1) n = 1;
+    if (n > CO_MAX_PROCS) n = CO_MAX_PROCS;
+    return (int)n;
+}
+
+int co_init(const co_config_t *cfg) {
+    if (cfg && (cfg->procs < 0 || cfg->procs > CO_MAX_PROCS)) return CO_EINVAL;
+    if (cfg && cfg->stack_size != 0 &&
+        (cfg->stack_size < CO_STACK_MIN || cfg->stack_size > CO_STACK_MAX))
+        return CO_EINVAL;
+    co_sched_t *s = &co__sched;
+    co__lock(&init_lock);
+    if (__atomic_load_n(&rt_state, __ATOMIC_ACQUIRE) == RT_UP) {
+        bool same = !cfg || ((cfg->procs == 0 || cfg->procs == s->nprocs) &&
+                             (cfg->stack_size == 0 || cfg->stack_size == s->stack_size));
+        co__unlock(&init_lock);
+        return same ? 0 : CO_EINVAL;
+    }
+    memset(s, 0, sizeof *s);
+    s->nprocs = cfg && cfg->procs ? cfg->procs : default_procs();
+    s->stack_size = cfg && cfg->stack_size ? cfg->stack_size : CO_DEFAULT_STACK;
+    s->start_ns = co_now();
+    s->allp = calloc((size_t)s->nprocs, sizeof *s->allp);
+    if (!s->allp) goto nomem;
+    for (int i = s->nprocs - 1; i >= 0; i--) {
+        co_p_t *p = calloc(1, sizeof *p);
+        if (!p) goto nomem;
+        p->id = i;
+        s->allp[i] = p;
+        pidleput_locked(p); /* single-threaded here: no lock needed yet */
+    }
+    co__stack_setup();
+    int rc = co__netpoll_init();
+    if (rc < 0) {
+        co__unlock(&init_lock);
+        return rc;
+    }
+    co__debug_parse_env();
+    __atomic_store_n(&rt_state, RT_UP, __ATOMIC_RELEASE);
+    co__sysmon_start();
+    co__unlock(&init_lock);
+    return 0;
+nomem:
+    if (s->allp)
+        for (int i = 0; i < s->nprocs; i++) free(s->allp[i]);
+    free(s->allp);
+    s->allp = NULL;
+    co__unlock(&init_lock);
+    return CO_ENOMEM;
+}
+
+int co__ensure_init(void) {
+    /* acquire: pairs with co_init's store-release of RT_UP */
+    if (CO_LIKELY(__atomic_load_n(&rt_state, __ATOMIC_ACQUIRE) == RT_UP)) return 0;
+    return co_init(NULL);
+}
+
+int co_shutdown(void) {
+    co_sched_t *s = &co__sched;
+    if (__atomic_load_n(&rt_state, __ATOMIC_ACQUIRE) != RT_UP) return 0;
+    if (co__getm()) return CO_EPERM; /* from inside the runtime */
+    co__lock(&init_lock);
+    int n = nhooks;
+    co__unlock(&init_lock);
+    for (int i = 0; i < n; i++) shutdown_hooks[i]();
+    co__lock(&init_lock);
+    if (__atomic_load_n(&s->ngoroutines, __ATOMIC_ACQUIRE) != 0) {
+        co__unlock(&init_lock);
+        return CO_EBUSY;
+    }
+    __atomic_store_n(&s->stopping, 1, __ATOMIC_SEQ_CST);
+    co__sysmon_stop();
+    /* Wake everyone: idle Ms, the poller. */
+    co__lock(&s->lock);
+    for (co_m_t *m = s->midle; m; m = m->link) {
+        __atomic_store_n(&m->park, 1, __ATOMIC_RELEASE);
+        co__futex_wake(&m->park, 1);
+    }
+    s->midle = NULL;
+    s->nmidle = 0;
+    co_m_t *all = s->allm;
+    co__unlock(&s->lock);
+    for (co_m_t *m = all; m; m = m->alllink) {
+        for (;;) {
+            co__netpoll_break();
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 10 * 1000 * 1000;
+            if (ts.tv_nsec >= 1000000000) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000;
+            }
+            if (pthread_timedjoin_np(m->thread, NULL, &ts) == 0) break;
+            co__lock(&s->lock);
+            for (co_m_t *im = s->midle; im; im = im->link) {
+                __atomic_store_n(&im->park, 1, __ATOMIC_RELEASE);
+                co__futex_wake(&im->park, 1);
+            }
+            s->midle = NULL;
+            co__unlock(&s->lock);
+        }
+    }
+    while (all) {
+        co_m_t *next = all->alllink;
+        free(all);
+        all = next;
+    }
+    for (int i = 0; i < s->nprocs; i++) {
+        co_p_t *p = s->allp[i];
+        while (p->gfree) {
+            co_g_t *g = p->gfree;
+            p->gfree = g->schedlink;
+            gfree_release(g);
+        }
+        co__timers_free(p);
+        free(p);
+    }
+    while (s->gfree_global) {
+        co_g_t *g = s->gfree_global;
+        s->gfree_global = g->schedlink;
+        gfree_release(g);
+    }
+    free(s->allp);
+    s->allp = NULL;
+    co__netpoll_fini();
+    __atomic_store_n(&rt_state, RT_DOWN, __ATOMIC_RELEASE);
+    co__unlock(&init_lock);
+    return 0;
+}
+
+int co_procs(void) {
+    if (co__ensure_init() < 0) return 0;
+    return co__sched.nprocs;
+}
+
+int co_count(void) { return (int)__atomic_load_n(&co__sched.ngoroutines, __ATOMIC_ACQUIRE); }
+
+uint64_t co_id(void) {
+    co_g_t *g = co__cur_g();
+    return g ? g->id : 0;
+}

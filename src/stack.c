@@ -1,0 +1,180 @@
+/*
+ * Coroutine stacks.
+ *
+ * A stack is a private anonymous mapping (MAP_NORESERVE): virtual address
+ * space only, pages committed by the kernel when first touched. Dead Gs keep
+ * their stacks and are reused through per-P free lists (sched.c), so steady
+ * state does no mmap/munmap.
+ *
+ * Overflow is always reported, never silent:
+ *  - guarded stacks have a PROT_NONE page below them; a fault there lands in
+ *    our SIGSEGV handler (on a per-M sigaltstack) which names the coroutine
+ *    and aborts.
+ *  - but each guard splits the mapping, costing two entries of the kernel's
+ *    map-count limit (vm.max_map_count, 65530 by default) per stack. Past a
+ *    budget (a quarter of the limit) stacks are unguarded: adjacent mappings
+ *    merge into one entry, and the lowest CO_CANARY_BYTES of each stack must
+ *    stay zero. Those bytes are never written (reading them maps the shared
+ *    zero page, so they cost no memory); co__stack_check verifies them each
+ *    time the coroutine switches away and when it exits, and a write there
+ *    is reported as an overflow. This is how a million coroutines fit under
+ *    the default limit.
+ */
+#include "runtime.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#if defined(__has_include)
+#if __has_include(<valgrind/valgrind.h>)
+#include <valgrind/valgrind.h>
+#define CO_HAVE_VALGRIND 1
+#endif
+#endif
+#ifndef CO_HAVE_VALGRIND
+#define VALGRIND_STACK_REGISTER(a, b) 0
+#define VALGRIND_STACK_DEREGISTER(id) ((void)(id))
+#endif
+
+#if defined(__SANITIZE_ADDRESS__)
+#define CO_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define CO_ASAN 1
+#endif
+#endif
+
+static size_t page_size;
+static int64_t guard_budget;      /* atomic: guarded stacks we may still create */
+static struct sigaction prev_segv;
+static bool segv_installed;
+
+static void overflow_report(co_g_t *g, const char *how) {
+    char buf[256];
+    int n = snprintf(buf, sizeof buf,
+                     "colony: fatal: stack overflow in coroutine %llu '%s' (stack %zu bytes, %s)\n",
+                     (unsigned long long)g->id, g->name, g->stack.size, how);
+    if (n > 0) (void)!write(2, buf, (size_t)n < sizeof buf ? (size_t)n : sizeof buf - 1);
+}
+
+static void segv_handler(int sig, siginfo_t *si, void *uctx) {
+    co_m_t *m = co__getm();
+    co_g_t *g = m ? m->curg : NULL;
+    if (g && g->stack.guarded) {
+        char *a = (char *)si->si_addr;
+        if (a >= g->stack.map && a < g->stack.lo + 64) {
+            overflow_report(g, "hit the guard page");
+            signal(SIGABRT, SIG_DFL);
+            abort();
+        }
+    }
+    /* Not ours: hand it to whoever was there before, or die the default way. */
+    if (prev_segv.sa_flags & SA_SIGINFO) {
+        if (prev_segv.sa_sigaction) {
+            prev_segv.sa_sigaction(sig, si, uctx);
+            return;
+        }
+    } else if (prev_segv.sa_handler != SIG_DFL && prev_segv.sa_handler != SIG_IGN) {
+        prev_segv.sa_handler(sig);
+        return;
+    }
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+void co__stack_setup(void) {
+    page_size = (size_t)sysconf(_SC_PAGESIZE);
+    long maxmap = 65530;
+    FILE *f = fopen("/proc/sys/vm/max_map_count", "r");
+    if (f) {
+        if (fscanf(f, "%ld", &maxmap) != 1) maxmap = 65530;
+        fclose(f);
+    }
+    guard_budget = maxmap / 4;
+#ifndef CO_ASAN
+    if (!segv_installed) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_sigaction = segv_handler;
+        sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+        sigemptyset(&sa.sa_mask);
+        if (sigaction(SIGSEGV, &sa, &prev_segv) == 0) segv_installed = true;
+    }
+#endif
+}
+
+void co__stack_m_init(co_m_t *m) {
+    size_t sz = 64 * 1024;
+    void *p = mmap(NULL, sz, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return;
+    stack_t ss = {.ss_sp = p, .ss_size = sz, .ss_flags = 0};
+    if (sigaltstack(&ss, NULL) == 0)
+        m->altstack = p;
+    else
+        munmap(p, sz);
+}
+
+void co__stack_m_fini(co_m_t *m) {
+    if (!m->altstack) return;
+    stack_t ss = {.ss_flags = SS_DISABLE};
+    sigaltstack(&ss, NULL);
+    munmap(m->altstack, 64 * 1024);
+    m->altstack = NULL;
+}
+
+int co__stack_alloc(co__stack_t *s, size_t size) {
+    size = (size + page_size - 1) & ~(page_size - 1);
+    /* relaxed: the budget is a soft limit; a race costs at most one extra guard */
+    bool guard = __atomic_sub_fetch(&guard_budget, 1, __ATOMIC_RELAXED) >= 0;
+    if (!guard) __atomic_add_fetch(&guard_budget, 1, __ATOMIC_RELAXED);
+    size_t map_size = size + (guard ? page_size : 0);
+    char *p = mmap(NULL, map_size, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) {
+        if (guard) __atomic_add_fetch(&guard_budget, 1, __ATOMIC_RELAXED);
+        return CO_ENOMEM;
+    }
+    if (guard && mprotect(p, page_size, PROT_NONE) != 0) {
+        /* out of map entries: fall back to an unguarded stack */
+        munmap(p, map_size);
+        __atomic_add_fetch(&guard_budget, 1, __ATOMIC_RELAXED);
+        __atomic_store_n(&guard_budget, 0, __ATOMIC_RELAXED);
+        guard = false;
+        map_size = size;
+        p = mmap(NULL, map_size, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (p == MAP_FAILED) return CO_ENOMEM;
+    }
+    s->map = p;
+    s->map_size = map_size;
+    s->guarded = guard;
+    s->lo = guard ? p + page_size : p;
+    s->size = size;
+    s->vg_id = VALGRIND_STACK_REGISTER(s->lo, s->lo + s->size);
+    return 0;
+}
+
+void co__stack_free(co__stack_t *s) {
+    if (!s->map) return;
+    VALGRIND_STACK_DEREGISTER(s->vg_id);
+    munmap(s->map, s->map_size);
+    if (s->guarded) __atomic_add_fetch(&guard_budget, 1, __ATOMIC_RELAXED);
+    s->map = NULL;
+}
+
+/* Called when g switches away or exits, on g's M. */
+void co__stack_check(co_g_t *g) {
+    if (g->stack.guarded || g->is_g0) return;
+    const uint64_t *z = (const uint64_t *)g->stack.lo;
+    uint64_t acc = 0;
+    for (size_t i = 0; i < CO_CANARY_BYTES / 8; i++) acc |= z[i];
+    if (CO_UNLIKELY(acc != 0)) {
+        overflow_report(g, "overwrote the canary at the bottom of its stack");
+        abort();
+    }
+}

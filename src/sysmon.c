@@ -1,0 +1,168 @@
+/*
+ * sysmon: a monitor thread without a P, as in Go (proc.go sysmon/retake).
+ *
+ * Each round it
+ *  - retakes the P of an M that has been inside co_blocking for a whole
+ *    round (>= 20 us) and hands it to another M (handoffp), so the other
+ *    coroutines of that P keep running;
+ *  - takes the run queue of a P whose coroutine has run for more than
+ *    10 ms without passing through the scheduler and lends a spare P to
+ *    another M to run it (see lend_spare);
+ *  - polls the network if nobody has for 10 ms;
+ *  - runs timers that are more than 1 ms overdue (their P is busy);
+ *  - prints the schedtrace line when COLONY_DEBUG=schedtrace=MS asks.
+ * It sleeps 20 us, doubling after 50 idle rounds up to 10 ms, on a futex so
+ * co_blocking and co_shutdown can kick it awake.
+ */
+#include "runtime.h"
+
+#include <stdio.h>
+
+#define SYSMON_MIN_NS 20000
+#define SYSMON_MAX_NS 10000000
+#define FORCE_PREEMPT_NS 10000000
+
+static bool retake_syscall(co_p_t *p, int64_t now) {
+    co_sched_t *s = &co__sched;
+    if (p->sysmon_tick != p->syscalltick) {
+        p->sysmon_tick = p->syscalltick;
+        p->sysmon_when = now;
+        return false;
+    }
+    /* Go's rule: keep the P with its M if it has nothing to run, somebody
+     * else is looking for work, and the call is young (< 10 ms). */
+    bool has_work = !co__runq_empty(p) || __atomic_load_n(&s->runqsize, __ATOMIC_ACQUIRE) > 0;
+    bool others = __atomic_load_n(&s->nmspinning, __ATOMIC_SEQ_CST) +
+                      __atomic_load_n(&s->npidle, __ATOMIC_SEQ_CST) >
+                  0;
+    if (!has_work && others && now - p->sysmon_when < FORCE_PREEMPT_NS) return false;
+    uint32_t st = CO_P_SYSCALL;
+    /* acq_rel: pairs with co_blocking's CAS on the way out; whoever wins
+     * owns the P. */
+    if (!__atomic_compare_exchange_n(&p->status, &st, CO_P_IDLE, false, __ATOMIC_ACQ_REL,
+                                     __ATOMIC_RELAXED))
+        return false;
+    p->m = NULL;
+    co__handoffp(p);
+    return true;
+}
+
+static int retake(int64_t now) {
+    co_sched_t *s = &co__sched;
+    int n = 0;
+    for (int i = 0; i < s->nprocs; i++) {
+        co_p_t *p = s->allp[i];
+        uint32_t st = __atomic_load_n(&p->status, __ATOMIC_ACQUIRE);
+        if (st == CO_P_SYSCALL) {
+            n += retake_syscall(p, now);
+        }
+    }
+    return n;
+}
+
+static void *sysmon_main(void *arg) {
+    (void)arg;
+    co_sched_t *s = &co__sched;
+    int64_t delay = SYSMON_MIN_NS;
+    int idle = 0;
+    int64_t last_trace = co_now();
+    while (!__atomic_load_n(&s->stopping, __ATOMIC_ACQUIRE)) {
+        bool long_sleep = delay > 1000000;
+        if (long_sleep) __atomic_store_n(&s->sysmon_sleeping, 1, __ATOMIC_SEQ_CST);
+        uint32_t v = __atomic_load_n(&s->sysmon_wake, __ATOMIC_ACQUIRE);
+        co__futex_wait(&s->sysmon_wake, v, co_now() + delay);
+        if (long_sleep) __atomic_store_n(&s->sysmon_sleeping, 0, __ATOMIC_SEQ_CST);
+        if (__atomic_load_n(&s->stopping, __ATOMIC_ACQUIRE)) break;
+        int64_t now = co_now();
+        int work = retake(now);
+        if (co__netpoll_has_waiters() && __atomic_load_n(&s->polling, __ATOMIC_ACQUIRE) == 0 &&
+            now - __atomic_load_n(&s->lastpoll, __ATOMIC_RELAXED) > 10000000) {
+            __atomic_store_n(&s->lastpoll, now, __ATOMIC_RELAXED);
+            work += co__netpoll(0);
+        }
+        int64_t next = co__timers_next();
+        if (next && next + 1000000 < now) {
+            for (int i = 0; i < s->nprocs; i++) work += co__timers_run(s->allp[i], now);
+        }
+        if (s->schedtrace_ms > 0 && now - last_trace >= s->schedtrace_ms * 1000000) {
+            last_trace = now;
+            co__schedtrace(stderr);
+        }
+        if (work) {
+            idle = 0;
+            delay = SYSMON_MIN_NS;
+        } else if (++idle > 50 && delay < SYSMON_MAX_NS) {
+            delay *= 2;
+            if (delay > SYSMON_MAX_NS) delay = SYSMON_MAX_NS;
+        }
+        if (s->schedtrace_ms > 0 && delay > s->schedtrace_ms * 1000000)
+            delay = s->schedtrace_ms * 1000000;
+    }
+    return NULL;
+}
+
+int co__sysmon_start(void) {
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, 256 * 1024);
+    int rc = pthread_create(&co__sched.sysmon_thread, &attr, sysmon_main, NULL);
+    pthread_attr_destroy(&attr);
+    return rc == 0 ? 0 : -rc;
+}
+
+void co__sysmon_kick(void) {
+    __atomic_add_fetch(&co__sched.sysmon_wake, 1, __ATOMIC_RELEASE);
+    co__futex_wake(&co__sched.sysmon_wake, 1);
+}
+
+void co__sysmon_stop(void) {
+    co__sysmon_kick();
+    pthread_join(co__sched.sysmon_thread, NULL);
+}
+
+/* ---- co_blocking: Go's entersyscall / exitsyscall ------------------------- */
+
+static void post_requeue(co_g_t *g, void *arg) {
+    (void)arg;
+    __atomic_store_n(&g->status, CO_G_RUNNABLE, __ATOMIC_RELAXED);
+    g->schedlink = NULL;
+    co__globrunqput_batch(g, g, 1);
+    co__wakep();
+}
+
+int co_blocking(void (*fn)(void *arg), void *arg) {
+    if (!fn) return CO_EINVAL;
+    co_m_t *m = co__getm();
+    if (!m || !m->curg) {
+        fn(arg);
+        return 0;
+    }
+    co_p_t *p = m->p;
+    m->syscallp = p;
+    m->p = NULL;
+    p->syscalltick++;
+    /* release: the P's state is published to sysmon's acquire CAS */
+    __atomic_store_n(&p->status, CO_P_SYSCALL, __ATOMIC_RELEASE);
+    if (__atomic_load_n(&co__sched.sysmon_sleeping, __ATOMIC_SEQ_CST)) co__sysmon_kick();
+    fn(arg);
+    m = co__getm(); /* same thread: a G cannot migrate inside fn */
+    p = m->syscallp;
+    m->syscallp = NULL;
+    uint32_t st = CO_P_SYSCALL;
+    if (__atomic_compare_exchange_n(&p->status, &st, CO_P_RUNNING, false, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_RELAXED)) {
+        m->p = p;
+        return 0;
+    }
+    /* sysmon gave our P away: take any idle P, or queue ourselves and let
+     * this M go idle (exitsyscall0). */
+    co_p_t *p2 = co__pidleget();
+    if (p2) {
+        m->p = p2;
+        p2->m = m;
+        __atomic_store_n(&p2->status, CO_P_RUNNING, __ATOMIC_RELEASE);
+        return 0;
+    }
+    co__park_current(post_requeue, NULL, CO__WR_NONE);
+    return 0;
+}

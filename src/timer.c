@@ -1,0 +1,164 @@
+/*
+ * Runtime timers: a 4-ary min-heap per P (Go's p.timers since 1.14, 4-ary
+ * since fcf6a7e). Each heap is protected by its P's timers_lock; any M may
+ * add to, delete from or run any P's heap. p->timer0_when mirrors the root
+ * so other Ms can find the next deadline without the lock.
+ *
+ * Timer state (co__timer_t.state), who changes it:
+ *   IDLE -> PENDING   co__timer_add, under the heap lock
+ *   PENDING -> IDLE   co__timer_del, under the heap lock
+ *   PENDING -> RUNNING co__timers_run, under the heap lock (popped)
+ *   RUNNING -> IDLE   co__timers_run after the callback returns (CAS: the
+ *                     callback may have re-added it, making it PENDING)
+ * co__timer_del waits while a timer is RUNNING, so a timer's memory can be
+ * reused as soon as del returns.
+ */
+#include "runtime.h"
+
+#include <sched.h>
+#include <stdlib.h>
+
+static void set_timer0(co_p_t *p) {
+    /* store-release: pairs with the acquire loads in the scheduler */
+    __atomic_store_n(&p->timer0_when, p->timers_len ? p->timers[0]->when : 0, __ATOMIC_SEQ_CST);
+}
+
+static void sift_up(co_p_t *p, int i) {
+    co__timer_t **h = p->timers;
+    co__timer_t *t = h[i];
+    while (i > 0) {
+        int parent = (i - 1) / 4;
+        if (h[parent]->when <= t->when) break;
+        h[i] = h[parent];
+        h[i]->idx = i;
+        i = parent;
+    }
+    h[i] = t;
+    t->idx = i;
+}
+
+static void sift_down(co_p_t *p, int i) {
+    co__timer_t **h = p->timers;
+    int n = p->timers_len;
+    co__timer_t *t = h[i];
+    for (;;) {
+        int c = 4 * i + 1;
+        if (c >= n) break;
+        int best = c;
+        for (int k = c + 1; k < c + 4 && k < n; k++)
+            if (h[k]->when < h[best]->when) best = k;
+        if (h[best]->when >= t->when) break;
+        h[i] = h[best];
+        h[i]->idx = i;
+        i = best;
+    }
+    h[i] = t;
+    t->idx = i;
+}
+
+/* timers_lock held. */
+static void heap_remove(co_p_t *p, int i) {
+    int last = --p->timers_len;
+    if (i != last) {
+        p->timers[i] = p->timers[last];
+        p->timers[i]->idx = i;
+        sift_down(p, i);
+        sift_up(p, p->timers[i]->idx);
+    }
+    p->timers[last] = NULL;
+}
+
+void co__timer_add(co__timer_t *t, int64_t when) {
+    co_sched_t *s = &co__sched;
+    co_m_t *m = co__getm();
+    co_p_t *p = (m && m->p) ? m->p : NULL;
+    if (!p) p = s->allp[(co__fastrand() % (uint32_t)s->nprocs)];
+    co__lock(&p->timers_lock);
+    if (p->timers_len == p->timers_cap) {
+        int ncap = p->timers_cap ? p->timers_cap * 2 : 64;
+        co__timer_t **nh = realloc(p->timers, (size_t)ncap * sizeof *nh);
+        if (!nh) co__fatal("out of memory growing the timer heap (%d timers)", ncap);
+        p->timers = nh;
+        p->timers_cap = ncap;
+    }
+    t->when = when;
+    t->p = p;
+    p->timers[p->timers_len++] = t;
+    sift_up(p, p->timers_len - 1);
+    __atomic_store_n(&t->state, CO__TM_PENDING, __ATOMIC_RELEASE);
+    bool first = t->idx == 0;
+    if (first) set_timer0(p);
+    co__unlock(&p->timers_lock);
+    if (!first) return;
+    /* seq_cst: pairs with the poller's store of poll_until then load of
+     * the timers (sched.c block_idle): one of us sees the other. */
+    int64_t until = __atomic_load_n(&s->poll_until, __ATOMIC_SEQ_CST);
+    if (until != 0 && when < until) {
+        co__netpoll_break();
+    } else if (until == 0 && __atomic_load_n(&p->status, __ATOMIC_ACQUIRE) != CO_P_RUNNING) {
+        co__wakep(); /* nobody polls and the P is idle: get an M to watch it */
+    }
+}
+
+bool co__timer_del(co__timer_t *t) {
+    for (;;) {
+        uint32_t st = __atomic_load_n(&t->state, __ATOMIC_ACQUIRE);
+        if (st == CO__TM_IDLE) return false;
+        if (st == CO__TM_RUNNING) {
+            sched_yield();
+            continue;
+        }
+        co_p_t *p = __atomic_load_n(&t->p, __ATOMIC_ACQUIRE);
+        co__lock(&p->timers_lock);
+        if (t->p == p && __atomic_load_n(&t->state, __ATOMIC_RELAXED) == CO__TM_PENDING) {
+            int i = t->idx;
+            heap_remove(p, i);
+            t->idx = -1;
+            __atomic_store_n(&t->state, CO__TM_IDLE, __ATOMIC_RELEASE);
+            if (i == 0) set_timer0(p);
+            co__unlock(&p->timers_lock);
+            return true;
+        }
+        co__unlock(&p->timers_lock);
+    }
+}
+
+int co__timers_run(co_p_t *p, int64_t now) {
+    int ran = 0;
+    if (!co__trylock(&p->timers_lock)) return 0; /* someone else is at it */
+    while (p->timers_len > 0 && p->timers[0]->when <= now) {
+        co__timer_t *t = p->timers[0];
+        heap_remove(p, 0);
+        t->idx = -1;
+        __atomic_store_n(&t->state, CO__TM_RUNNING, __ATOMIC_RELEASE);
+        set_timer0(p);
+        co__unlock(&p->timers_lock);
+        void (*fn)(void *) = t->fn;
+        void *arg = t->arg;
+        fn(arg);
+        uint32_t r = CO__TM_RUNNING;
+        /* release: the callback's effects happen before del sees IDLE */
+        __atomic_compare_exchange_n(&t->state, &r, CO__TM_IDLE, false, __ATOMIC_RELEASE,
+                                    __ATOMIC_RELAXED);
+        ran++;
+        co__lock(&p->timers_lock);
+    }
+    co__unlock(&p->timers_lock);
+    return ran;
+}
+
+int64_t co__timers_next(void) {
+    co_sched_t *s = &co__sched;
+    int64_t best = 0;
+    for (int i = 0; i < s->nprocs; i++) {
+        int64_t w = __atomic_load_n(&s->allp[i]->timer0_when, __ATOMIC_SEQ_CST);
+        if (w && (best == 0 || w < best)) best = w;
+    }
+    return best;
+}
+
+void co__timers_free(co_p_t *p) {
+    free(p->timers);
+    p->timers = NULL;
+    p->timers_len = p->timers_cap = 0;
+}

@@ -1,0 +1,258 @@
+/*
+ * The wait layer: the one way anything in colony blocks.
+ *
+ * A parker stands for one blocked caller. For a coroutine, parking switches
+ * away (co__park_current) and the lock guarding the waiter's queue is
+ * released only after the switch, in the post-switch action; so a waker,
+ * which finds waiters only under that lock, can never ready a coroutine
+ * that is still running. For a plain thread, parking releases the lock and
+ * sleeps on a futex in the parker.
+ *
+ * Exactly one party claims a parker: a waker (co__claim, CAS WAITING->WOKEN)
+ * or the deadline's timer (CAS WAITING->TIMEDOUT). Only the claimer may
+ * unpark it, so a timed-out waiter is never woken twice, and a waker that
+ * loses the CAS leaves that waiter alone.
+ *
+ * Also here: the waitgroup, the wait layer's first user, and co_sleep.
+ */
+#include "runtime.h"
+
+#include <sched.h>
+#include <string.h>
+#include <time.h>
+
+void co__parker_init(co__parker_t *pk, int wait_reason) {
+    pk->state = CO__PK_WAITING;
+    pk->futex = 0;
+    pk->g = co__cur_g();
+    pk->winner = NULL;
+    pk->wait_reason = wait_reason;
+}
+
+bool co__claim(co__parker_t *pk, void *winner) {
+    uint32_t w = CO__PK_WAITING;
+    /* acq_rel: the claimer's hand-over happens before the unpark; pairs
+     * with the parked side's acquire load of state after it resumes. */
+    if (!__atomic_compare_exchange_n(&pk->state, &w, CO__PK_WOKEN, false, __ATOMIC_ACQ_REL,
+                                     __ATOMIC_ACQUIRE))
+        return false;
+    pk->winner = winner;
+    return true;
+}
+
+void co__unpark(co__parker_t *pk) {
+    co_g_t *g = pk->g; /* read before readying: pk dies once g runs */
+    if (g) {
+        co__ready(g);
+    } else {
+        /* store-release: pairs with the sleeping thread's acquire load */
+        __atomic_store_n(&pk->futex, 1, __ATOMIC_RELEASE);
+        co__futex_wake(&pk->futex, 1);
+    }
+}
+
+static bool park_timeout_claim(co__parker_t *pk) {
+    uint32_t w = CO__PK_WAITING;
+    return __atomic_compare_exchange_n(&pk->state, &w, CO__PK_TIMEDOUT, false, __ATOMIC_ACQ_REL,
+                                       __ATOMIC_ACQUIRE);
+}
+
+static void park_timeout(void *arg) {
+    co__parker_t *pk = arg;
+    if (park_timeout_claim(pk)) co__unpark(pk);
+}
+
+struct park_args {
+    co__parker_t *pk;
+    int64_t deadline;
+    void (*unlockf)(void *);
+    void *arg;
+    co__timer_t timer;
+};
+
+/* Runs on the next context, once the parking G is off its stack. */
+static void post_park(co_g_t *g, void *arg) {
+    struct park_args *a = arg;
+    __atomic_store_n(&g->status, CO_G_WAITING, __ATOMIC_RELAXED);
+    if (a->deadline != CO_FOREVER) co__timer_add(&a->timer, a->deadline);
+    if (a->unlockf) a->unlockf(a->arg);
+}
+
+int co__park(co__parker_t *pk, int64_t deadline, void (*unlockf)(void *), void *arg) {
+    if (deadline != CO_FOREVER && deadline <= co_now()) {
+        /* Already past: claim it ourselves (whoever holds the queue's lock
+         * cannot have claimed it yet, unless it was claimed before). */
+        int rc = park_timeout_claim(pk) ? CO_ETIMEDOUT : 0;
+        if (unlockf) unlockf(arg);
+        if (rc == 0 && !pk->g) {
+            while (__atomic_load_n(&pk->futex, __ATOMIC_ACQUIRE) == 0)
+                co__futex_wait(&pk->futex, 0, CO_FOREVER);
+        } else if (rc == 0) {
+            /* claimed by a waker before we parked: it will ready us. */
+            co__park_current(NULL, NULL, pk->wait_reason);
+        }
+        return rc;
+    }
+    if (pk->g) {
+        struct park_args a = {pk, deadline, unlockf, arg, {0}};
+        if (deadline != CO_FOREVER) {
+            a.timer.fn = park_timeout;
+            a.timer.arg = pk;
+            a.timer.idx = -1;
+        }
+        co__park_current(post_park, &a, pk->wait_reason);
+        if (deadline != CO_FOREVER) co__timer_del(&a.timer);
+        return __atomic_load_n(&pk->state, __ATOMIC_ACQUIRE) == CO__PK_TIMEDOUT ? CO_ETIMEDOUT : 0;
+    }
+    if (unlockf) unlockf(arg);
+    for (;;) {
+        /* acquire: pairs with co__unpark's store-release */
+        if (__atomic_load_n(&pk->futex, __ATOMIC_ACQUIRE) != 0) return 0;
+        int r = co__futex_wait(&pk->futex, 0, deadline);
+        if (r == CO_ETIMEDOUT) {
+            uint32_t w = CO__PK_WAITING;
+            if (__atomic_compare_exchange_n(&pk->state, &w, CO__PK_TIMEDOUT, false,
+                                            __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+                return CO_ETIMEDOUT;
+            deadline = CO_FOREVER; /* a waker claimed us: wait for its wake */
+        }
+    }
+}
+
+static void unlock_lock(void *l) { co__unlock(l); }
+
+int co__park_lock(co__parker_t *pk, int64_t deadline, co__lock_t *l) {
+    return co__park(pk, deadline, unlock_lock, l);
+}
+
+/* ---- wait queues --------------------------------------------------------- */
+
+void co__waitq_push(co__waitq_t *q, co__waiter_t *w) {
+    w->q = q;
+    w->next = NULL;
+    w->prev = q->tail;
+    if (q->tail)
+        q->tail->next = w;
+    else
+        q->head = w;
+    q->tail = w;
+}
+
+void co__waitq_push_front(co__waitq_t *q, co__waiter_t *w) {
+    w->q = q;
+    w->prev = NULL;
+    w->next = q->head;
+    if (q->head)
+        q->head->prev = w;
+    else
+        q->tail = w;
+    q->head = w;
+}
+
+void co__waitq_remove(co__waiter_t *w) {
+    co__waitq_t *q = w->q;
+    if (!q) return;
+    if (w->prev)
+        w->prev->next = w->next;
+    else
+        q->head = w->next;
+    if (w->next)
+        w->next->prev = w->prev;
+    else
+        q->tail = w->prev;
+    w->next = w->prev = NULL;
+    w->q = NULL;
+}
+
+co__waiter_t *co__waitq_pop(co__waitq_t *q) {
+    co__waiter_t *w = q->head;
+    if (w) co__waitq_remove(w);
+    return w;
+}
+
+/* ---- waitgroup ----------------------------------------------------------- */
+
+typedef struct wg_impl {
+    co__lock_t lock;      /* protects q; taken by waiters and by the 0-transition */
+    uint32_t pad;
+    int64_t count;        /* atomic acq_rel: Add/Done; acquire load by waiters */
+    co__waitq_t q;        /* waiters, FIFO */
+} wg_impl_t;
+CO_STATIC_ASSERT(sizeof(wg_impl_t) <= sizeof(co_waitgroup_t), "co_waitgroup_t too small");
+
+void co_waitgroup_add(co_waitgroup_t *wg_, int delta) {
+    wg_impl_t *wg = (wg_impl_t *)wg_;
+    int64_t v = __atomic_add_fetch(&wg->count, delta, __ATOMIC_ACQ_REL);
+    if (v < 0) co__fatal("co_waitgroup %p: negative counter (%lld)", (void *)wg_, (long long)v);
+    if (v != 0 || delta == 0) return;
+    /* The counter reached zero: release every waiter. A waiter checks the
+     * counter under the lock before queueing, so taking the lock here
+     * after the decrement cannot miss one. */
+    co__lock(&wg->lock);
+    co__waiter_t *w;
+    co__waiter_t *ready = NULL;
+    while ((w = co__waitq_pop(&wg->q))) {
+        if (co__claim(w->pk, w)) {
+            w->next = ready;
+            ready = w;
+        }
+    }
+    co__unlock(&wg->lock);
+    while (ready) {
+        co__waiter_t *n = ready->next;
+        co__unpark(ready->pk);
+        ready = n;
+    }
+}
+
+void co_waitgroup_done(co_waitgroup_t *wg) { co_waitgroup_add(wg, -1); }
+
+int co_waitgroup_wait_until(co_waitgroup_t *wg_, int64_t deadline) {
+    wg_impl_t *wg = (wg_impl_t *)wg_;
+    if (__atomic_load_n(&wg->count, __ATOMIC_ACQUIRE) == 0) return 0;
+    if (deadline != CO_FOREVER && deadline <= co_now()) return CO_ETIMEDOUT;
+    co__parker_t pk;
+    co__parker_init(&pk, CO__WR_WAITGROUP);
+    co__waiter_t w;
+    memset(&w, 0, sizeof w);
+    w.pk = &pk;
+    co__lock(&wg->lock);
+    if (__atomic_load_n(&wg->count, __ATOMIC_ACQUIRE) == 0) {
+        co__unlock(&wg->lock);
+        return 0;
+    }
+    co__waitq_push(&wg->q, &w);
+    int rc = co__park_lock(&pk, deadline, &wg->lock);
+    if (rc == CO_ETIMEDOUT) {
+        co__lock(&wg->lock);
+        co__waitq_remove(&w);
+        co__unlock(&wg->lock);
+    }
+    return rc;
+}
+
+void co_waitgroup_wait(co_waitgroup_t *wg) { (void)co_waitgroup_wait_until(wg, CO_FOREVER); }
+
+/* ---- sleeping ------------------------------------------------------------- */
+
+int co_sleep_until(int64_t deadline) {
+    if (deadline < 0) return CO_EINVAL;
+    if (co__cur_g()) {
+        co__parker_t pk;
+        co__parker_init(&pk, CO__WR_SLEEP);
+        (void)co__park(&pk, deadline, NULL, NULL);
+        return 0;
+    }
+    for (;;) {
+        int64_t now = co_now();
+        if (now >= deadline) return 0;
+        int64_t d = deadline - now;
+        struct timespec ts = {d / 1000000000, d % 1000000000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+int co_sleep(int64_t ns) {
+    if (ns <= 0) return 0;
+    return co_sleep_until(co_now() + ns);
+}
