@@ -1,0 +1,3 @@
+module colony.bench/chan
+
+go 1.19

@@ -1,0 +1,3 @@
+module colony.bench/runtime
+
+go 1.19

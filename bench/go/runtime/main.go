@@ -1,0 +1,304 @@
+// Command runtime is the Go 1.19 peer of bench/bench_runtime.c: the same
+// sub-benchmarks, arguments and output line (impl=go), standard library only.
+//
+//	runtime yield  [procs=1] [yields=5000000]
+//	runtime spawn  [procs=2] [n=1000000]
+//	runtime park   [procs=2] [n=1000000]
+//	runtime sleep  [procs=2] [n=100000] [ms=10]
+//	runtime timer  [procs=2] [n=1000] [us=100]
+//	runtime spread [procs=2] [tasks=20000] [work=20000]
+//	runtime spread_long [procs=2] [chunks=2000] [work=200000]
+package main
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+var args []string
+
+func arg(i int, def int64) int64 {
+	if i < len(args) && args[i] != "" {
+		v, err := strconv.ParseInt(args[i], 10, 64)
+		if err != nil || v <= 0 {
+			fmt.Fprintf(os.Stderr, "bad argument '%s'\n", args[i])
+			os.Exit(2)
+		}
+		return v
+	}
+	return def
+}
+
+func setProcs(def int64) int {
+	p := int(arg(0, def))
+	runtime.GOMAXPROCS(p)
+	return p
+}
+
+func peakRSSKB() int64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return -1
+	}
+	return ru.Maxrss // Linux: KiB
+}
+
+func curRSSKB() int64 {
+	b, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		return -1
+	}
+	var size, res int64
+	if _, err := fmt.Sscan(string(b), &size, &res); err != nil {
+		return -1
+	}
+	return res * 4
+}
+
+func report(name string, procs int, nsPerOp float64, ops int64, extra string) {
+	fmt.Printf("bench=%s impl=go procs=%d ns_per_op=%.2f ops=%d peak_rss_kb=%d%s\n",
+		name, procs, nsPerOp, ops, peakRSSKB(), extra)
+}
+
+// ---- yield: two goroutines on one P ping-pong runtime.Gosched -------------
+
+func benchYield() {
+	procs := setProcs(1)
+	n := arg(1, 5000000)
+	var wg sync.WaitGroup
+	var last, switches int64 // GOMAXPROCS=1: the two never run at once; atomics keep -race quiet
+	worker := func(me int64) {
+		for i := int64(0); i < n; i++ {
+			if atomic.LoadInt64(&last) != me {
+				atomic.StoreInt64(&last, me)
+				atomic.AddInt64(&switches, 1)
+			}
+			runtime.Gosched()
+		}
+		wg.Done()
+	}
+	wg.Add(2)
+	t0 := time.Now()
+	go worker(1)
+	go worker(2)
+	wg.Wait()
+	dt := time.Since(t0)
+	ops := 2 * n
+	report("yield", procs, float64(dt.Nanoseconds())/float64(ops), ops,
+		fmt.Sprintf(" switches=%d", switches))
+}
+
+// ---- spawn: n empty goroutines joined by a WaitGroup ----------------------
+
+func benchSpawn() {
+	procs := setProcs(2)
+	n := arg(1, 1000000)
+	var wg sync.WaitGroup
+	t0 := time.Now()
+	wg.Add(int(n))
+	for i := int64(0); i < n; i++ {
+		go func() { wg.Done() }()
+	}
+	wg.Wait()
+	dt := time.Since(t0)
+	report("spawn", procs, float64(dt.Nanoseconds())/float64(n), n, "")
+}
+
+// ---- park: n goroutines alive at once, each parked on a WaitGroup ---------
+
+func benchPark() {
+	procs := setProcs(2)
+	n := arg(1, 1000000)
+	base := curRSSKB()
+	var started, gate, finished sync.WaitGroup
+	started.Add(int(n))
+	finished.Add(int(n))
+	gate.Add(1)
+	t0 := time.Now()
+	for i := int64(0); i < n; i++ {
+		go func() {
+			started.Done()
+			gate.Wait()
+			finished.Done()
+		}()
+	}
+	started.Wait()
+	dt := time.Since(t0)
+	alive := runtime.NumGoroutine() - 1
+	parked := curRSSKB()
+	gate.Done()
+	finished.Wait()
+	peak := peakRSSKB()
+	perCo := float64(peak-base) * 1024 / float64(n)
+	report("park", procs, float64(dt.Nanoseconds())/float64(n), n,
+		fmt.Sprintf(" bytes_per_co=%.0f base_rss_kb=%d parked_rss_kb=%d alive=%d",
+			perCo, base, parked, alive))
+}
+
+// ---- sleep: n goroutines each sleeping ms ---------------------------------
+
+func benchSleep() {
+	procs := setProcs(2)
+	n := arg(1, 100000)
+	d := time.Duration(arg(2, 10)) * time.Millisecond
+	var started, gate, wg sync.WaitGroup
+	var pending, maxPending, errors int64
+	started.Add(int(n))
+	gate.Add(1)
+	wg.Add(int(n))
+	t0 := time.Now()
+	for i := int64(0); i < n; i++ {
+		go func() {
+			started.Done()
+			gate.Wait() // every goroutine exists before the first timer is armed
+			p := atomic.AddInt64(&pending, 1)
+			for {
+				m := atomic.LoadInt64(&maxPending)
+				if p <= m || atomic.CompareAndSwapInt64(&maxPending, m, p) {
+					break
+				}
+			}
+			t := time.Now()
+			time.Sleep(d)
+			if time.Since(t) < d {
+				atomic.AddInt64(&errors, 1)
+			}
+			atomic.AddInt64(&pending, -1)
+			wg.Done()
+		}()
+	}
+	started.Wait()
+	spawned := time.Since(t0)
+	t1 := time.Now()
+	gate.Done()
+	wg.Wait()
+	dt := time.Since(t1)
+	report("sleep", procs, float64(dt.Nanoseconds())/float64(n), n,
+		fmt.Sprintf(" wall_ms=%.2f spawn_ms=%.2f max_pending=%d errors=%d",
+			float64(dt.Nanoseconds())/1e6, float64(spawned.Nanoseconds())/1e6,
+			atomic.LoadInt64(&maxPending), atomic.LoadInt64(&errors)))
+}
+
+// ---- timer: overshoot of a short sleep ------------------------------------
+
+func quantile(v []int64, q float64) int64 {
+	i := int(q*float64(len(v)-1) + 0.5)
+	return v[i]
+}
+
+func benchTimer() {
+	procs := setProcs(2)
+	n := arg(1, 1000)
+	d := time.Duration(arg(2, 100)) * time.Microsecond
+	over := make([]int64, n)
+	early := 0
+	for i := range over {
+		t := time.Now()
+		time.Sleep(d)
+		o := time.Since(t) - d
+		if o < 0 {
+			early++
+		}
+		over[i] = int64(o)
+	}
+	sort.Slice(over, func(i, j int) bool { return over[i] < over[j] })
+	p50, p99 := quantile(over, 0.50), quantile(over, 0.99)
+	report("timer", procs, float64(p50), n,
+		fmt.Sprintf(" sleep_ns=%d p50_ns=%d p99_ns=%d min_ns=%d max_ns=%d early=%d",
+			int64(d), p50, p99, over[0], over[n-1], early))
+}
+
+// ---- spread: 2 CPU-bound streams ------------------------------------------
+
+const spreadBatch = 64
+
+var sink uint64
+
+// compute is the same serial xorshift chain as spread_compute in C.
+func compute(x uint64, iters int64) uint64 {
+	for i := int64(0); i < iters; i++ {
+		x ^= x << 13
+		x ^= x >> 7
+		x ^= x << 17
+	}
+	return x
+}
+
+func xorSink(v uint64) {
+	for {
+		o := atomic.LoadUint64(&sink)
+		if atomic.CompareAndSwapUint64(&sink, o, o^v) {
+			return
+		}
+	}
+}
+
+func spreadRun(name string, long bool, defTasks, defWork int64) {
+	procs := setProcs(2)
+	tasks := arg(1, defTasks)
+	work := arg(2, defWork)
+	var streams sync.WaitGroup
+	stream := func(seed uint64) {
+		defer streams.Done()
+		if long {
+			x := seed | 1
+			for c := int64(0); c < tasks/2; c++ {
+				x = compute(x, work)
+				runtime.Gosched()
+			}
+			xorSink(x)
+			return
+		}
+		var wg sync.WaitGroup
+		for todo := tasks / 2; todo > 0; {
+			k := todo
+			if k > spreadBatch {
+				k = spreadBatch
+			}
+			wg.Add(int(k))
+			for i := int64(0); i < k; i++ {
+				go func() {
+					xorSink(compute(seed|1, work))
+					wg.Done()
+				}()
+			}
+			wg.Wait()
+			todo -= k
+		}
+	}
+	t0 := time.Now()
+	streams.Add(2)
+	go stream(12345)
+	go stream(67890)
+	streams.Wait()
+	dt := time.Since(t0)
+	ops := tasks / 2 * 2
+	report(name, procs, float64(dt.Nanoseconds())/float64(ops), ops,
+		fmt.Sprintf(" tasks_per_s=%.0f work=%d sink=%d", float64(ops)*1e9/float64(dt.Nanoseconds()),
+			work, atomic.LoadUint64(&sink)&0xff))
+}
+
+func main() {
+	cmds := map[string]func(){
+		"yield":       benchYield,
+		"spawn":       benchSpawn,
+		"park":        benchPark,
+		"sleep":       benchSleep,
+		"timer":       benchTimer,
+		"spread":      func() { spreadRun("spread", false, 20000, 20000) },
+		"spread_long": func() { spreadRun("spread_long", true, 2000, 200000) },
+	}
+	if len(os.Args) < 2 || cmds[os.Args[1]] == nil {
+		fmt.Fprintf(os.Stderr, "usage: %s yield|spawn|park|sleep|timer|spread|spread_long [args]\n", os.Args[0])
+		os.Exit(2)
+	}
+	args = os.Args[2:]
+	cmds[os.Args[1]]()
+}
