@@ -122,6 +122,11 @@ else
 fi
 
 DATE=$(date -u '+%Y-%m-%d %H:%M UTC')
+ENVSET=""
+for v in BENCH_RUNS BENCH_ONLY BENCH_NO_OTHERS; do
+    eval "val=\${$v:-}"
+    [ -n "$val" ] && ENVSET="$ENVSET$v=\"$val\" "
+done
 MACHINE=$(machine)
 LOAD_BEFORE=$(loadavg)
 T_START=$(date +%s)
@@ -147,6 +152,12 @@ pair select_ready    "$RUNS"      bench_chan chan select_ready 1 "$((N_SEL / 2))
 pair mutex           "$RUNS"      bench_sync chan mutex 2 4 "$N_MUTEX"
 
 LOAD_AFTER=$(loadavg)
+# CMakeLists.txt defaults an empty CMAKE_BUILD_TYPE to RelWithDebInfo.
+BUILD_TYPE=$(sed -n 's/^CMAKE_BUILD_TYPE:STRING=//p' "$BUILD/CMakeCache.txt" 2>/dev/null)
+[ -n "$BUILD_TYPE" ] || BUILD_TYPE=RelWithDebInfo
+QUICK_NOTE=""
+[ "$QUICK" = 1 ] && QUICK_NOTE="
+SMOKE RUN (BENCH_QUICK=1): sizes are 1/10 or less of those in the labels; not figures to quote."
 ELAPSED=$(( $(date +%s) - T_START ))
 
 # ---- the table -------------------------------------------------------------
@@ -278,10 +289,10 @@ extras() {
 
 SECTION="## Runtime, channels and sync (issues 2 and 3)
 
-Produced by \`sh bench/run.sh\` (\`make bench\`) on $DATE, $RUNS run(s) per
+Produced by \`${ENVSET}sh bench/run.sh $(basename "$BUILD")\` (\`make bench\`) on $DATE, $RUNS run(s) per
 implementation for each benchmark ($SLOW_RUNS for the 1M-coroutine RSS one),
 colony and Go processes alternating. Machine: $MACHINE. $GO_VERSION;
-colony built with $(cc --version 2>/dev/null | head -n 1) ($(sed -n 's/^CMAKE_BUILD_TYPE:STRING=//p' "$BUILD/CMakeCache.txt" 2>/dev/null)).
+colony built with $(cc --version 2>/dev/null | head -n 1) ($BUILD_TYPE).$QUICK_NOTE
 Load average before / after: $LOAD_BEFORE / $LOAD_AFTER; the run took ${ELAPSED} s.
 The machine is shared (2 vCPUs, other engineers building and testing): a
 range [min–max] wider than a few percent means the run was disturbed.
@@ -327,7 +338,7 @@ fi
 {
     echo "# colony benchmark results"
     echo
-    echo "Command: \`make bench\` (that is \`sh bench/run.sh $(basename "$BUILD")\`), run on $DATE."
+    echo "Command: \`${ENVSET}sh bench/run.sh $(basename "$BUILD")\` (what \`make bench BUILD=$(basename "$BUILD")\` runs after building), started $DATE."
     echo "Machine: $MACHINE. How to run and how to read these tables: docs/bench.md."
     echo "Every figure below was measured by the command above; each section"
     echo "states its own date, load and run count."
