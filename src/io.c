@@ -414,7 +414,7 @@ ssize_t co_write(int fd, const void *buf, size_t len, int64_t deadline) {
     ssize_t res = (ssize_t)len;
     do {
         uint32_t seq = __atomic_load_n(&pd->wseq, __ATOMIC_ACQUIRE);
-        ssize_t n = sys_write(fd, p + off, len - off, sock);
+        ssize_t n = sys_write(fd, off ? p + off : p, len - off, sock); /* NULL + 0 is UB */
         if (n >= 0) {
             off += (size_t)n;
             continue;

@@ -1,0 +1,715 @@
+/* I/O on the netpoller: co_read, co_write, co_accept, co_connect,
+ * co_wait_fd, co_close from coroutines and plain threads, over socket
+ * pairs and loopback TCP (127.0.0.1 only). Behaviour, not timing. */
+// ctest-timeout: 180
+#include "t.h"
+
+#include <colony.h>
+
+/* internal: tests link the static library, where hidden symbols resolve */
+bool co__netpoll_has_waiters(void);
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <dirent.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <limits.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define MS 1000000LL
+
+static int scale_small(void) {
+    if (getenv("COLONY_CI"))
+        return 1;
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+    return 1;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+    return 1;
+#endif
+#endif
+    return 0;
+}
+
+static int count_fds(void) {
+    DIR *d = opendir("/proc/self/fd");
+    if (!d)
+        return -1;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+        if (e->d_name[0] != '.')
+            n++;
+    closedir(d);
+    return n - 1; /* the DIR's own fd */
+}
+
+static bool fd_open(int fd) {
+    return fcntl(fd, F_GETFD) >= 0;
+}
+
+/* A listening TCP socket on 127.0.0.1, ephemeral port. */
+static int listen_tcp(int *port) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (bind(fd, (struct sockaddr *)&a, sizeof a) < 0 || listen(fd, 4096) < 0) {
+        close(fd);
+        return -1;
+    }
+    socklen_t l = sizeof a;
+    getsockname(fd, (struct sockaddr *)&a, &l);
+    *port = ntohs(a.sin_port);
+    return fd;
+}
+
+static int connect_tcp(int port, int64_t deadline) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -errno;
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    int rc = co_connect(fd, (struct sockaddr *)&a, sizeof a, deadline);
+    if (rc < 0) {
+        co_close(fd);
+        return rc;
+    }
+    return fd;
+}
+
+static void raise_nofile(void) {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+}
+
+static int nofile(void) {
+    struct rlimit rl;
+    getrlimit(RLIMIT_NOFILE, &rl);
+    return rl.rlim_cur > 1000000 ? 1000000 : (int)rl.rlim_cur;
+}
+
+/* ---- error paths ---------------------------------------------------------- */
+
+static void test_errors(void) {
+    char b[8] = {0};
+    /* negative fds */
+    CHECK_EQ(co_read(-1, b, 1, CO_FOREVER), -EBADF);
+    CHECK_EQ(co_write(-1, b, 1, CO_FOREVER), -EBADF);
+    CHECK_EQ(co_accept(-1, NULL, NULL, CO_FOREVER), -EBADF);
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    CHECK_EQ(co_connect(-1, (struct sockaddr *)&a, sizeof a, CO_FOREVER), -EBADF);
+    CHECK_EQ(co_wait_fd(-1, CO_READABLE, CO_FOREVER), -EBADF);
+    CHECK_EQ(co_close(-1), -EBADF);
+    /* an fd number that is not open */
+    int sp[2];
+    CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sp) == 0);
+    int dead = dup(sp[0]);
+    close(dead); /* never used with co_*: a plain close is fine */
+    CHECK_EQ(co_read(dead, b, 1, CO_FOREVER), -EBADF);
+    CHECK_EQ(co_write(dead, b, 1, CO_FOREVER), -EBADF);
+    CHECK_EQ(co_wait_fd(dead, CO_WRITABLE, CO_FOREVER), -EBADF);
+    CHECK_EQ(co_close(dead), -EBADF);
+    CHECK_EQ(co_close(1 << 30), -EBADF); /* beyond the table */
+    CHECK_EQ(co_read(1 << 30, b, 1, 0), -EBADF);
+    /* invalid arguments */
+    CHECK_EQ(co_read(sp[0], NULL, 1, CO_FOREVER), CO_EINVAL);
+    CHECK_EQ(co_write(sp[0], NULL, 1, CO_FOREVER), CO_EINVAL);
+    CHECK_EQ(co_read(sp[0], b, (size_t)SSIZE_MAX + 1, CO_FOREVER), CO_EINVAL);
+    CHECK_EQ(co_accept(sp[0], (struct sockaddr *)&a, NULL, CO_FOREVER), CO_EINVAL);
+    CHECK_EQ(co_connect(sp[0], NULL, 0, CO_FOREVER), CO_EINVAL);
+    CHECK_EQ(co_wait_fd(sp[0], 0, CO_FOREVER), CO_EINVAL);
+    CHECK_EQ(co_wait_fd(sp[0], 4, CO_FOREVER), CO_EINVAL);
+    /* zero lengths */
+    CHECK_EQ(co_read(sp[0], NULL, 0, CO_FOREVER), 0);
+    CHECK_EQ(co_write(sp[0], NULL, 0, CO_FOREVER), 0);
+    /* the syscall's own errors come back as -errno */
+    CHECK_EQ(co_accept(sp[0], NULL, NULL, 0), -EINVAL); /* not listening */
+    int lfd = socket(AF_INET, SOCK_STREAM, 0);
+    CHECK_EQ(co_accept(lfd, NULL, NULL, 0), -EINVAL);
+    CHECK_EQ(co_connect(sp[0], (struct sockaddr *)&a, sizeof a, 0), -EINVAL); /* wrong family for AF_UNIX? */
+    co_close(lfd);
+    /* a peer that is gone: EOF on read, EPIPE (and no SIGPIPE) on write */
+    CHECK_EQ(co_close(sp[1]), 0);
+    CHECK_EQ(co_read(sp[0], b, sizeof b, CO_FOREVER), 0);
+    CHECK_EQ(co_write(sp[0], "x", 1, CO_FOREVER), -EPIPE);
+    CHECK_EQ(co_wait_fd(sp[0], CO_READABLE, CO_FOREVER), CO_READABLE);
+    /* double close */
+    CHECK_EQ(co_close(sp[0]), 0);
+    CHECK_EQ(co_close(sp[0]), -EBADF);
+    CHECK(!fd_open(sp[0]));
+    /* connection refused: a port we just closed */
+    int port;
+    int l = listen_tcp(&port);
+    close(l);
+    CHECK_EQ(connect_tcp(port, co_deadline_after(2000 * MS)), -ECONNREFUSED);
+}
+
+/* Regular files cannot be polled: the calls fall back to plain syscalls. */
+static void test_regular_file(void) {
+    char path[] = "/tmp/colony_io_XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    unlink(path);
+    CHECK_EQ(co_write(fd, "hello", 5, CO_FOREVER), 5);
+    CHECK_EQ(lseek(fd, 0, SEEK_SET), 0);
+    char b[8] = {0};
+    CHECK_EQ(co_read(fd, b, sizeof b, CO_FOREVER), 5);
+    CHECK(memcmp(b, "hello", 5) == 0);
+    CHECK_EQ(co_wait_fd(fd, CO_READABLE | CO_WRITABLE, 0), CO_READABLE | CO_WRITABLE);
+    CHECK_EQ(co_close(fd), 0);
+    CHECK(!fd_open(fd));
+}
+
+/* ---- ping-pong ------------------------------------------------------------- */
+
+typedef struct {
+    int fd, rounds, first;
+    co_waitgroup_t *wg;
+    int64_t sum;
+    int err;
+} pp_t;
+
+/* A (first) sends v and expects v + 1 back; B answers every value + 1. */
+static void pinger(void *arg) {
+    pp_t *p = arg;
+    int64_t v = 0, got;
+    for (int i = 0; i < p->rounds; i++) {
+        if (p->first) {
+            if (co_write(p->fd, &v, sizeof v, CO_FOREVER) != sizeof v ||
+                co_read(p->fd, &got, sizeof got, CO_FOREVER) != sizeof got)
+                break;
+            if (got != v + 1)
+                p->err++;
+            v = got + 1;
+        } else {
+            if (co_read(p->fd, &got, sizeof got, CO_FOREVER) != sizeof got)
+                break;
+            got++;
+            if (co_write(p->fd, &got, sizeof got, CO_FOREVER) != sizeof got)
+                break;
+        }
+        p->sum++;
+    }
+    co_waitgroup_done(p->wg);
+}
+
+static void pingpong(int a, int b, int rounds) {
+    co_waitgroup_t wg = CO_WAITGROUP_INIT;
+    pp_t x = {.fd = a, .rounds = rounds, .first = 1, .wg = &wg};
+    pp_t y = {.fd = b, .rounds = rounds, .first = 0, .wg = &wg};
+    co_waitgroup_add(&wg, 2);
+    CHECK_EQ(co_go(pinger, &x), 0);
+    CHECK_EQ(co_go(pinger, &y), 0);
+    co_waitgroup_wait(&wg);
+    CHECK_EQ(x.sum, rounds);
+    CHECK_EQ(y.sum, rounds);
+    CHECK_EQ(x.err, 0);
+}
+
+static void test_pingpong_socketpair(void) {
+    int before = count_fds();
+    int sp[2];
+    CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sp) == 0);
+    pingpong(sp[0], sp[1], scale_small() ? 2000 : 20000);
+    CHECK_EQ(co_close(sp[0]), 0);
+    CHECK_EQ(co_close(sp[1]), 0);
+    CHECK_EQ(count_fds(), before);
+}
+
+static void test_pingpong_tcp(void) {
+    int before = count_fds();
+    int port;
+    int l = listen_tcp(&port);
+    CHECK(l >= 0);
+    int c = connect_tcp(port, co_deadline_after(5000 * MS));
+    CHECK(c >= 0);
+    int s = co_accept(l, NULL, NULL, co_deadline_after(5000 * MS));
+    CHECK(s >= 0);
+    int fl = fcntl(s, F_GETFL), fdf = fcntl(s, F_GETFD);
+    CHECK(fl & O_NONBLOCK);   /* accepted fds are non-blocking */
+    CHECK(fdf & FD_CLOEXEC);  /* and close-on-exec */
+    int one = 1;
+    setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    pingpong(c, s, scale_small() ? 1000 : 10000);
+    CHECK_EQ(co_close(c), 0);
+    CHECK_EQ(co_close(s), 0);
+    CHECK_EQ(co_close(l), 0);
+    CHECK_EQ(count_fds(), before);
+}
+
+/* ---- deadlines ------------------------------------------------------------- */
+
+typedef struct {
+    int fd;
+    int64_t rc;
+    co_waitgroup_t wg;
+} one_t;
+
+static void read_with_deadline(void *arg) {
+    one_t *o = arg;
+    char b[4];
+    o->rc = co_read(o->fd, b, sizeof b, co_deadline_after(30 * MS));
+    co_waitgroup_done(&o->wg);
+}
+
+static void test_deadlines(void) {
+    int sp[2];
+    CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sp) == 0);
+    char b[64];
+    /* from a coroutine */
+    one_t o = {.fd = sp[0], .wg = CO_WAITGROUP_INIT};
+    co_waitgroup_add(&o.wg, 1);
+    co_go(read_with_deadline, &o);
+    co_waitgroup_wait(&o.wg);
+    CHECK_EQ(o.rc, CO_ETIMEDOUT);
+    /* from this plain thread */
+    int64_t t0 = co_now();
+    CHECK_EQ(co_read(sp[0], b, sizeof b, co_deadline_after(20 * MS)), CO_ETIMEDOUT);
+    CHECK(co_now() - t0 >= 20 * MS);
+    /* a past deadline means "try once": no data -> timeout, data -> data */
+    CHECK_EQ(co_read(sp[0], b, sizeof b, 0), CO_ETIMEDOUT);
+    CHECK_EQ(co_wait_fd(sp[0], CO_READABLE, 0), CO_ETIMEDOUT);
+    CHECK_EQ(co_wait_fd(sp[0], CO_READABLE, co_deadline_after(10 * MS)), CO_ETIMEDOUT);
+    CHECK_EQ(co_write(sp[1], "abc", 3, 0), 3);
+    CHECK_EQ(co_wait_fd(sp[0], CO_READABLE, 0), CO_READABLE);
+    CHECK_EQ(co_wait_fd(sp[0], CO_READABLE | CO_WRITABLE, 0), CO_READABLE | CO_WRITABLE);
+    CHECK_EQ(co_read(sp[0], b, sizeof b, 0), 3);
+    CHECK_EQ(co_wait_fd(sp[0], CO_READABLE | CO_WRITABLE, 0), CO_WRITABLE);
+    /* a writer whose peer never reads: the buffer fills, the deadline hits */
+    size_t big = 8 << 20;
+    char *blob = calloc(1, big);
+    CHECK_EQ(co_write(sp[0], blob, big, co_deadline_after(30 * MS)), CO_ETIMEDOUT);
+    CHECK_EQ(co_write(sp[0], blob, big, 0), CO_ETIMEDOUT);
+    free(blob);
+    /* accept with a deadline and nobody connecting */
+    int port;
+    int l = listen_tcp(&port);
+    CHECK_EQ(co_accept(l, NULL, NULL, co_deadline_after(20 * MS)), CO_ETIMEDOUT);
+    CHECK_EQ(co_accept(l, NULL, NULL, 0), CO_ETIMEDOUT);
+    co_close(l);
+    co_close(sp[0]);
+    co_close(sp[1]);
+}
+
+/* ---- close while waiting -------------------------------------------------- */
+
+typedef struct {
+    int fd;
+    int mode; /* 0 read, 1 write (into a full buffer), 2 wait_fd, 3 accept */
+    volatile int parked;
+    int64_t rc;
+    co_waitgroup_t *wg;
+} waiter_t;
+
+static void do_wait(waiter_t *w) {
+    char b[16];
+    __atomic_store_n(&w->parked, 1, __ATOMIC_RELEASE);
+    switch (w->mode) {
+    case 0: w->rc = co_read(w->fd, b, sizeof b, CO_FOREVER); break;
+    case 1: {
+        size_t big = 16 << 20;
+        char *blob = calloc(1, big);
+        w->rc = co_write(w->fd, blob, big, CO_FOREVER);
+        free(blob);
+        break;
+    }
+    case 2: w->rc = co_wait_fd(w->fd, CO_READABLE, CO_FOREVER); break;
+    case 3: w->rc = co_accept(w->fd, NULL, NULL, CO_FOREVER); break;
+    }
+}
+
+static void waiter_co(void *arg) {
+    waiter_t *w = arg;
+    do_wait(w);
+    co_waitgroup_done(w->wg);
+}
+
+static void *waiter_thread(void *arg) {
+    do_wait(arg);
+    return NULL;
+}
+
+/* Until every operation of the test is parked on the netpoller. */
+static void wait_parked(void) {
+    while (!co__netpoll_has_waiters())
+        usleep(1000);
+}
+
+static void closer_co(void *arg) {
+    waiter_t *w = arg;
+    wait_parked();
+    CHECK_EQ(co_close(w->fd), 0);
+    co_waitgroup_done(w->wg);
+}
+
+static void *closer_thread(void *arg) {
+    waiter_t *w = arg;
+    wait_parked();
+    CHECK_EQ(co_close(w->fd), 0);
+    return NULL;
+}
+
+/* waiter: coroutine or thread; closer: coroutine or thread */
+static void close_case(int mode, bool waiter_is_thread, bool closer_is_thread) {
+    int before = count_fds();
+    int sp[2], port = 0, fd;
+    if (mode == 3) {
+        fd = listen_tcp(&port);
+        sp[0] = fd;
+        sp[1] = -1;
+    } else {
+        CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sp) == 0);
+        fd = sp[0];
+    }
+    co_waitgroup_t wg = CO_WAITGROUP_INIT;
+    waiter_t w = {.fd = fd, .mode = mode, .wg = &wg};
+    waiter_t cl = {.fd = fd, .wg = &wg};
+    pthread_t tw, tc;
+    if (waiter_is_thread) {
+        pthread_create(&tw, NULL, waiter_thread, &w);
+    } else {
+        co_waitgroup_add(&wg, 1);
+        co_go(waiter_co, &w);
+    }
+    while (!__atomic_load_n(&w.parked, __ATOMIC_ACQUIRE))
+        usleep(1000);
+    if (closer_is_thread) {
+        pthread_create(&tc, NULL, closer_thread, &cl);
+    } else {
+        co_waitgroup_add(&wg, 1);
+        co_go(closer_co, &cl);
+    }
+    if (waiter_is_thread)
+        pthread_join(tw, NULL);
+    if (closer_is_thread)
+        pthread_join(tc, NULL);
+    co_waitgroup_wait(&wg);
+    CHECK_EQ(w.rc, CO_ECLOSED);
+    CHECK(!fd_open(fd) || fd == sp[1]);
+    if (sp[1] >= 0)
+        CHECK_EQ(co_close(sp[1]), 0);
+    CHECK_EQ(count_fds(), before);
+}
+
+static void test_close_while_waiting(void) {
+    for (int mode = 0; mode < 4; mode++)
+        for (int wt = 0; wt < 2; wt++)
+            for (int ct = 0; ct < 2; ct++) {
+                close_case(mode, wt, ct);
+                if (t_cur_failed) {
+                    fprintf(stderr, "   (mode %d waiter %s closer %s)\n", mode,
+                            wt ? "thread" : "coroutine", ct ? "thread" : "coroutine");
+                    return;
+                }
+            }
+}
+
+/* Several coroutines parked on one fd are all woken by one co_close, and an
+ * operation started after it fails at once. */
+static void test_close_many_waiters(void) {
+    int before = count_fds();
+    int sp[2];
+    CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sp) == 0);
+    enum { N = 16 };
+    co_waitgroup_t wg = CO_WAITGROUP_INIT;
+    waiter_t w[N];
+    for (int i = 0; i < N; i++) {
+        w[i] = (waiter_t){.fd = sp[0], .mode = i % 3 == 2 ? 2 : 0, .wg = &wg};
+        co_waitgroup_add(&wg, 1);
+        co_go(waiter_co, &w[i]);
+    }
+    for (int i = 0; i < N; i++)
+        while (!__atomic_load_n(&w[i].parked, __ATOMIC_ACQUIRE))
+            usleep(1000);
+    usleep(20000);
+    CHECK_EQ(co_close(sp[0]), 0);
+    co_waitgroup_wait(&wg);
+    for (int i = 0; i < N; i++)
+        CHECK_EQ(w[i].rc, CO_ECLOSED);
+    CHECK(!fd_open(sp[0]));
+    co_close(sp[1]);
+    CHECK_EQ(count_fds(), before);
+}
+
+/* ---- many connections ------------------------------------------------------- */
+
+typedef struct {
+    int fd;
+    co_waitgroup_t *wg;
+} conn_t;
+
+static void echo_conn(void *arg) {
+    conn_t *c = arg;
+    char b[256];
+    for (;;) {
+        ssize_t n = co_read(c->fd, b, sizeof b, co_deadline_after(10000 * MS));
+        if (n <= 0)
+            break;
+        if (co_write(c->fd, b, (size_t)n, co_deadline_after(10000 * MS)) != n)
+            break;
+    }
+    co_close(c->fd);
+    co_waitgroup_done(c->wg);
+    free(c);
+}
+
+typedef struct {
+    int lfd, expect;
+    co_waitgroup_t *conns;
+    co_waitgroup_t *done;
+    int accepted;
+} acceptor_t;
+
+static void acceptor(void *arg) {
+    acceptor_t *a = arg;
+    while (a->accepted < a->expect) {
+        int fd = co_accept(a->lfd, NULL, NULL, co_deadline_after(20000 * MS));
+        if (fd < 0) {
+            fprintf(stderr, "accept: %s\n", co_strerror(fd));
+            break;
+        }
+        conn_t *c = malloc(sizeof *c);
+        c->fd = fd;
+        c->wg = a->conns;
+        co_waitgroup_add(a->conns, 1);
+        co_go(echo_conn, c);
+        a->accepted++;
+    }
+    co_waitgroup_done(a->done);
+}
+
+typedef struct {
+    int port, id, rounds;
+    int ok;
+    co_waitgroup_t *wg;
+} client_t;
+
+static void client_once(client_t *c) {
+    int fd = connect_tcp(c->port, co_deadline_after(20000 * MS));
+    if (fd < 0) {
+        fprintf(stderr, "client %d connect: %s\n", c->id, co_strerror(fd));
+        return;
+    }
+    char msg[64], got[64];
+    int good = 1;
+    for (int r = 0; r < c->rounds && good; r++) {
+        int n = snprintf(msg, sizeof msg, "client %d round %d", c->id, r);
+        if (co_write(fd, msg, (size_t)n, co_deadline_after(20000 * MS)) != n) {
+            good = 0;
+            break;
+        }
+        int have = 0;
+        while (have < n) {
+            ssize_t k = co_read(fd, got + have, (size_t)(n - have), co_deadline_after(20000 * MS));
+            if (k <= 0) {
+                good = 0;
+                break;
+            }
+            have += (int)k;
+        }
+        if (good && memcmp(msg, got, (size_t)n) != 0)
+            good = 0;
+    }
+    c->ok = good;
+    co_close(fd);
+}
+
+static void client_co(void *arg) {
+    client_t *c = arg;
+    client_once(c);
+    co_waitgroup_done(c->wg);
+}
+
+static void *client_thread(void *arg) {
+    client_once(arg);
+    return NULL;
+}
+
+/* nco coroutine clients and nth thread clients against a coroutine server */
+static void run_clients(int nco, int nth, int rounds) {
+    int before = count_fds();
+    int cnt_before = co_count();
+    int port;
+    int l = listen_tcp(&port);
+    CHECK(l >= 0);
+    co_waitgroup_t conns = CO_WAITGROUP_INIT, done = CO_WAITGROUP_INIT, cl = CO_WAITGROUP_INIT;
+    acceptor_t a = {.lfd = l, .expect = nco + nth, .conns = &conns, .done = &done};
+    co_waitgroup_add(&done, 1);
+    co_go(acceptor, &a);
+    client_t *cs = calloc((size_t)(nco + nth), sizeof *cs);
+    pthread_t *ts = calloc((size_t)(nth ? nth : 1), sizeof *ts);
+    for (int i = 0; i < nco + nth; i++) {
+        cs[i] = (client_t){.port = port, .id = i, .rounds = rounds, .wg = &cl};
+        if (i < nco) {
+            co_waitgroup_add(&cl, 1);
+            CHECK_EQ(co_go(client_co, &cs[i]), 0);
+        } else {
+            pthread_create(&ts[i - nco], NULL, client_thread, &cs[i]);
+        }
+    }
+    for (int i = 0; i < nth; i++)
+        pthread_join(ts[i], NULL);
+    co_waitgroup_wait(&cl);
+    co_waitgroup_wait(&done);
+    co_waitgroup_wait(&conns);
+    int ok = 0;
+    for (int i = 0; i < nco + nth; i++)
+        ok += cs[i].ok;
+    CHECK_EQ(ok, nco + nth);
+    CHECK_EQ(a.accepted, nco + nth);
+    free(cs);
+    free(ts);
+    CHECK_EQ(co_close(l), 0);
+    CHECK_EQ(count_fds(), before);
+    /* every coroutine of this test has returned (co_count may lag a bit) */
+    for (int i = 0; i < 100 && co_count() > cnt_before; i++)
+        usleep(10000);
+    CHECK(co_count() <= cnt_before);
+}
+
+static void test_1000_connections(void) {
+    raise_nofile();
+    int n = scale_small() ? 200 : 1000;
+    if (nofile() < 2 * n + 64)
+        n = (nofile() - 64) / 2;
+    run_clients(n, 0, 3);
+}
+
+static void test_thread_coroutine_mix(void) {
+    run_clients(scale_small() ? 20 : 100, 8, 20);
+}
+
+/* A plain-thread server (blocking co_* calls) with coroutine clients. */
+typedef struct {
+    int lfd, n;
+} tserver_t;
+
+static void *thread_server(void *arg) {
+    tserver_t *t = arg;
+    for (int i = 0; i < t->n; i++) {
+        int fd = co_accept(t->lfd, NULL, NULL, co_deadline_after(20000 * MS));
+        if (fd < 0)
+            break;
+        char b[128];
+        ssize_t k;
+        while ((k = co_read(fd, b, sizeof b, co_deadline_after(20000 * MS))) > 0)
+            if (co_write(fd, b, (size_t)k, CO_FOREVER) != k)
+                break;
+        co_close(fd);
+    }
+    return NULL;
+}
+
+static void test_thread_server(void) {
+    int before = count_fds();
+    int port;
+    int l = listen_tcp(&port);
+    enum { N = 10 };
+    tserver_t t = {.lfd = l, .n = N};
+    pthread_t th;
+    pthread_create(&th, NULL, thread_server, &t);
+    co_waitgroup_t wg = CO_WAITGROUP_INIT;
+    client_t cs[N];
+    for (int i = 0; i < N; i++) {
+        cs[i] = (client_t){.port = port, .id = i, .rounds = 10, .wg = &wg};
+        co_waitgroup_add(&wg, 1);
+        co_go(client_co, &cs[i]);
+        co_waitgroup_wait(&wg); /* one at a time: the server is sequential */
+        CHECK(cs[i].ok);
+    }
+    pthread_join(th, NULL);
+    co_close(l);
+    CHECK_EQ(count_fds(), before);
+}
+
+/* ---- half-close, reset, write-all ------------------------------------------- */
+
+static void big_writer(void *arg) {
+    one_t *o = arg;
+    size_t big = 4 << 20;
+    unsigned char *blob = malloc(big);
+    for (size_t i = 0; i < big; i++)
+        blob[i] = (unsigned char)(i * 7);
+    o->rc = co_write(o->fd, blob, big, co_deadline_after(30000 * MS));
+    shutdown(o->fd, SHUT_WR);
+    free(blob);
+    co_waitgroup_done(&o->wg);
+}
+
+static void test_write_all_and_half_close(void) {
+    int sp[2];
+    CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sp) == 0);
+    one_t o = {.fd = sp[0], .wg = CO_WAITGROUP_INIT};
+    co_waitgroup_add(&o.wg, 1);
+    co_go(big_writer, &o);
+    size_t total = 0;
+    int bad = 0;
+    unsigned char b[65536];
+    for (;;) {
+        ssize_t n = co_read(sp[1], b, sizeof b, co_deadline_after(30000 * MS));
+        if (n <= 0) {
+            CHECK_EQ(n, 0); /* EOF after the writer's shutdown */
+            break;
+        }
+        for (ssize_t i = 0; i < n; i++)
+            bad += b[i] != (unsigned char)((total + (size_t)i) * 7);
+        total += (size_t)n;
+    }
+    co_waitgroup_wait(&o.wg);
+    CHECK_EQ(o.rc, 4 << 20);
+    CHECK_EQ(total, 4 << 20);
+    CHECK_EQ(bad, 0);
+    /* half-closed: we can still write back */
+    CHECK_EQ(co_write(sp[1], "back", 4, CO_FOREVER), 4);
+    char r[4];
+    CHECK_EQ(co_read(sp[0], r, 4, CO_FOREVER), 4);
+    co_close(sp[0]);
+    co_close(sp[1]);
+}
+
+static void test_reset(void) {
+    int port;
+    int l = listen_tcp(&port);
+    int c = connect_tcp(port, co_deadline_after(5000 * MS));
+    int s = co_accept(l, NULL, NULL, co_deadline_after(5000 * MS));
+    CHECK(c >= 0 && s >= 0);
+    struct linger lg = {.l_onoff = 1, .l_linger = 0};
+    setsockopt(c, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+    CHECK_EQ(co_close(c), 0); /* RST */
+    char b[8];
+    CHECK_EQ(co_read(s, b, sizeof b, co_deadline_after(5000 * MS)), -ECONNRESET);
+    co_close(s);
+    co_close(l);
+}
+
+int main(void) {
+    t_begin(170);
+    signal(SIGPIPE, SIG_DFL); /* co_write must not raise it on sockets */
+    CHECK_EQ(co_init(NULL), 0); /* its epoll fd must not take a number a test frees */
+    T_RUN(test_errors);
+    T_RUN(test_regular_file);
+    T_RUN(test_pingpong_socketpair);
+    T_RUN(test_pingpong_tcp);
+    T_RUN(test_deadlines);
+    T_RUN(test_close_while_waiting);
+    T_RUN(test_close_many_waiters);
+    T_RUN(test_write_all_and_half_close);
+    T_RUN(test_reset);
+    T_RUN(test_thread_server);
+    T_RUN(test_thread_coroutine_mix);
+    T_RUN(test_1000_connections);
+    return t_end();
+}
