@@ -152,6 +152,10 @@ pair select_ready    "$RUNS"      bench_chan chan select_ready 1 "$((N_SEL / 2))
 pair mutex           "$RUNS"      bench_sync chan mutex 2 4 "$N_MUTEX"
 
 LOAD_AFTER=$(loadavg)
+REV=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+if [ -n "$(git status --porcelain -- src include 2>/dev/null)" ]; then
+    REV="$REV plus uncommitted changes in src/ or include/"
+fi
 # CMakeLists.txt defaults an empty CMAKE_BUILD_TYPE to RelWithDebInfo.
 BUILD_TYPE=$(sed -n 's/^CMAKE_BUILD_TYPE:STRING=//p' "$BUILD/CMakeCache.txt" 2>/dev/null)
 [ -n "$BUILD_TYPE" ] || BUILD_TYPE=RelWithDebInfo
@@ -292,7 +296,7 @@ SECTION="## Runtime, channels and sync (issues 2 and 3)
 Produced by \`${ENVSET}sh bench/run.sh $(basename "$BUILD")\` (\`make bench\`) on $DATE, $RUNS run(s) per
 implementation for each benchmark ($SLOW_RUNS for the 1M-coroutine RSS one),
 colony and Go processes alternating. Machine: $MACHINE. $GO_VERSION;
-colony built with $(cc --version 2>/dev/null | head -n 1) ($BUILD_TYPE).$QUICK_NOTE
+colony at commit $REV, built with $(cc --version 2>/dev/null | head -n 1) ($BUILD_TYPE).$QUICK_NOTE
 Load average before / after: $LOAD_BEFORE / $LOAD_AFTER; the run took ${ELAPSED} s.
 The machine is shared (2 vCPUs, other engineers building and testing): a
 range [min–max] wider than a few percent means the run was disturbed.
