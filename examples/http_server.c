@@ -1,0 +1,776 @@
+/*
+ * A small HTTP/1.1 server on colony: one coroutine per connection, drawn
+ * from a bounded co_pool, as Go's net/http does with goroutines.
+ *
+ *   http_server [port] [pool-size] [file]
+ *
+ * port 0 (the default 8080 otherwise) picks a free one; the port is printed.
+ * Routes: GET/HEAD /      -> "Hello, World!\n" (fixed)
+ *         GET/HEAD /file  -> the file given on the command line, read from
+ *                            disk per request inside co_blocking
+ * Keep-alive (HTTP/1.1 default, HTTP/1.0 with "Connection: keep-alive"),
+ * pipelining, Content-Length on every response, request bodies up to
+ * 1 MiB (discarded). 400 for a malformed request, 431 for a request head
+ * over 8 KiB, 413/501/505 where they apply; each error closes the
+ * connection after a lingering close. A peer silent for the read timeout
+ * (10 s) is dropped.
+ *
+ * Overload: an accepted connection first tries to get a worker at once;
+ * if the pool is full it waits in a bounded queue (a channel as deep as
+ * the pool) for up to 1 s; a full queue or a longer wait gets a
+ * "503 Service Unavailable" and is closed. So a flood costs at most
+ * pool + queue connections of memory, never more.
+ *
+ * SIGINT/SIGTERM (through a signalfd watched with co_wait_fd): stop
+ * accepting, end every connection, wait for the workers, print stats.
+ *
+ * The server is also a small library (http_server_start/stop/wait) that
+ * tests/test_servers.c includes with HTTP_SERVER_NO_MAIN defined.
+ */
+#define _GNU_SOURCE 1
+#include <colony.h>
+
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define HTTP_MAX_HEAD 8192           /* request line + headers */
+#define HTTP_MAX_BODY (1 << 20)      /* request bodies we accept (and drop) */
+#define HTTP_MAX_FILE (64 << 20)     /* the /file response */
+#define HTTP_MS 1000000LL
+
+static const char http_hello[] = "Hello, World!\n";
+
+typedef struct http_config {
+    const char *host;         /* listen address; NULL: 127.0.0.1 */
+    int port;                 /* 0: any free port */
+    int pool_size;            /* workers (concurrent connections served) */
+    const char *file;         /* served at /file; NULL: 404 there */
+    int64_t read_timeout_ns;  /* a request head (or keep-alive idle) must arrive in this */
+    int64_t write_timeout_ns; /* a response must be taken by the peer in this */
+    int64_t queue_wait_ns;    /* a connection waits this long for a worker, then 503 */
+    int queue_cap;            /* connections that may wait; 0: pool_size */
+} http_config_t;
+
+typedef struct http_stats {
+    int64_t accepted, served, refused, requests;
+    int64_t status_2xx, status_4xx, status_5xx, timeouts, resets;
+} http_stats_t;
+
+typedef struct http_conn http_conn_t;
+typedef struct http_server {
+    http_config_t cfg;
+    int lfd, port;
+    co_pool_t *pool;
+    co_chan_t *queue;      /* of http_pending_t: connections waiting for a worker */
+    co_waitgroup_t loops;  /* the accept loop and the dispatcher */
+    int stopping;          /* atomic: set once by http_server_stop */
+    co_mutex_t mu;         /* protects active, closing */
+    http_conn_t *active;   /* connections being served (for shutdown) */
+    bool closing;          /* under mu: no new connection may register */
+    http_stats_t st;       /* atomic counters */
+} http_server_t;
+
+struct http_conn {
+    http_server_t *srv;
+    int fd;
+    http_conn_t *prev, *next; /* in srv->active, under srv->mu */
+    time_t date_sec;
+    char date[40];
+    size_t have;              /* bytes in buf */
+    char buf[HTTP_MAX_HEAD];
+};
+
+typedef struct http_pending {
+    int fd;
+    int64_t since;
+} http_pending_t;
+
+#define HTTP_INC(s, f) __atomic_add_fetch(&(s)->st.f, 1, __ATOMIC_RELAXED)
+
+/* ---- responses ------------------------------------------------------------ */
+
+static const char *http_reason(int code) {
+    switch (code) {
+    case 200: return "OK";
+    case 400: return "Bad Request";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 408: return "Request Timeout";
+    case 413: return "Content Too Large";
+    case 431: return "Request Header Fields Too Large";
+    case 500: return "Internal Server Error";
+    case 501: return "Not Implemented";
+    case 503: return "Service Unavailable";
+    case 505: return "HTTP Version Not Supported";
+    default: return "Unknown";
+    }
+}
+
+static const char *http_date(http_conn_t *c) {
+    time_t now = time(NULL);
+    if (now != c->date_sec) {
+        struct tm tm;
+        gmtime_r(&now, &tm);
+        strftime(c->date, sizeof c->date, "%a, %d %b %Y %H:%M:%S GMT", &tm);
+        c->date_sec = now;
+    }
+    return c->date;
+}
+
+/* Write status line, headers and body (head_only: HEAD, no body). */
+static int http_respond(http_conn_t *c, int code, const char *ctype, const void *body, size_t len,
+                        bool head_only, int conn_hdr /* 0 none, 1 close, 2 keep-alive */,
+                        const char *extra) {
+    http_server_t *s = c->srv;
+    char small[1024];
+    int h = snprintf(small, sizeof small,
+                     "HTTP/1.1 %d %s\r\nContent-Length: %zu\r\nContent-Type: %s\r\nDate: %s\r\n%s%s\r\n",
+                     code, http_reason(code), len, ctype, http_date(c),
+                     conn_hdr == 1 ? "Connection: close\r\n"
+                     : conn_hdr == 2 ? "Connection: keep-alive\r\n"
+                                     : "",
+                     extra ? extra : "");
+    if (code < 300)
+        HTTP_INC(s, status_2xx);
+    else if (code < 500)
+        HTTP_INC(s, status_4xx);
+    else
+        HTTP_INC(s, status_5xx);
+    int64_t dl = co_deadline_after(s->cfg.write_timeout_ns);
+    if (head_only)
+        len = 0;
+    if ((size_t)h + len <= sizeof small) { /* one write: header and body together */
+        if (len)
+            memcpy(small + h, body, len);
+        return co_write(c->fd, small, (size_t)h + len, dl) < 0 ? -1 : 0;
+    }
+    if (co_write(c->fd, small, (size_t)h, dl) < 0)
+        return -1;
+    return len && co_write(c->fd, body, len, dl) < 0 ? -1 : 0;
+}
+
+/* Close after an error: stop sending, let the peer's pending bytes drain
+ * (so our response is not destroyed by a reset), then close. */
+static void http_linger_close(int fd) {
+    shutdown(fd, SHUT_WR);
+    char sink[4096];
+    int64_t dl = co_deadline_after(500 * HTTP_MS);
+    for (int i = 0; i < 64; i++)
+        if (co_read(fd, sink, sizeof sink, dl) <= 0)
+            break;
+    co_close(fd);
+}
+
+/* ---- the file route --------------------------------------------------------- */
+
+typedef struct {
+    const char *path;
+    char *data;
+    size_t len;
+    int err;
+} http_file_job_t;
+
+/* Runs inside co_blocking: open/stat/read may block on the disk. */
+static void http_read_file(void *arg) {
+    http_file_job_t *j = arg;
+    int fd = open(j->path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        j->err = errno;
+        return;
+    }
+    struct stat st;
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size > HTTP_MAX_FILE) {
+        j->err = EINVAL;
+        close(fd);
+        return;
+    }
+    j->data = malloc((size_t)st.st_size + 1);
+    size_t got = 0;
+    while (j->data && got < (size_t)st.st_size) {
+        ssize_t n = read(fd, j->data + got, (size_t)st.st_size - got);
+        if (n <= 0)
+            break; /* shrank under us: serve what we read */
+        got += (size_t)n;
+    }
+    j->len = got;
+    j->err = j->data ? 0 : ENOMEM;
+    close(fd);
+}
+
+/* ---- parsing ---------------------------------------------------------------- */
+
+static bool http_tchar(int ch) {
+    return isalnum(ch) || (ch && strchr("!#$%&'*+-.^_`|~", ch));
+}
+
+typedef struct {
+    const char *method;
+    size_t method_len;
+    const char *target;
+    size_t target_len;
+    int minor;           /* HTTP/1.<minor> */
+    size_t head_len;     /* through the blank line */
+    long long body_len;
+    bool has_host, conn_close, conn_keep, chunked;
+} http_req_t;
+
+/* Check the start of a request before its head is complete, so that
+ * garbage is refused at once instead of after the read timeout.
+ * 0: fine so far, 400 or 505: refuse. */
+static int http_precheck(const char *b, size_t n) {
+    size_t i = 0;
+    while (i < n && http_tchar((unsigned char)b[i]))
+        i++;
+    if (i == n)
+        return i > 32 ? 400 : 0;
+    if (i == 0 || b[i] != ' ' || i > 32)
+        return 400;
+    return 0; /* the rest is for http_parse */
+}
+
+/* Parse a complete head in b[0..head_len). Returns 0 or an HTTP status. */
+static int http_parse(char *b, size_t head_len, http_req_t *r) {
+    memset(r, 0, sizeof *r);
+    r->head_len = head_len;
+    char *end = b + head_len - 2; /* the final CRLF: lines end before it */
+    char *line = b;
+    char *eol = memchr(line, '\r', (size_t)(end - line));
+    if (!eol || eol[1] != '\n')
+        return 400;
+    /* request line: method SP target SP HTTP/1.x */
+    char *sp1 = memchr(line, ' ', (size_t)(eol - line));
+    if (!sp1 || sp1 == line)
+        return 400;
+    for (char *p = line; p < sp1; p++)
+        if (!http_tchar((unsigned char)*p))
+            return 400;
+    char *tgt = sp1 + 1;
+    char *sp2 = memchr(tgt, ' ', (size_t)(eol - tgt));
+    if (!sp2 || sp2 == tgt)
+        return 400;
+    for (char *p = tgt; p < sp2; p++)
+        if ((unsigned char)*p <= 0x20 || *p == 0x7f)
+            return 400;
+    size_t vlen = (size_t)(eol - sp2 - 1);
+    const char *ver = sp2 + 1;
+    if (vlen != 8 || memcmp(ver, "HTTP/", 5) != 0 || !isdigit((unsigned char)ver[5]) ||
+        ver[6] != '.' || !isdigit((unsigned char)ver[7]))
+        return 400;
+    if (ver[5] != '1')
+        return 505;
+    r->method = line;
+    r->method_len = (size_t)(sp1 - line);
+    r->target = tgt;
+    r->target_len = (size_t)(sp2 - tgt);
+    r->minor = ver[7] - '0';
+    r->body_len = 0;
+    bool seen_len = false;
+    /* header fields */
+    line = eol + 2;
+    while (line < end) {
+        eol = memchr(line, '\r', (size_t)(end - line) + 1);
+        if (!eol || eol[1] != '\n')
+            return 400;
+        if (*line == ' ' || *line == '\t')
+            return 400; /* obsolete line folding */
+        char *colon = memchr(line, ':', (size_t)(eol - line));
+        if (!colon || colon == line)
+            return 400;
+        for (char *p = line; p < colon; p++)
+            if (!http_tchar((unsigned char)*p))
+                return 400; /* includes whitespace before the colon */
+        size_t nlen = (size_t)(colon - line);
+        char *v = colon + 1;
+        while (v < eol && (*v == ' ' || *v == '\t'))
+            v++;
+        char *ve = eol;
+        while (ve > v && (ve[-1] == ' ' || ve[-1] == '\t'))
+            ve--;
+        size_t vl = (size_t)(ve - v);
+        for (char *p = v; p < ve; p++)
+            if ((unsigned char)*p < 0x20 && *p != '\t')
+                return 400;
+        if (nlen == 4 && strncasecmp(line, "host", 4) == 0) {
+            if (r->has_host)
+                return 400;
+            r->has_host = true;
+        } else if (nlen == 14 && strncasecmp(line, "content-length", 14) == 0) {
+            if (vl == 0 || vl > 18)
+                return vl > 18 ? 413 : 400;
+            long long n = 0;
+            for (size_t i = 0; i < vl; i++) {
+                if (!isdigit((unsigned char)v[i]))
+                    return 400;
+                n = n * 10 + (v[i] - '0');
+            }
+            if (seen_len && n != r->body_len)
+                return 400;
+            seen_len = true;
+            r->body_len = n;
+        } else if (nlen == 17 && strncasecmp(line, "transfer-encoding", 17) == 0) {
+            r->chunked = true;
+        } else if (nlen == 10 && strncasecmp(line, "connection", 10) == 0) {
+            /* a comma-separated token list */
+            const char *p = v;
+            while (p < ve) {
+                while (p < ve && (*p == ' ' || *p == ','))
+                    p++;
+                const char *q = p;
+                while (q < ve && *q != ',' && *q != ' ')
+                    q++;
+                if (q - p == 5 && strncasecmp(p, "close", 5) == 0)
+                    r->conn_close = true;
+                if (q - p == 10 && strncasecmp(p, "keep-alive", 10) == 0)
+                    r->conn_keep = true;
+                p = q;
+            }
+        }
+        line = eol + 2;
+    }
+    if (r->chunked)
+        return 501; /* no chunked request bodies here */
+    if (r->minor >= 1 && !r->has_host)
+        return 400;
+    if (r->body_len > HTTP_MAX_BODY)
+        return 413;
+    return 0;
+}
+
+/* ---- one connection ------------------------------------------------------- */
+
+static bool http_register(http_conn_t *c) {
+    http_server_t *s = c->srv;
+    co_mutex_lock(&s->mu);
+    bool ok = !s->closing;
+    if (ok) {
+        c->prev = NULL;
+        c->next = s->active;
+        if (s->active)
+            s->active->prev = c;
+        s->active = c;
+    }
+    co_mutex_unlock(&s->mu);
+    return ok;
+}
+
+static void http_unregister(http_conn_t *c) {
+    http_server_t *s = c->srv;
+    co_mutex_lock(&s->mu);
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        s->active = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    co_mutex_unlock(&s->mu);
+}
+
+/* Read until the buffer holds a complete head. Returns its length, 0 on a
+ * clean EOF between requests, or -status to refuse, or -1 to just close. */
+static long http_read_head(http_conn_t *c) {
+    http_server_t *s = c->srv;
+    int64_t dl = co_deadline_after(s->cfg.read_timeout_ns);
+    for (;;) {
+        char *e = c->have >= 4 ? memmem(c->buf, c->have, "\r\n\r\n", 4) : NULL;
+        if (e)
+            return (long)(e - c->buf) + 4;
+        int pre = http_precheck(c->buf, c->have);
+        if (pre)
+            return -pre;
+        if (c->have == sizeof c->buf)
+            return -431;
+        ssize_t n = co_read(c->fd, c->buf + c->have, sizeof c->buf - c->have, dl);
+        if (n > 0) {
+            c->have += (size_t)n;
+            continue;
+        }
+        if (n == CO_ETIMEDOUT)
+            HTTP_INC(s, timeouts);
+        else if (n == -ECONNRESET)
+            HTTP_INC(s, resets);
+        if (n == 0 && c->have == 0)
+            return 0;
+        return -1; /* EOF mid-request, timeout, reset, shutdown */
+    }
+}
+
+/* Drop a request body of len bytes, part of which may be buffered. */
+static int http_skip_body(http_conn_t *c, size_t head_len, long long len) {
+    size_t inbuf = c->have - head_len;
+    if ((long long)inbuf >= len) {
+        size_t used = head_len + (size_t)len;
+        memmove(c->buf, c->buf + used, c->have - used);
+        c->have -= used;
+        return 0;
+    }
+    len -= (long long)inbuf;
+    c->have = 0;
+    int64_t dl = co_deadline_after(c->srv->cfg.read_timeout_ns);
+    while (len > 0) {
+        size_t want = len < (long long)sizeof c->buf ? (size_t)len : sizeof c->buf;
+        ssize_t n = co_read(c->fd, c->buf, want, dl);
+        if (n <= 0)
+            return -1;
+        len -= n;
+    }
+    return 0;
+}
+
+static void http_conn_main(void *arg) {
+    http_conn_t *c = arg;
+    http_server_t *s = c->srv;
+    HTTP_INC(s, served);
+    if (!http_register(c)) {
+        co_close(c->fd);
+        free(c);
+        return;
+    }
+    int one = 1;
+    setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    bool linger = false;
+    for (;;) {
+        long hl = http_read_head(c);
+        if (hl == 0 || hl == -1)
+            break;
+        if (hl < 0) { /* refuse a bad request */
+            http_respond(c, (int)-hl, "text/plain; charset=utf-8", http_reason((int)-hl),
+                         strlen(http_reason((int)-hl)), false, 1, NULL);
+            linger = true;
+            break;
+        }
+        http_req_t r;
+        int bad = http_parse(c->buf, (size_t)hl, &r);
+        if (bad) {
+            http_respond(c, bad, "text/plain; charset=utf-8", http_reason(bad),
+                         strlen(http_reason(bad)), false, 1, NULL);
+            linger = true;
+            break;
+        }
+        HTTP_INC(s, requests);
+        bool keep = r.minor >= 1 ? !r.conn_close : r.conn_keep && !r.conn_close;
+        if (__atomic_load_n(&s->stopping, __ATOMIC_ACQUIRE))
+            keep = false;
+        int conn_hdr = keep ? (r.minor == 0 ? 2 : 0) : 1;
+        bool is_get = r.method_len == 3 && memcmp(r.method, "GET", 3) == 0;
+        bool is_head = r.method_len == 4 && memcmp(r.method, "HEAD", 4) == 0;
+        /* copy what we need: skipping the body reuses the buffer */
+        char target[64];
+        size_t tl = r.target_len < sizeof target - 1 ? r.target_len : sizeof target - 1;
+        memcpy(target, r.target, tl);
+        target[tl] = 0;
+        bool target_fits = r.target_len < sizeof target - 1;
+        if (http_skip_body(c, r.head_len, r.body_len) < 0)
+            break;
+        int rc;
+        if (!is_get && !is_head) {
+            rc = http_respond(c, 405, "text/plain; charset=utf-8", "Method Not Allowed\n", 19,
+                              false, conn_hdr, "Allow: GET, HEAD\r\n");
+        } else if (target_fits && strcmp(target, "/") == 0) {
+            rc = http_respond(c, 200, "text/plain; charset=utf-8", http_hello,
+                              sizeof http_hello - 1, is_head, conn_hdr, NULL);
+        } else if (target_fits && strcmp(target, "/file") == 0 && s->cfg.file) {
+            http_file_job_t j = {.path = s->cfg.file};
+            co_blocking(http_read_file, &j);
+            if (j.err)
+                rc = http_respond(c, 500, "text/plain; charset=utf-8", "file unavailable\n", 17,
+                                  is_head, conn_hdr, NULL);
+            else
+                rc = http_respond(c, 200, "application/octet-stream", j.data, j.len, is_head,
+                                  conn_hdr, NULL);
+            free(j.data);
+        } else {
+            rc = http_respond(c, 404, "text/plain; charset=utf-8", "not found\n", 10, is_head,
+                              conn_hdr, NULL);
+        }
+        if (rc < 0 || !keep)
+            break;
+    }
+    http_unregister(c);
+    if (linger)
+        http_linger_close(c->fd);
+    else
+        co_close(c->fd);
+    free(c);
+}
+
+/* ---- accepting, queueing, refusing ------------------------------------------ */
+
+static void http_refuse(http_server_t *s, int fd) {
+    HTTP_INC(s, refused);
+    static const char busy[] = "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n"
+                               "Retry-After: 1\r\nConnection: close\r\n\r\n";
+    char sink[1024];
+    while (co_read(fd, sink, sizeof sink, 0) > 0) {
+    } /* drained: our close sends FIN, not RST */
+    (void)co_write(fd, busy, sizeof busy - 1, 0); /* try once: never stall the acceptor */
+    shutdown(fd, SHUT_WR);
+    co_close(fd);
+}
+
+static int http_hand_to_pool(http_server_t *s, int fd, int64_t deadline) {
+    http_conn_t *c = malloc(sizeof *c);
+    if (!c)
+        return CO_ENOMEM;
+    c->srv = s;
+    c->fd = fd;
+    c->have = 0;
+    c->date_sec = 0;
+    int rc = co_pool_submit_until(s->pool, http_conn_main, c, deadline);
+    if (rc < 0)
+        free(c);
+    return rc;
+}
+
+/* Takes waiting connections off the queue and waits (until each one's
+ * own deadline) for a worker. */
+static void http_dispatcher(void *arg) {
+    http_server_t *s = arg;
+    http_pending_t p;
+    while (co_chan_recv(s->queue, &p, CO_FOREVER) == 0) {
+        if (__atomic_load_n(&s->stopping, __ATOMIC_ACQUIRE) ||
+            http_hand_to_pool(s, p.fd, p.since + s->cfg.queue_wait_ns) < 0)
+            http_refuse(s, p.fd);
+    }
+    co_waitgroup_done(&s->loops);
+}
+
+static void http_accept_loop(void *arg) {
+    http_server_t *s = arg;
+    int64_t backoff = 0;
+    for (;;) {
+        int fd = co_accept(s->lfd, NULL, NULL, CO_FOREVER);
+        if (fd < 0) {
+            if (fd == CO_ECLOSED || fd == -EBADF || __atomic_load_n(&s->stopping, __ATOMIC_ACQUIRE))
+                break;
+            /* EMFILE, ENOBUFS...: back off as Go's Serve does (5 ms .. 1 s) */
+            backoff = backoff ? (backoff * 2 > 1000 * HTTP_MS ? 1000 * HTTP_MS : backoff * 2)
+                              : 5 * HTTP_MS;
+            co_sleep(backoff);
+            continue;
+        }
+        backoff = 0;
+        HTTP_INC(s, accepted);
+        if (http_hand_to_pool(s, fd, 0) == 0)
+            continue; /* a worker took it */
+        http_pending_t p = {.fd = fd, .since = co_now()};
+        if (co_chan_send(s->queue, &p, 0) < 0)
+            http_refuse(s, fd); /* the waiting room is full too */
+    }
+    co_chan_close(s->queue); /* the dispatcher refuses what is left, then ends */
+    co_waitgroup_done(&s->loops);
+}
+
+/* ---- the library face ---------------------------------------------------------- */
+
+static int http_listen(const char *host, int port, int *bound) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -errno;
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    if (inet_pton(AF_INET, host ? host : "127.0.0.1", &a.sin_addr) != 1) {
+        close(fd);
+        return CO_EINVAL;
+    }
+    if (bind(fd, (struct sockaddr *)&a, sizeof a) < 0 || listen(fd, 4096) < 0) {
+        int e = -errno;
+        close(fd);
+        return e;
+    }
+    socklen_t l = sizeof a;
+    getsockname(fd, (struct sockaddr *)&a, &l);
+    *bound = ntohs(a.sin_port);
+    return fd;
+}
+
+/* Start serving (from a coroutine or a thread). 0 or a negative code. */
+static int http_server_start(http_server_t **out, const http_config_t *cfg) {
+    http_server_t *s = calloc(1, sizeof *s);
+    if (!s)
+        return CO_ENOMEM;
+    s->cfg = *cfg;
+    if (s->cfg.pool_size <= 0)
+        s->cfg.pool_size = 1000;
+    if (s->cfg.read_timeout_ns <= 0)
+        s->cfg.read_timeout_ns = 10000 * HTTP_MS;
+    if (s->cfg.write_timeout_ns <= 0)
+        s->cfg.write_timeout_ns = 10000 * HTTP_MS;
+    if (s->cfg.queue_wait_ns <= 0)
+        s->cfg.queue_wait_ns = 1000 * HTTP_MS;
+    if (s->cfg.queue_cap <= 0)
+        s->cfg.queue_cap = s->cfg.pool_size;
+    int rc = http_listen(s->cfg.host, s->cfg.port, &s->port);
+    if (rc < 0)
+        goto fail;
+    s->lfd = rc;
+    co_pool_opts_t po = {.stack_size = 64 * 1024, .disable_purge = false};
+    if ((rc = co_pool_new(&s->pool, s->cfg.pool_size, &po)) < 0)
+        goto fail_lfd;
+    if ((rc = co_chan_new(&s->queue, sizeof(http_pending_t), (size_t)s->cfg.queue_cap)) < 0)
+        goto fail_pool;
+    co_waitgroup_add(&s->loops, 2);
+    if ((rc = co_go(http_dispatcher, s)) < 0) {
+        co_waitgroup_add(&s->loops, -2);
+        goto fail_chan;
+    }
+    if ((rc = co_go(http_accept_loop, s)) < 0) {
+        co_waitgroup_done(&s->loops);
+        co_chan_close(s->queue);
+        co_waitgroup_wait(&s->loops);
+        goto fail_chan;
+    }
+    *out = s;
+    return 0;
+fail_chan:
+    co_chan_free(s->queue);
+fail_pool:
+    co_pool_destroy(s->pool);
+fail_lfd:
+    co_close(s->lfd);
+fail:
+    free(s);
+    return rc;
+}
+
+static int http_server_port(const http_server_t *s) {
+    return s->port;
+}
+
+/* Begin shutdown; callable once, from any coroutine or thread. */
+static void http_server_stop(http_server_t *s) {
+    if (__atomic_exchange_n(&s->stopping, 1, __ATOMIC_ACQ_REL))
+        return;
+    co_close(s->lfd); /* wakes the accept loop with CO_ECLOSED */
+}
+
+/* Wait for the shutdown begun by http_server_stop to finish: every
+ * connection ended, every worker returned. Frees s. */
+static void http_server_wait(http_server_t *s, http_stats_t *stats) {
+    co_waitgroup_wait(&s->loops);
+    /* End the connections still served: their reads see EOF. */
+    co_mutex_lock(&s->mu);
+    s->closing = true;
+    for (http_conn_t *c = s->active; c; c = c->next)
+        shutdown(c->fd, SHUT_RDWR);
+    co_mutex_unlock(&s->mu);
+    co_pool_destroy(s->pool); /* waits for the workers */
+    co_chan_free(s->queue);
+    if (stats)
+        *stats = s->st;
+    free(s);
+}
+
+#ifndef HTTP_SERVER_NO_MAIN
+
+static void http_print_stats(FILE *f, const http_stats_t *st) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    fprintf(f,
+            "http_server: accepted %lld, served %lld, refused %lld; requests %lld "
+            "(2xx %lld, 4xx %lld, 5xx %lld); timeouts %lld, resets %lld; peak RSS %ld KiB\n",
+            (long long)st->accepted, (long long)st->served, (long long)st->refused,
+            (long long)st->requests, (long long)st->status_2xx, (long long)st->status_4xx,
+            (long long)st->status_5xx, (long long)st->timeouts, (long long)st->resets,
+            ru.ru_maxrss);
+}
+
+
+typedef struct {
+    http_config_t cfg;
+    int sigfd;
+} http_main_t;
+
+static int http_run(void *arg) {
+    http_main_t *m = arg;
+    http_server_t *s;
+    int rc = http_server_start(&s, &m->cfg);
+    if (rc < 0) {
+        fprintf(stderr, "http_server: cannot start: %s\n", co_strerror(rc));
+        return 1;
+    }
+    printf("http_server: listening on http://%s:%d/ (pool %d, %d Ps)\n",
+           m->cfg.host ? m->cfg.host : "127.0.0.1", http_server_port(s), s->cfg.pool_size,
+           co_procs());
+    fflush(stdout);
+    for (;;) { /* wait for SIGINT or SIGTERM */
+        rc = co_wait_fd(m->sigfd, CO_READABLE, CO_FOREVER);
+        struct signalfd_siginfo si;
+        if (rc < 0 || co_read(m->sigfd, &si, sizeof si, 0) == (ssize_t)sizeof si)
+            break;
+    }
+    printf("http_server: shutting down\n");
+    http_server_stop(s);
+    http_stats_t st;
+    http_server_wait(s, &st);
+    http_print_stats(stdout, &st);
+    co_close(m->sigfd);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    http_main_t m = {.cfg = {.port = 8080, .pool_size = 1000}};
+    if (argc > 1)
+        m.cfg.port = atoi(argv[1]);
+    if (argc > 2)
+        m.cfg.pool_size = atoi(argv[2]);
+    if (argc > 3)
+        m.cfg.file = argv[3];
+    if (argc > 4 || m.cfg.port < 0 || m.cfg.port > 65535 || (argc > 2 && m.cfg.pool_size <= 0)) {
+        fprintf(stderr, "usage: %s [port (0: any)] [pool-size] [file served at /file]\n", argv[0]);
+        return 2;
+    }
+    const char *h = getenv("HTTP_HOST");
+    if (h)
+        m.cfg.host = h;
+    /* Let the pool's connections use the whole fd allowance. */
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+    /* Block the signals before the runtime starts its threads (they
+     * inherit the mask), then receive them through a signalfd. */
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    m.sigfd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+    if (m.sigfd < 0) {
+        perror("signalfd");
+        return 1;
+    }
+    int rc = co_main(http_run, &m);
+    /* Coroutines that have just returned (co_main's own, pool workers)
+     * can still be counted for a moment after co_main returns, which makes
+     * co_shutdown say CO_EBUSY (a runtime issue, reported): give them a
+     * second to finish. */
+    int sd = co_shutdown();
+    for (int i = 0; sd == CO_EBUSY && i < 1000; i++) {
+        usleep(1000);
+        sd = co_shutdown();
+    }
+    if (sd < 0)
+        fprintf(stderr, "http_server: co_shutdown: %s\n", co_strerror(sd));
+    return rc ? rc : (sd < 0);
+}
+#endif

@@ -1,0 +1,590 @@
+/* The example servers (examples/http_server.c, examples/echo_server.c),
+ * run in-process: correct answers, bad input, faults (reset, half-close,
+ * garbage, oversized, stalled peers), overload, shutdown, and no fd or
+ * coroutine leaked afterwards. The real binaries, when built, are also
+ * started as children and stopped with SIGTERM. Loopback only. */
+// ctest-timeout: 180
+#define _GNU_SOURCE 1 /* before any system header: memmem, strcasestr */
+#include "t.h"
+
+#define HTTP_SERVER_NO_MAIN 1
+#include "../examples/http_server.c"
+#define ECHO_SERVER_NO_MAIN 1
+#include "../examples/echo_server.c"
+
+#include <dirent.h>
+#include <sys/wait.h>
+
+#define MS 1000000LL
+
+/* Open fds, pipes excepted (a sanitizer's symbolizer talks through pipes). */
+static int count_fds(void) {
+    DIR *d = opendir("/proc/self/fd");
+    if (!d)
+        return -1;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.' || atoi(e->d_name) == dirfd(d))
+            continue;
+        char path[300], target[64] = {0};
+        snprintf(path, sizeof path, "/proc/self/fd/%s", e->d_name);
+        if (readlink(path, target, sizeof target - 1) > 0 && strncmp(target, "pipe:", 5) == 0)
+            continue;
+        n++;
+    }
+    closedir(d);
+    return n;
+}
+
+/* co_count() once the coroutines that are finishing have finished. */
+static int settled_count(int want) {
+    int n = co_count();
+    for (int i = 0; i < 300 && n > want; i++) {
+        usleep(10000);
+        n = co_count();
+    }
+    return n;
+}
+
+static int dial(int port) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    int rc = co_connect(fd, (struct sockaddr *)&a, sizeof a, co_deadline_after(5000 * MS));
+    if (rc < 0) {
+        co_close(fd);
+        return rc;
+    }
+    return fd;
+}
+
+/* Read one HTTP response (head + Content-Length body) into b; returns its
+ * length, 0 on EOF before any byte, or a negative code. `leftover` bytes
+ * past the response stay at the end of b (*extra says how many). */
+static long read_response(int fd, char *b, size_t cap, size_t *have, int64_t deadline) {
+    for (;;) {
+        char *e = *have >= 4 ? memmem(b, *have, "\r\n\r\n", 4) : NULL;
+        if (e) {
+            size_t hl = (size_t)(e - b) + 4;
+            char *cl = strcasestr(b, "Content-Length:");
+            long body = cl && cl < e ? atol(cl + 15) : 0;
+            while (*have < hl + (size_t)body) {
+                ssize_t n = co_read(fd, b + *have, cap - *have, deadline);
+                if (n <= 0)
+                    return n < 0 ? n : -EPIPE;
+                *have += (size_t)n;
+            }
+            return (long)(hl + (size_t)body);
+        }
+        if (*have == cap)
+            return -ENOBUFS;
+        ssize_t n = co_read(fd, b + *have, cap - *have, deadline);
+        if (n <= 0)
+            return n == 0 && *have == 0 ? 0 : (n < 0 ? n : -EPIPE);
+        *have += (size_t)n;
+    }
+}
+
+static void consume(char *b, size_t *have, long len) {
+    memmove(b, b + len, *have - (size_t)len);
+    *have -= (size_t)len;
+}
+
+static int status_of(const char *b) {
+    return strncmp(b, "HTTP/1.1 ", 9) == 0 ? atoi(b + 9) : -1;
+}
+
+/* Send raw bytes, read one response, return its status (or <0). */
+static int http_exchange(int port, const char *raw, size_t len, char *out, size_t cap) {
+    int fd = dial(port);
+    if (fd < 0)
+        return fd;
+    if (co_write(fd, raw, len, co_deadline_after(5000 * MS)) < 0) {
+        co_close(fd);
+        return -EIO;
+    }
+    size_t have = 0;
+    long n = read_response(fd, out, cap - 1, &have, co_deadline_after(5000 * MS));
+    co_close(fd);
+    if (n <= 0)
+        return n == 0 ? -EPIPE : (int)n;
+    out[n] = 0;
+    return status_of(out);
+}
+
+static http_server_t *start_http(int pool, int queue, int64_t read_to, int64_t qwait,
+                                 const char *file) {
+    http_config_t cfg = {.pool_size = pool, .queue_cap = queue, .read_timeout_ns = read_to,
+                         .write_timeout_ns = 500 * MS, .queue_wait_ns = qwait, .file = file};
+    http_server_t *s = NULL;
+    int rc = http_server_start(&s, &cfg);
+    CHECK_EQ(rc, 0);
+    return s;
+}
+
+/* ---- HTTP: answers ---------------------------------------------------------- */
+
+static void test_http_answers(void) {
+    int fds0 = count_fds(), cos0 = co_count();
+    char path[] = "/tmp/colony_http_XXXXXX";
+    int tf = mkstemp(path);
+    char content[3000];
+    for (size_t i = 0; i < sizeof content; i++)
+        content[i] = (char)('A' + i % 26);
+    CHECK_EQ(write(tf, content, sizeof content), (ssize_t)sizeof content);
+    close(tf);
+    http_server_t *s = start_http(8, 0, 2000 * MS, 0, path);
+    int port = http_server_port(s);
+    char b[16384];
+#define EX(raw, code)                                                                         \
+    do {                                                                                      \
+        int st_ = http_exchange(port, raw, sizeof raw - 1, b, sizeof b);                      \
+        if (st_ != (code))                                                                    \
+            fprintf(stderr, "   request %.40s... -> %d, want %d\n", raw, st_, code);         \
+        CHECK_EQ(st_, code);                                                                  \
+    } while (0)
+    EX("GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", 200);
+    CHECK(strstr(b, "Content-Length: 14\r\n") && strstr(b, "\r\n\r\nHello, World!\n"));
+    EX("GET /file HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", 200);
+    CHECK(strstr(b, "Content-Length: 3000\r\n"));
+    CHECK(memcmp(strstr(b, "\r\n\r\n") + 4, content, sizeof content) == 0);
+    { /* HEAD: the GET's Content-Length, no body */
+        int hf = dial(port);
+        const char rq[] = "HEAD /file HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+        co_write(hf, rq, sizeof rq - 1, CO_FOREVER);
+        size_t got = 0;
+        ssize_t k;
+        while ((k = co_read(hf, b + got, sizeof b - 1 - got, co_deadline_after(5000 * MS))) > 0)
+            got += (size_t)k;
+        b[got] = 0;
+        co_close(hf);
+        CHECK_EQ(status_of(b), 200);
+        CHECK(strstr(b, "Content-Length: 3000\r\n") != NULL);
+        CHECK(got >= 4 && memcmp(b + got - 4, "\r\n\r\n", 4) == 0);
+    }
+    EX("GET /nope HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", 404);
+    EX("DELETE / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", 405);
+    EX("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello", 405);
+    EX("GET / HTTP/1.0\r\n\r\n", 200);
+    CHECK(strstr(b, "Connection: close\r\n"));
+    /* malformed and oversized */
+    EX("garbage\r\n\r\n", 400);
+    EX("\x01\x02\x03\x04 binary junk", 400);
+    EX("GET / HTTP/1.1\r\n\r\n", 400);                          /* no Host */
+    EX("GET / HTTP/1.1\r\nHost: x\r\nBad Header: y\r\n\r\n", 400); /* space in name */
+    EX("GET / HTTP/1.1\r\nHost: x\r\nNoColon\r\n\r\n", 400);
+    EX("GET / HTTP/1.1\r\nHost: x\r\n folded\r\n\r\n", 400);
+    EX("GET / HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n", 400);
+    EX("GET / HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", 400);
+    EX("GET / HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999\r\n\r\n", 413);
+    EX("POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n", 501);
+    EX("GET / HTTP/2.0\r\nHost: x\r\n\r\n", 505);
+    EX("GET / HTTX/1.1\r\nHost: x\r\n\r\n", 400);
+    EX("GET  HTTP/1.1\r\nHost: x\r\n\r\n", 400);
+    {
+        static char big[12000];
+        int n = snprintf(big, sizeof big, "GET / HTTP/1.1\r\nHost: x\r\nX-Big: ");
+        memset(big + n, 'a', sizeof big - (size_t)n - 5);
+        memcpy(big + sizeof big - 5, "\r\n\r\n", 4);
+        int st = http_exchange(port, big, sizeof big - 1, b, sizeof b);
+        CHECK_EQ(st, 431);
+    }
+    /* keep-alive and pipelining on one connection */
+    int fd = dial(port);
+    const char two[] = "GET / HTTP/1.1\r\nHost: x\r\n\r\nGET /nope HTTP/1.1\r\nHost: x\r\n\r\n";
+    CHECK_EQ(co_write(fd, two, sizeof two - 1, CO_FOREVER), (ssize_t)sizeof two - 1);
+    size_t have = 0;
+    long n = read_response(fd, b, sizeof b, &have, co_deadline_after(5000 * MS));
+    CHECK(n > 0 && status_of(b) == 200);
+    consume(b, &have, n);
+    n = read_response(fd, b, sizeof b, &have, co_deadline_after(5000 * MS));
+    CHECK(n > 0 && status_of(b) == 404);
+    consume(b, &have, n);
+    for (int i = 0; i < 50; i++) { /* then one at a time */
+        const char one[] = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+        CHECK_EQ(co_write(fd, one, sizeof one - 1, CO_FOREVER), (ssize_t)sizeof one - 1);
+        n = read_response(fd, b, sizeof b, &have, co_deadline_after(5000 * MS));
+        CHECK(n > 0 && status_of(b) == 200);
+        consume(b, &have, n);
+    }
+    co_close(fd);
+    http_server_stop(s);
+    http_stats_t st;
+    http_server_wait(s, &st);
+    CHECK_EQ(st.requests, 59); /* the 7 valid single requests, 2 pipelined, 50 keep-alive */
+    CHECK(st.status_4xx >= 10);
+    unlink(path);
+    CHECK_EQ(count_fds(), fds0);
+    CHECK_EQ(settled_count(cos0), cos0);
+#undef EX
+}
+
+/* ---- HTTP: faults ------------------------------------------------------------ */
+
+typedef struct {
+    int port, kind, result;
+    co_waitgroup_t *wg;
+} fault_t;
+
+static void fault_client(void *arg) {
+    fault_t *f = arg;
+    int fd = dial(f->port);
+    char b[8192];
+    size_t have = 0;
+    f->result = -1;
+    switch (f->kind) {
+    case 0: { /* reset in the middle of a request */
+        co_write(fd, "GET / HTTP/1.1\r\nHo", 18, CO_FOREVER);
+        struct linger lg = {1, 0};
+        setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+        co_sleep(5 * MS);
+        f->result = 0;
+        break;
+    }
+    case 1: { /* half-close after a complete request: still answered */
+        const char rq[] = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+        co_write(fd, rq, sizeof rq - 1, CO_FOREVER);
+        shutdown(fd, SHUT_WR);
+        long n = read_response(fd, b, sizeof b, &have, co_deadline_after(5000 * MS));
+        f->result = n > 0 ? status_of(b) : (int)n;
+        break;
+    }
+    case 2: { /* stall forever mid-head: the server's read deadline drops us */
+        co_write(fd, "GET / HTTP/1.1\r\n", 16, CO_FOREVER);
+        ssize_t n = co_read(fd, b, sizeof b, co_deadline_after(10000 * MS));
+        f->result = (int)n; /* 0: the server closed the connection */
+        break;
+    }
+    case 3: { /* connect and say nothing */
+        ssize_t n = co_read(fd, b, sizeof b, co_deadline_after(10000 * MS));
+        f->result = (int)n;
+        break;
+    }
+    case 4: { /* ask for a big answer and never read it */
+        const char rq[] = "GET /file HTTP/1.1\r\nHost: x\r\n\r\n";
+        for (int i = 0; i < 200; i++)
+            if (co_write(fd, rq, sizeof rq - 1, co_deadline_after(50 * MS)) < 0)
+                break;
+        co_sleep(1500 * MS); /* past the server's write timeout */
+        f->result = 0;
+        break;
+    }
+    case 5: { /* garbage then reset */
+        co_write(fd, "\xff\xfe\xfd\r\n\r\n", 7, CO_FOREVER);
+        struct linger lg = {1, 0};
+        setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+        f->result = 0;
+        break;
+    }
+    }
+    co_close(fd);
+    co_waitgroup_done(f->wg);
+}
+
+static void test_http_faults(void) {
+    int fds0 = count_fds(), cos0 = co_count();
+    char path[] = "/tmp/colony_http_XXXXXX";
+    int tf = mkstemp(path);
+    static char blob[1 << 20];
+    CHECK_EQ(write(tf, blob, sizeof blob), (ssize_t)sizeof blob);
+    close(tf);
+    http_server_t *s = start_http(16, 0, 300 * MS, 0, path);
+    int port = http_server_port(s);
+    co_waitgroup_t wg = CO_WAITGROUP_INIT;
+    fault_t f[12];
+    for (int i = 0; i < 12; i++) {
+        f[i] = (fault_t){.port = port, .kind = i % 6, .wg = &wg};
+        co_waitgroup_add(&wg, 1);
+        co_go(fault_client, &f[i]);
+    }
+    co_waitgroup_wait(&wg);
+    for (int i = 0; i < 12; i++) {
+        if (f[i].kind == 1)
+            CHECK_EQ(f[i].result, 200);
+        if (f[i].kind == 2 || f[i].kind == 3)
+            CHECK_EQ(f[i].result, 0);
+    }
+    /* the server is still fine */
+    char b[4096];
+    CHECK_EQ(http_exchange(port, "GET / HTTP/1.1\r\nHost: x\r\n\r\n", 27, b, sizeof b), 200);
+    http_server_stop(s);
+    http_stats_t st;
+    http_server_wait(s, &st);
+    CHECK(st.timeouts >= 4); /* the stalled readers and the non-reading peers */
+    unlink(path);
+    CHECK_EQ(count_fds(), fds0);
+    CHECK_EQ(settled_count(cos0), cos0);
+}
+
+/* ---- HTTP: overload ----------------------------------------------------------- */
+
+static void test_http_overload(void) {
+    int fds0 = count_fds(), cos0 = co_count();
+    /* 2 workers, 2 waiting places, 200 ms of waiting */
+    http_server_t *s = start_http(2, 2, 3000 * MS, 200 * MS, NULL);
+    int port = http_server_port(s);
+    char b[4096];
+    /* two keep-alive connections occupy both workers */
+    int busy[2];
+    for (int i = 0; i < 2; i++) {
+        busy[i] = dial(port);
+        const char rq[] = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+        co_write(busy[i], rq, sizeof rq - 1, CO_FOREVER);
+        size_t have = 0;
+        CHECK(read_response(busy[i], b, sizeof b, &have, co_deadline_after(5000 * MS)) > 0);
+    }
+    /* further connections wait, then get 503 */
+    int64_t t0 = co_now();
+    CHECK_EQ(http_exchange(port, "GET / HTTP/1.1\r\nHost: x\r\n\r\n", 27, b, sizeof b), 503);
+    CHECK(co_now() - t0 >= 150 * MS); /* it did wait in the queue first */
+    int many[8];
+    for (int i = 0; i < 8; i++)
+        many[i] = dial(port);
+    int refused = 0;
+    for (int i = 0; i < 8; i++) {
+        size_t have = 0;
+        long n = read_response(many[i], b, sizeof b, &have, co_deadline_after(5000 * MS));
+        refused += n > 0 && status_of(b) == 503;
+        co_close(many[i]);
+    }
+    CHECK_EQ(refused, 8);
+    /* free the workers: new connections are served again */
+    co_close(busy[0]);
+    co_close(busy[1]);
+    CHECK_EQ(http_exchange(port, "GET / HTTP/1.1\r\nHost: x\r\n\r\n", 27, b, sizeof b), 200);
+    http_server_stop(s);
+    http_stats_t st;
+    http_server_wait(s, &st);
+    CHECK(st.refused >= 9);
+    CHECK_EQ(count_fds(), fds0);
+    CHECK_EQ(settled_count(cos0), cos0);
+}
+
+/* Shutdown with idle keep-alive, stalled and mid-request connections. */
+static void test_http_shutdown_with_clients(void) {
+    int fds0 = count_fds(), cos0 = co_count();
+    http_server_t *s = start_http(8, 0, 30000 * MS, 0, NULL);
+    int port = http_server_port(s);
+    int c[4];
+    char b[4096];
+    c[0] = dial(port); /* idle keep-alive */
+    co_write(c[0], "GET / HTTP/1.1\r\nHost: x\r\n\r\n", 27, CO_FOREVER);
+    size_t have = 0;
+    CHECK(read_response(c[0], b, sizeof b, &have, co_deadline_after(5000 * MS)) > 0);
+    c[1] = dial(port); /* silent */
+    c[2] = dial(port); /* half a request */
+    co_write(c[2], "GET / HT", 8, CO_FOREVER);
+    c[3] = dial(port);
+    co_sleep(50 * MS);
+    int64_t t0 = co_now();
+    http_server_stop(s);
+    http_server_wait(s, NULL);
+    CHECK(co_now() - t0 < 10000 * MS); /* not the 30 s read timeout */
+    for (int i = 0; i < 4; i++) {
+        CHECK(co_read(c[i], b, sizeof b, co_deadline_after(5000 * MS)) <= 0);
+        co_close(c[i]);
+    }
+    CHECK_EQ(count_fds(), fds0);
+    CHECK_EQ(settled_count(cos0), cos0);
+}
+
+/* ---- echo ---------------------------------------------------------------------- */
+
+static echo_server_t *start_echo(int pool, int queue, int64_t idle, int64_t qwait) {
+    echo_config_t cfg = {.pool_size = pool, .queue_cap = queue, .idle_timeout_ns = idle,
+                         .write_timeout_ns = 500 * MS, .queue_wait_ns = qwait};
+    echo_server_t *s = NULL;
+    CHECK_EQ(echo_server_start(&s, &cfg), 0);
+    return s;
+}
+
+typedef struct {
+    int port, id, ok;
+    co_waitgroup_t *wg;
+} eclient_t;
+
+static void echo_client_co(void *arg) {
+    eclient_t *c = arg;
+    int fd = dial(c->port);
+    char msg[64], back[64];
+    c->ok = fd >= 0;
+    for (int r = 0; r < 20 && c->ok; r++) {
+        memset(msg, 'a' + (c->id + r) % 26, sizeof msg);
+        if (co_write(fd, msg, sizeof msg, co_deadline_after(5000 * MS)) != sizeof msg) {
+            c->ok = 0;
+            break;
+        }
+        size_t got = 0;
+        while (got < sizeof back) {
+            ssize_t n = co_read(fd, back + got, sizeof back - got, co_deadline_after(5000 * MS));
+            if (n <= 0)
+                break;
+            got += (size_t)n;
+        }
+        c->ok = got == sizeof back && memcmp(msg, back, sizeof msg) == 0;
+    }
+    if (fd >= 0)
+        co_close(fd);
+    co_waitgroup_done(c->wg);
+}
+
+static void test_echo(void) {
+    int fds0 = count_fds(), cos0 = co_count();
+    echo_server_t *s = start_echo(64, 0, 300 * MS, 0);
+    int port = s->port;
+    enum { N = 100 };
+    eclient_t cs[N];
+    co_waitgroup_t wg = CO_WAITGROUP_INIT;
+    for (int i = 0; i < N; i++) {
+        cs[i] = (eclient_t){.port = port, .id = i, .wg = &wg};
+        co_waitgroup_add(&wg, 1);
+        co_go(echo_client_co, &cs[i]);
+    }
+    co_waitgroup_wait(&wg);
+    int ok = 0;
+    for (int i = 0; i < N; i++)
+        ok += cs[i].ok;
+    CHECK_EQ(ok, N); /* 100 clients, 64 workers: some waited for a worker */
+    /* half-close: what we sent still comes back, then EOF */
+    int fd = dial(port);
+    co_write(fd, "half", 4, CO_FOREVER);
+    shutdown(fd, SHUT_WR);
+    char b[16];
+    size_t got = 0;
+    ssize_t n;
+    while ((n = co_read(fd, b + got, sizeof b - got, co_deadline_after(5000 * MS))) > 0)
+        got += (size_t)n;
+    CHECK_EQ(got, 4);
+    CHECK_EQ(n, 0);
+    co_close(fd);
+    /* reset mid-stream */
+    fd = dial(port);
+    co_write(fd, "x", 1, CO_FOREVER);
+    struct linger lg = {1, 0};
+    setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+    co_close(fd);
+    /* stalled: dropped after the idle timeout */
+    fd = dial(port);
+    CHECK_EQ(co_read(fd, b, sizeof b, co_deadline_after(10000 * MS)), 0);
+    co_close(fd);
+    echo_server_stop(s);
+    echo_stats_t st;
+    echo_server_wait(s, &st);
+    CHECK(st.timeouts >= 1);
+    CHECK_EQ(st.refused, 0);
+    CHECK_EQ(count_fds(), fds0);
+    CHECK_EQ(settled_count(cos0), cos0);
+}
+
+static void test_echo_overload_and_shutdown(void) {
+    int fds0 = count_fds(), cos0 = co_count();
+    echo_server_t *s = start_echo(4, 4, 30000 * MS, 100 * MS);
+    int port = s->port;
+    enum { N = 30 };
+    int fd[N];
+    for (int i = 0; i < N; i++)
+        fd[i] = dial(port);
+    int served = 0, refused = 0;
+    for (int i = 0; i < N; i++) {
+        char b[4];
+        if (co_write(fd[i], "ping", 4, co_deadline_after(2000 * MS)) < 0) {
+            refused++;
+            continue;
+        }
+        ssize_t n = co_read(fd[i], b, 4, co_deadline_after(3000 * MS));
+        if (n == 4)
+            served++;
+        else if (n == 0 || n == -ECONNRESET)
+            refused++;
+    }
+    CHECK_EQ(served, 4);
+    CHECK_EQ(served + refused, N);
+    /* shut down with the four served connections still open and idle */
+    echo_server_stop(s);
+    echo_stats_t st;
+    echo_server_wait(s, &st);
+    CHECK_EQ(st.served, 4);
+    CHECK_EQ(st.refused, N - 4);
+    for (int i = 0; i < N; i++)
+        co_close(fd[i]);
+    CHECK_EQ(count_fds(), fds0);
+    CHECK_EQ(settled_count(cos0), cos0);
+}
+
+/* ---- the real binaries, stopped by a signal ------------------------------------- */
+
+static void run_binary(const char *path, const char *needle) {
+    if (access(path, X_OK) != 0) {
+        fprintf(stderr, "   (%s not built here: skipped)\n", path);
+        return;
+    }
+    int out[2];
+    CHECK(pipe(out) == 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(out[1], 1);
+        close(out[0]);
+        close(out[1]);
+        execl(path, path, "0", "16", (char *)NULL);
+        _exit(127);
+    }
+    close(out[1]);
+    char line[512] = {0};
+    size_t have = 0;
+    int port = 0;
+    while (have < sizeof line - 1) {
+        ssize_t n = co_read(out[0], line + have, sizeof line - 1 - have, co_deadline_after(10000 * MS));
+        if (n <= 0)
+            break;
+        have += (size_t)n;
+        char *p = strstr(line, "127.0.0.1:");
+        if (p && strchr(p, '\n')) {
+            port = atoi(p + 10);
+            break;
+        }
+    }
+    CHECK(port > 0);
+    if (port > 0) {
+        int fd = dial(port);
+        CHECK(fd >= 0);
+        co_write(fd, needle, strlen(needle), CO_FOREVER);
+        char b[1024];
+        ssize_t n = co_read(fd, b, sizeof b, co_deadline_after(5000 * MS));
+        CHECK(n > 0);
+        co_close(fd);
+    }
+    kill(pid, SIGTERM);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0))
+        fprintf(stderr, "   %s: exit status %d, signal %d\n", path,
+                WIFEXITED(status) ? WEXITSTATUS(status) : -1, WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    size_t total = have;
+    ssize_t n;
+    char rest[1024];
+    while ((n = read(out[0], rest, sizeof rest)) > 0)
+        total += (size_t)n; /* the stats line */
+    CHECK(total > have);
+    close(out[0]);
+}
+
+static void test_binaries_sigterm(void) {
+    run_binary("./http_server", "GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+    run_binary("./echo_server", "hello");
+}
+
+int main(void) {
+    t_begin(170);
+    signal(SIGPIPE, SIG_IGN);
+    CHECK_EQ(co_init(NULL), 0);
+    T_RUN(test_http_answers);
+    T_RUN(test_http_faults);
+    T_RUN(test_http_overload);
+    T_RUN(test_http_shutdown_with_clients);
+    T_RUN(test_echo);
+    T_RUN(test_echo_overload_and_shutdown);
+    T_RUN(test_binaries_sigterm);
+    return t_end();
+}
