@@ -84,7 +84,7 @@ static int chan_block(co_chan_t *ch, co__waitq_t *q, void *data, int64_t deadlin
     w.data = data;
     w.n = 0;
     w.result = 0;
-    w.idx = 0;
+    w.idx = deadline == CO_FOREVER ? CHAN_W_EXCL : CHAN_W_TIMED;
     chq_push(q, &w);
     int rc = co__park(&pk, deadline, chan_unlock_cb, ch);
     if (CO_UNLIKELY(rc == CO_ETIMEDOUT)) {

@@ -147,12 +147,33 @@ static inline void chq_remove(co__waiter_t *w) {
     w->q = NULL;
 }
 
+/* w->idx of a waiter: a select case index (>= 0), or one of these for a
+ * plain send/recv. */
+enum {
+    CHAN_W_TIMED = -1, /* plain op with a deadline: the deadline may claim it */
+    CHAN_W_EXCL = -2   /* plain op with CO_FOREVER: nobody but a waker of this
+                          channel can claim its parker */
+};
+
 /* Pop the first waiter whose parker we win; stale waiters are dropped. The
- * returned waiter is ours to fill in until co__unpark(w->pk). */
+ * returned waiter is ours to fill in until co__unpark(w->pk).
+ *
+ * An exclusive waiter (CHAN_W_EXCL) is claimed without the CAS: its parker
+ * has no deadline and belongs to no select, so the only parties that could
+ * claim it are wakers of this channel, and they are serialised by ch->lock
+ * and find the waiter only by popping it (once). The store-release stands
+ * for the CAS's effect (state WAITING -> WOKEN, winner recorded); the data
+ * hand-over is published to the owner by co__unpark as usual. */
 static inline co__waiter_t *chq_claim(co__waitq_t *q) {
     co__waiter_t *w;
-    while ((w = chq_pop(q)) != NULL)
+    while ((w = chq_pop(q)) != NULL) {
+        if (w->idx == CHAN_W_EXCL) {
+            w->pk->winner = w;
+            __atomic_store_n(&w->pk->state, CO__PK_WOKEN, __ATOMIC_RELEASE);
+            return w;
+        }
         if (co__claim(w->pk, w)) return w;
+    }
     return NULL;
 }
 
