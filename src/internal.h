@@ -144,9 +144,10 @@ typedef struct co__timer {
     void *arg;
     struct co_p *p;          /* heap it is on (under that heap's lock) */
     int32_t idx;             /* heap index, -1 when not on a heap */
-    uint32_t state;          /* atomic: CO__TM_* */
+    uint32_t state;          /* atomic: CO__TM_IDLE/PENDING, changed under p's heap lock */
+    uint32_t running;        /* atomic: callbacks in flight (see timer.c) */
 } co__timer_t;
-enum { CO__TM_IDLE = 0, CO__TM_PENDING = 1, CO__TM_RUNNING = 2 };
+enum { CO__TM_IDLE = 0, CO__TM_PENDING = 1 };
 CO_HIDDEN void co__timer_add(co__timer_t *t, int64_t when); /* t must not be pending */
 /* Remove a timer. Returns true if it was pending and will now never run.
  * If its callback is running on another M, waits until it returns, so the

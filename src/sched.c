@@ -89,11 +89,20 @@ uint32_t co__fastrand(void) {
 
 /* ---- switching ---------------------------------------------------------- */
 
+/* Runs on the context that was switched to, first thing: the previous
+ * G's post-switch action, then any due timers of the P (only now: a timer
+ * callback may need a lock the previous G released in its action). */
 static void run_post(co_m_t *m) {
     void (*f)(co_g_t *, void *) = m->post_fn;
     if (f) {
         m->post_fn = NULL;
         f(m->post_g, m->post_arg);
+    }
+    co_p_t *p = m->p;
+    if (p && CO_UNLIKELY(__atomic_load_n(&p->timer0_when, __ATOMIC_RELAXED) != 0)) {
+        int64_t w = __atomic_load_n(&p->timer0_when, __ATOMIC_ACQUIRE);
+        int64_t now;
+        if (w && w <= (now = co_now())) co__timers_run(p, now);
     }
 }
 
@@ -290,10 +299,6 @@ static co_g_t *globrunqget(co_p_t *p, int max) {
 static co_g_t *runq_next_fast(co_p_t *p) {
     if (!p) return NULL;
     p->schedtick++;
-    if (__atomic_load_n(&p->timer0_when, __ATOMIC_ACQUIRE) != 0) {
-        int64_t w = __atomic_load_n(&p->timer0_when, __ATOMIC_ACQUIRE);
-        if (w && w <= co_now()) co__timers_run(p, co_now());
-    }
     co_g_t *g;
     if (p->schedtick % 61 == 0 && (g = globrunqget(p, 1))) return g;
     if ((g = runqget(p))) return g;
@@ -544,6 +549,8 @@ static co_g_t *findrunnable(co_m_t *m) {
             block_idle(m);
             continue;
         }
+        int64_t tw = __atomic_load_n(&p->timer0_when, __ATOMIC_ACQUIRE);
+        if (tw && tw <= co_now()) co__timers_run(p, co_now());
         co_g_t *g = runq_next_fast(p);
         if (g) return g;
         if (co__netpoll_has_waiters() && __atomic_load_n(&s->polling, __ATOMIC_ACQUIRE) == 0 &&
@@ -632,7 +639,7 @@ static void gfput(co_p_t *p, co_g_t *g) {
         spill = x->schedlink;
         x->schedlink = s->gfree_global;
         s->gfree_global = x;
-        s->ngfree_global++;
+        __atomic_store_n(&s->ngfree_global, s->ngfree_global + 1, __ATOMIC_RELAXED);
     }
     co__unlock(&s->lock);
     while (spill) {
@@ -655,12 +662,12 @@ static co_g_t *gfget(co_p_t *p) {
     co_g_t *g = s->gfree_global;
     if (g) {
         s->gfree_global = g->schedlink;
-        s->ngfree_global--;
+        __atomic_store_n(&s->ngfree_global, s->ngfree_global - 1, __ATOMIC_RELAXED);
         /* refill the local cache with a batch */
         while (p && p->gfree_n < CO_GFREE_LOCAL / 2 && s->gfree_global) {
             co_g_t *x = s->gfree_global;
             s->gfree_global = x->schedlink;
-            s->ngfree_global--;
+            __atomic_store_n(&s->ngfree_global, s->ngfree_global - 1, __ATOMIC_RELAXED);
             x->schedlink = p->gfree;
             p->gfree = x;
             p->gfree_n++;
@@ -926,6 +933,17 @@ nomem:
     s->allp = NULL;
     co__unlock(&init_lock);
     return CO_ENOMEM;
+}
+
+/* For tests that fork: forget the parent's runtime (its threads do not
+ * exist in the child) and start afresh. Leaks the old state on purpose. */
+CO_EXTERN int co__test_reset_after_fork(void);
+int co__test_reset_after_fork(void) {
+    __atomic_store_n(&rt_state, RT_DOWN, __ATOMIC_RELEASE);
+    init_lock.v = 0;
+    memset(&co__sched, 0, sizeof co__sched);
+    tls_m = NULL;
+    return co_init(NULL);
 }
 
 int co__ensure_init(void) {

@@ -4,14 +4,14 @@
  * add to, delete from or run any P's heap. p->timer0_when mirrors the root
  * so other Ms can find the next deadline without the lock.
  *
- * Timer state (co__timer_t.state), who changes it:
- *   IDLE -> PENDING   co__timer_add, under the heap lock
- *   PENDING -> IDLE   co__timer_del, under the heap lock
- *   PENDING -> RUNNING co__timers_run, under the heap lock (popped)
- *   RUNNING -> IDLE   co__timers_run after the callback returns (CAS: the
- *                     callback may have re-added it, making it PENDING)
- * co__timer_del waits while a timer is RUNNING, so a timer's memory can be
- * reused as soon as del returns.
+ * Timer state (co__timer_t.state) is IDLE or PENDING and changes only
+ * under the lock of the heap the timer is on (t->p): add makes it PENDING,
+ * del and the runner (popping it) make it IDLE. t->running counts callbacks
+ * in flight: the runner increments it under the heap lock as it pops the
+ * timer and decrements it (release) as its very last touch of the timer.
+ * co__timer_del removes a pending timer and then waits (acquire) until
+ * running is 0, so a timer's memory can be reused once del returns, even
+ * when its callback re-added it meanwhile.
  */
 #include "runtime.h"
 
@@ -82,10 +82,10 @@ void co__timer_add(co__timer_t *t, int64_t when) {
         p->timers_cap = ncap;
     }
     t->when = when;
-    t->p = p;
+    __atomic_store_n(&t->p, p, __ATOMIC_RELEASE);
     p->timers[p->timers_len++] = t;
     sift_up(p, p->timers_len - 1);
-    __atomic_store_n(&t->state, CO__TM_PENDING, __ATOMIC_RELEASE);
+    __atomic_store_n(&t->state, CO__TM_PENDING, __ATOMIC_RELAXED);
     bool first = t->idx == 0;
     if (first) set_timer0(p);
     co__unlock(&p->timers_lock);
@@ -101,26 +101,31 @@ void co__timer_add(co__timer_t *t, int64_t when) {
 }
 
 bool co__timer_del(co__timer_t *t) {
+    bool removed = false;
     for (;;) {
-        uint32_t st = __atomic_load_n(&t->state, __ATOMIC_ACQUIRE);
-        if (st == CO__TM_IDLE) return false;
-        if (st == CO__TM_RUNNING) {
-            sched_yield();
+        co_p_t *p = __atomic_load_n(&t->p, __ATOMIC_ACQUIRE);
+        if (!p) break; /* never added */
+        co__lock(&p->timers_lock);
+        if (__atomic_load_n(&t->p, __ATOMIC_RELAXED) != p) { /* moved by a re-add */
+            co__unlock(&p->timers_lock);
             continue;
         }
-        co_p_t *p = __atomic_load_n(&t->p, __ATOMIC_ACQUIRE);
-        co__lock(&p->timers_lock);
-        if (t->p == p && __atomic_load_n(&t->state, __ATOMIC_RELAXED) == CO__TM_PENDING) {
+        if (__atomic_load_n(&t->state, __ATOMIC_RELAXED) == CO__TM_PENDING) {
             int i = t->idx;
             heap_remove(p, i);
             t->idx = -1;
-            __atomic_store_n(&t->state, CO__TM_IDLE, __ATOMIC_RELEASE);
+            __atomic_store_n(&t->state, CO__TM_IDLE, __ATOMIC_RELAXED);
             if (i == 0) set_timer0(p);
-            co__unlock(&p->timers_lock);
-            return true;
+            removed = true;
         }
         co__unlock(&p->timers_lock);
+        break;
     }
+    /* acquire: pairs with the runner's release decrement */
+    while (__atomic_load_n(&t->running, __ATOMIC_ACQUIRE) != 0) sched_yield();
+    /* A callback that was in flight may have re-added the timer. */
+    if (__atomic_load_n(&t->state, __ATOMIC_ACQUIRE) == CO__TM_PENDING) return co__timer_del(t) || removed;
+    return removed;
 }
 
 int co__timers_run(co_p_t *p, int64_t now) {
@@ -130,16 +135,16 @@ int co__timers_run(co_p_t *p, int64_t now) {
         co__timer_t *t = p->timers[0];
         heap_remove(p, 0);
         t->idx = -1;
-        __atomic_store_n(&t->state, CO__TM_RUNNING, __ATOMIC_RELEASE);
+        __atomic_store_n(&t->state, CO__TM_IDLE, __ATOMIC_RELAXED);
+        __atomic_add_fetch(&t->running, 1, __ATOMIC_RELAXED);
         set_timer0(p);
-        co__unlock(&p->timers_lock);
         void (*fn)(void *) = t->fn;
         void *arg = t->arg;
+        co__unlock(&p->timers_lock);
         fn(arg);
-        uint32_t r = CO__TM_RUNNING;
-        /* release: the callback's effects happen before del sees IDLE */
-        __atomic_compare_exchange_n(&t->state, &r, CO__TM_IDLE, false, __ATOMIC_RELEASE,
-                                    __ATOMIC_RELAXED);
+        /* release: last touch of t; the callback's effects happen before
+         * co__timer_del sees 0 */
+        __atomic_sub_fetch(&t->running, 1, __ATOMIC_RELEASE);
         ran++;
         co__lock(&p->timers_lock);
     }

@@ -73,9 +73,13 @@ struct park_args {
 /* Runs on the next context, once the parking G is off its stack. */
 static void post_park(co_g_t *g, void *arg) {
     struct park_args *a = arg;
+    /* Copy out first: once the timer is armed it may fire and the parked G
+     * may run and return, ending the lifetime of *a. */
+    void (*unlockf)(void *) = a->unlockf;
+    void *uarg = a->arg;
     __atomic_store_n(&g->status, CO_G_WAITING, __ATOMIC_RELAXED);
     if (a->deadline != CO_FOREVER) co__timer_add(&a->timer, a->deadline);
-    if (a->unlockf) a->unlockf(a->arg);
+    if (unlockf) unlockf(uarg);
 }
 
 int co__park(co__parker_t *pk, int64_t deadline, void (*unlockf)(void *), void *arg) {
@@ -170,27 +174,37 @@ co__waiter_t *co__waitq_pop(co__waitq_t *q) {
     return w;
 }
 
-/* ---- waitgroup ----------------------------------------------------------- */
-
+/* ---- waitgroup -----------------------------------------------------------
+ *
+ * state (atomic u64) = counter << 32 | waiters, as Go's WaitGroup. The rule
+ * that makes `co_waitgroup_done(); ...the waiter frees the wg` safe: after
+ * the counter reaches zero the adder touches the waitgroup only if waiters
+ * were counted, and no counted waiter returns before the adder's last touch
+ * (its store of 0 into state):
+ *  - a woken waiter is unparked after that store;
+ *  - a waiter whose deadline fired leaves by CAS-decrementing the waiter
+ *    count only while the counter is non-zero; if the counter already hit
+ *    zero, an adder is releasing it, and it waits for the store of 0. */
 typedef struct wg_impl {
-    co__lock_t lock;      /* protects q; taken by waiters and by the 0-transition */
+    co__lock_t lock;      /* protects q */
     uint32_t pad;
-    int64_t count;        /* atomic acq_rel: Add/Done; acquire load by waiters */
+    uint64_t state;       /* atomic: counter << 32 | waiters (see above) */
     co__waitq_t q;        /* waiters, FIFO */
 } wg_impl_t;
 CO_STATIC_ASSERT(sizeof(wg_impl_t) <= sizeof(co_waitgroup_t), "co_waitgroup_t too small");
 
+#define WG_COUNT(s) ((int32_t)((s) >> 32))
+#define WG_WAITERS(s) ((uint32_t)(s))
+
 void co_waitgroup_add(co_waitgroup_t *wg_, int delta) {
     wg_impl_t *wg = (wg_impl_t *)wg_;
-    int64_t v = __atomic_add_fetch(&wg->count, delta, __ATOMIC_ACQ_REL);
-    if (v < 0) co__fatal("co_waitgroup %p: negative counter (%lld)", (void *)wg_, (long long)v);
-    if (v != 0 || delta == 0) return;
-    /* The counter reached zero: release every waiter. A waiter checks the
-     * counter under the lock before queueing, so taking the lock here
-     * after the decrement cannot miss one. */
+    /* acq_rel: Done's writes happen before a waiter's return */
+    uint64_t s = __atomic_add_fetch(&wg->state, (uint64_t)(int64_t)delta << 32, __ATOMIC_ACQ_REL);
+    int32_t v = WG_COUNT(s);
+    if (v < 0) co__fatal("co_waitgroup %p: negative counter (%d)", (void *)wg_, v);
+    if (v != 0 || WG_WAITERS(s) == 0 || delta == 0) return;
     co__lock(&wg->lock);
-    co__waiter_t *w;
-    co__waiter_t *ready = NULL;
+    co__waiter_t *w, *ready = NULL;
     while ((w = co__waitq_pop(&wg->q))) {
         if (co__claim(w->pk, w)) {
             w->next = ready;
@@ -198,6 +212,8 @@ void co_waitgroup_add(co_waitgroup_t *wg_, int delta) {
         }
     }
     co__unlock(&wg->lock);
+    /* release: the last touch of *wg by this adder (see above) */
+    __atomic_store_n(&wg->state, 0, __ATOMIC_RELEASE);
     while (ready) {
         co__waiter_t *n = ready->next;
         co__unpark(ready->pk);
@@ -209,7 +225,8 @@ void co_waitgroup_done(co_waitgroup_t *wg) { co_waitgroup_add(wg, -1); }
 
 int co_waitgroup_wait_until(co_waitgroup_t *wg_, int64_t deadline) {
     wg_impl_t *wg = (wg_impl_t *)wg_;
-    if (__atomic_load_n(&wg->count, __ATOMIC_ACQUIRE) == 0) return 0;
+    uint64_t s = __atomic_load_n(&wg->state, __ATOMIC_ACQUIRE);
+    if (WG_COUNT(s) == 0) return 0;
     if (deadline != CO_FOREVER && deadline <= co_now()) return CO_ETIMEDOUT;
     co__parker_t pk;
     co__parker_init(&pk, CO__WR_WAITGROUP);
@@ -217,18 +234,37 @@ int co_waitgroup_wait_until(co_waitgroup_t *wg_, int64_t deadline) {
     memset(&w, 0, sizeof w);
     w.pk = &pk;
     co__lock(&wg->lock);
-    if (__atomic_load_n(&wg->count, __ATOMIC_ACQUIRE) == 0) {
-        co__unlock(&wg->lock);
-        return 0;
-    }
+    do {
+        s = __atomic_load_n(&wg->state, __ATOMIC_ACQUIRE);
+        if (WG_COUNT(s) == 0) {
+            co__unlock(&wg->lock);
+            return 0;
+        }
+    } while (!__atomic_compare_exchange_n(&wg->state, &s, s + 1, false, __ATOMIC_ACQ_REL,
+                                          __ATOMIC_ACQUIRE));
     co__waitq_push(&wg->q, &w);
     int rc = co__park_lock(&pk, deadline, &wg->lock);
-    if (rc == CO_ETIMEDOUT) {
-        co__lock(&wg->lock);
-        co__waitq_remove(&w);
-        co__unlock(&wg->lock);
+    if (rc == 0) return 0;
+    co__lock(&wg->lock);
+    s = __atomic_load_n(&wg->state, __ATOMIC_ACQUIRE);
+    while (WG_COUNT(s) != 0) {
+        if (__atomic_compare_exchange_n(&wg->state, &s, s - 1, false, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_ACQUIRE)) {
+            co__waitq_remove(&w);
+            co__unlock(&wg->lock);
+            return CO_ETIMEDOUT;
+        }
     }
-    return rc;
+    co__unlock(&wg->lock);
+    /* The counter reached zero and an adder is releasing the waiters: wait
+     * for its last touch, then report success. */
+    while (WG_WAITERS(__atomic_load_n(&wg->state, __ATOMIC_ACQUIRE)) != 0) {
+        if (co__cur_g())
+            co_yield();
+        else
+            sched_yield();
+    }
+    return 0;
 }
 
 void co_waitgroup_wait(co_waitgroup_t *wg) { (void)co_waitgroup_wait_until(wg, CO_FOREVER); }

@@ -1,0 +1,361 @@
+/* The core runtime: spawning, yielding, sleeping, waitgroups, co_main,
+ * errors, plain threads, shutdown, stack overflow reports, stress. */
+// ctest-timeout: 300
+#include <colony.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+
+#include "t.h"
+
+static int sanitized(void) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+    return 1;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+    return 1;
+#endif
+#endif
+    return 0;
+}
+
+static atomic_long counter;
+static co_waitgroup_t wg = CO_WAITGROUP_INIT;
+
+static void incr(void *arg) {
+    (void)arg;
+    atomic_fetch_add(&counter, 1);
+    co_waitgroup_done(&wg);
+}
+
+static void test_spawn_from_thread(void) {
+    atomic_store(&counter, 0);
+    int n = 10000;
+    co_waitgroup_add(&wg, n);
+    for (int i = 0; i < n; i++) CHECK_EQ(co_go(incr, NULL), 0);
+    co_waitgroup_wait(&wg);
+    CHECK_EQ(atomic_load(&counter), n);
+}
+
+static int spawn_many(void *arg) {
+    long n = (long)arg;
+    co_waitgroup_t w = CO_WAITGROUP_INIT;
+    (void)w;
+    co_waitgroup_add(&wg, (int)n);
+    for (long i = 0; i < n; i++)
+        if (co_go(incr, NULL) != 0) return -1;
+    co_waitgroup_wait(&wg);
+    return 42;
+}
+
+static void test_co_main(void) {
+    atomic_store(&counter, 0);
+    CHECK_EQ(co_main(spawn_many, (void *)100000L), 42);
+    CHECK_EQ(atomic_load(&counter), 100000);
+    CHECK_EQ(co_main(NULL, NULL), CO_EINVAL);
+}
+
+static int nested(void *arg) {
+    (void)arg;
+    return co_main(spawn_many, (void *)10L) + 1;
+}
+
+static void test_co_main_nested(void) { CHECK_EQ(co_main(nested, NULL), 43); }
+
+/* Two coroutines yield to each other; each sees the other progress. */
+static atomic_int turns[2];
+static void yielder(void *arg) {
+    long me = (long)arg;
+    for (int i = 0; i < 1000; i++) {
+        atomic_fetch_add(&turns[me], 1);
+        co_yield();
+    }
+    co_waitgroup_done(&wg);
+}
+
+static void test_yield(void) {
+    atomic_store(&turns[0], 0);
+    atomic_store(&turns[1], 0);
+    co_waitgroup_add(&wg, 2);
+    co_go(yielder, (void *)0L);
+    co_go(yielder, (void *)1L);
+    co_waitgroup_wait(&wg);
+    CHECK_EQ(atomic_load(&turns[0]), 1000);
+    CHECK_EQ(atomic_load(&turns[1]), 1000);
+    co_yield(); /* from a plain thread: just yields the thread */
+}
+
+static atomic_int early;
+static void sleeper(void *arg) {
+    int64_t ns = (int64_t)(long)arg;
+    int64_t t0 = co_now();
+    CHECK_EQ(co_sleep(ns), 0);
+    if (co_now() - t0 < ns) atomic_fetch_add(&early, 1);
+    int64_t dl = co_now() + ns;
+    CHECK_EQ(co_sleep_until(dl), 0);
+    if (co_now() < dl) atomic_fetch_add(&early, 1);
+    co_waitgroup_done(&wg);
+}
+
+static void test_sleep(void) {
+    atomic_store(&early, 0);
+    long durs[] = {0, 1000, 50000, 100000, 1000000, 5000000};
+    int n = 0;
+    for (int rep = 0; rep < 20; rep++)
+        for (unsigned i = 0; i < sizeof durs / sizeof *durs; i++) {
+            co_waitgroup_add(&wg, 1);
+            CHECK_EQ(co_go(sleeper, (void *)durs[i]), 0);
+            n++;
+        }
+    co_waitgroup_wait(&wg);
+    CHECK_EQ(atomic_load(&early), 0);
+    /* from a plain thread */
+    int64_t t0 = co_now();
+    CHECK_EQ(co_sleep(2000000), 0);
+    CHECK(co_now() - t0 >= 2000000);
+    CHECK_EQ(co_sleep(-5), 0);
+    CHECK_EQ(co_sleep_until(-1), CO_EINVAL);
+}
+
+static void many_sleepers(void *arg) {
+    (void)arg;
+    co_sleep(10 * 1000000);
+    atomic_fetch_add(&counter, 1);
+    co_waitgroup_done(&wg);
+}
+
+static void test_many_timers(void) {
+    int n = sanitized() ? 5000 : 100000;
+    atomic_store(&counter, 0);
+    co_waitgroup_add(&wg, n);
+    for (int i = 0; i < n; i++) CHECK_EQ(co_go(many_sleepers, NULL), 0);
+    co_waitgroup_wait(&wg);
+    CHECK_EQ(atomic_load(&counter), n);
+}
+
+static void test_waitgroup_timeout(void) {
+    co_waitgroup_t w = CO_WAITGROUP_INIT;
+    CHECK_EQ(co_waitgroup_wait_until(&w, 0), 0); /* zero counter: returns at once */
+    co_waitgroup_add(&w, 1);
+    CHECK_EQ(co_waitgroup_wait_until(&w, 0), CO_ETIMEDOUT);
+    CHECK_EQ(co_waitgroup_wait_until(&w, co_deadline_after(1000000)), CO_ETIMEDOUT);
+    co_waitgroup_done(&w);
+    CHECK_EQ(co_waitgroup_wait_until(&w, CO_FOREVER), 0);
+}
+
+static void id_check(void *arg) {
+    uint64_t *out = arg;
+    *out = co_id();
+    co_waitgroup_done(&wg);
+}
+
+static void test_ids(void) {
+    CHECK_EQ(co_id(), 0);
+    uint64_t a = 0, b = 0;
+    co_waitgroup_add(&wg, 2);
+    co_go(id_check, &a);
+    co_go(id_check, &b);
+    co_waitgroup_wait(&wg);
+    CHECK(a != 0 && b != 0 && a != b);
+    CHECK(co_procs() >= 1);
+}
+
+static void nop(void *arg) { (void)arg; }
+
+static void block_until(void *arg) {
+    co_waitgroup_wait((co_waitgroup_t *)arg);
+    co_waitgroup_done(&wg);
+}
+
+static int try_shutdown_inside(void *arg) {
+    (void)arg;
+    return co_shutdown();
+}
+
+static void test_errors(void) {
+    CHECK_EQ(co_go(NULL, NULL), CO_EINVAL);
+    co_attr_t tiny = {.stack_size = 100};
+    CHECK_EQ(co_go_with(&tiny, nop, NULL), CO_EINVAL);
+    co_attr_t huge = {.stack_size = (size_t)1 << 40};
+    CHECK_EQ(co_go_with(&huge, nop, NULL), CO_EINVAL);
+    co_attr_t named = {.stack_size = 0, .name = "a-rather-long-name-that-is-truncated-somewhere"};
+    co_waitgroup_add(&wg, 1);
+    CHECK_EQ(co_go_with(&named, incr, NULL), 0);
+    co_waitgroup_wait(&wg);
+    co_config_t bad = {.procs = -1};
+    CHECK_EQ(co_init(&bad), CO_EINVAL);
+    co_config_t other = {.procs = co_procs() + 1};
+    CHECK_EQ(co_init(&other), CO_EINVAL); /* already running with other settings */
+    CHECK_EQ(co_init(NULL), 0);
+    co_config_t badstack = {.stack_size = 1};
+    CHECK_EQ(co_init(&badstack), CO_EINVAL);
+    CHECK_EQ(co_blocking(NULL, NULL), CO_EINVAL);
+    /* shutdown refuses while coroutines live and changes nothing */
+    co_waitgroup_t gate = CO_WAITGROUP_INIT;
+    co_waitgroup_add(&gate, 1);
+    co_waitgroup_add(&wg, 1);
+    CHECK_EQ(co_go(block_until, &gate), 0);
+    CHECK_EQ(co_shutdown(), CO_EBUSY);
+    co_waitgroup_done(&gate);
+    co_waitgroup_wait(&wg);
+    CHECK_EQ(co_main(try_shutdown_inside, NULL), CO_EPERM);
+    /* every code has a name */
+    int codes[] = {CO_ECLOSED, CO_EOVERLOAD, CO_ETIMEDOUT, CO_EINVAL, CO_ENOMEM, CO_ECANCELED,
+                   CO_EBUSY, CO_EDEADLK, CO_EPERM};
+    for (unsigned i = 0; i < sizeof codes / sizeof *codes; i++) {
+        CHECK(strcmp(co_strerror(codes[i]), "unknown error") != 0);
+        for (unsigned j = 0; j < i; j++) CHECK(codes[i] != codes[j]);
+    }
+    CHECK(strcmp(co_strerror(-ENOENT), strerror(ENOENT)) == 0);
+    CHECK(strcmp(co_strerror(12345), "unknown error") == 0);
+    CHECK_EQ(co_deadline_after(-1), CO_FOREVER);
+    CHECK(co_deadline_after(0) <= co_now());
+}
+
+/* Stress: many coroutines, many Ms, spawning from threads and coroutines. */
+static void stress_leaf(void *arg) {
+    (void)arg;
+    for (int i = 0; i < 3; i++) co_yield();
+    atomic_fetch_add(&counter, 1);
+    co_waitgroup_done(&wg);
+}
+static void stress_node(void *arg) {
+    long n = (long)arg;
+    for (long i = 0; i < n; i++) co_go(stress_leaf, NULL);
+    co_waitgroup_done(&wg);
+}
+static void *stress_thread(void *arg) {
+    long n = (long)arg;
+    for (long i = 0; i < n; i++) co_go(stress_node, (void *)100L);
+    return NULL;
+}
+
+static void test_stress(void) {
+    long nodes = sanitized() ? 50 : 500;
+    atomic_store(&counter, 0);
+    co_waitgroup_add(&wg, (int)(4 * nodes * 101));
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++) pthread_create(&th[i], NULL, stress_thread, (void *)nodes);
+    for (int i = 0; i < 4; i++) pthread_join(th[i], NULL);
+    co_waitgroup_wait(&wg);
+    CHECK_EQ(atomic_load(&counter), 4 * nodes * 100);
+}
+
+/* Overflow reports: run in a child, expect SIGABRT and the message. */
+static volatile int sink;
+static int recurse(int n) {
+    volatile char buf[512];
+    buf[0] = (char)n;
+    sink += buf[0];
+    return n > 0 ? recurse(n - 1) + buf[0] : 0;
+}
+static void overflow(void *arg) {
+    (void)arg;
+    recurse(1 << 20);
+    co_waitgroup_done(&wg);
+}
+
+static void expect_overflow(const char *debug_env) {
+    int pipefd[2];
+    CHECK_EQ(pipe(pipefd), 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(pipefd[1], 2);
+        if (debug_env) setenv("COLONY_DEBUG", debug_env, 1);
+        /* a fresh runtime in the child (the parent's threads are gone) */
+        co_attr_t a = {.stack_size = 64 * 1024, .name = "deep"};
+        extern int co__test_reset_after_fork(void);
+        co__test_reset_after_fork();
+        co_waitgroup_add(&wg, 1);
+        co_go_with(&a, overflow, NULL);
+        co_waitgroup_wait(&wg);
+        _exit(0);
+    }
+    close(pipefd[1]);
+    char buf[4096] = {0};
+    size_t len = 0;
+    ssize_t r;
+    while (len < sizeof buf - 1 && (r = read(pipefd[0], buf + len, sizeof buf - 1 - len)) > 0)
+        len += (size_t)r;
+    close(pipefd[0]);
+    int st;
+    waitpid(pid, &st, 0);
+    CHECK(WIFSIGNALED(st));
+    CHECK(strstr(buf, "stack overflow in coroutine") != NULL);
+    CHECK(strstr(buf, "'deep'") != NULL);
+}
+
+static void test_overflow_guard(void) {
+    if (sanitized()) return; /* ASan reports overflows itself */
+    expect_overflow(NULL);
+}
+static void test_overflow_canary(void) {
+    if (sanitized()) return;
+    expect_overflow("noguard");
+}
+
+/* ENOMEM: in a child with a small address-space limit, co_go fails cleanly. */
+static void test_enomem(void) {
+    if (sanitized()) return; /* sanitizers reserve huge shadow mappings */
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        extern int co__test_reset_after_fork(void);
+        co__test_reset_after_fork();
+        co_attr_t big = {.stack_size = (size_t)512 * 1024 * 1024};
+        /* limit the address space to what we use now plus 2 GiB */
+        long pages = 0;
+        FILE *f = fopen("/proc/self/statm", "r");
+        if (!f || fscanf(f, "%ld", &pages) != 1) _exit(2);
+        fclose(f);
+        struct rlimit cur;
+        getrlimit(RLIMIT_AS, &cur);
+        struct rlimit lim = {(rlim_t)pages * 4096 + ((rlim_t)2 << 30), cur.rlim_max};
+        setrlimit(RLIMIT_AS, &lim);
+        int fails = 0;
+        for (int i = 0; i < 20; i++)
+            if (co_go_with(&big, nop, NULL) == CO_ENOMEM) fails++;
+        /* the process keeps running and can still spawn small ones */
+        co_waitgroup_add(&wg, 1);
+        int ok = co_go(incr, NULL) == 0;
+        co_waitgroup_wait(&wg);
+        _exit(fails > 0 && ok ? 0 : 1);
+    }
+    int st;
+    waitpid(pid, &st, 0);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+static void test_shutdown_restart(void) {
+    CHECK_EQ(co_shutdown(), 0);
+    CHECK_EQ(co_count(), 0);
+    co_config_t c = {.procs = 3};
+    CHECK_EQ(co_init(&c), 0);
+    CHECK_EQ(co_procs(), 3);
+    atomic_store(&counter, 0);
+    CHECK_EQ(co_main(spawn_many, (void *)1000L), 42);
+    CHECK_EQ(atomic_load(&counter), 1000);
+    CHECK_EQ(co_shutdown(), 0);
+}
+
+int main(void) {
+    t_begin(280);
+    T_RUN(test_spawn_from_thread);
+    T_RUN(test_co_main);
+    T_RUN(test_co_main_nested);
+    T_RUN(test_yield);
+    T_RUN(test_sleep);
+    T_RUN(test_many_timers);
+    T_RUN(test_waitgroup_timeout);
+    T_RUN(test_ids);
+    T_RUN(test_errors);
+    T_RUN(test_stress);
+    T_RUN(test_overflow_guard);
+    T_RUN(test_overflow_canary);
+    T_RUN(test_enomem);
+    T_RUN(test_shutdown_restart);
+    return t_end();
+}
