@@ -89,6 +89,9 @@ static void load_worker(void *arg) {
     int fd = dial(o, co_deadline_after(10000 * MS));
     if (fd < 0) {
         w->err = fd;
+        static int reported; /* atomic: print the first failure only */
+        if (!__atomic_exchange_n(&reported, 1, __ATOMIC_RELAXED))
+            fprintf(stderr, "echo_client: connect: %s\n", co_strerror(fd));
         goto out;
     }
     while (co_now() < w->end) {
@@ -96,6 +99,9 @@ static void load_worker(void *arg) {
         if (co_write(fd, msg, (size_t)o->size, co_deadline_after(10000 * MS)) < 0 ||
             read_full(fd, back, (size_t)o->size, co_deadline_after(10000 * MS)) != o->size) {
             w->err = -EIO;
+            static int reported_io; /* atomic */
+            if (!__atomic_exchange_n(&reported_io, 1, __ATOMIC_RELAXED))
+                fprintf(stderr, "echo_client: connection %d failed mid-run\n", w->id);
             break;
         }
         int64_t us10 = (co_now() - t0) / 10000;

@@ -1,0 +1,3 @@
+module colony.bench/net
+
+go 1.19

@@ -1,0 +1,325 @@
+#!/bin/sh
+# bench/run_net.sh — servers under load (issue 5), side by side with Go 1.19.
+#
+#   sh bench/run_net.sh <builddir>
+#
+# Loopback only (127.0.0.1), bounded in count and time. For each run the
+# colony server and its Go peer are started alternately (odd runs colony
+# first, even runs Go first), each in a fresh process:
+#   http   examples/http_server (pool 1000) vs bench/go/net/http (net/http),
+#          wrk -t2 -c100 -d10s --latency on "/" after a 1 s warm-up:
+#          requests/s and p99 latency
+#   echo   examples/echo_server (pool 1000) vs bench/go/net/echo (a goroutine
+#          per connection), examples/echo_client -c 100 -s 64 -d 10:
+#          round trips/s and p99 latency
+#   flood  examples/echo_server with a pool of 1000 (and the unbounded Go
+#          server for comparison) against echo_client -f 10000 -H 500:
+#          10,000 connections at once, each sends 64 bytes, waits for the
+#          echo, holds the connection 500 ms; every connection is counted as
+#          served / refused / reset / connect error / timeout; the server's
+#          peak RSS (VmHWM) is read before it is stopped, and it must still
+#          answer afterwards.
+# Writes bench/results/net.md (BENCH_QUICK=1: <builddir>/bench-net-quick.md).
+#
+# Environment: BENCH_RUNS (default 3), BENCH_QUICK=1 (2 s runs, a flood of
+# 1,000 at a pool of 100), BENCH_GO_CACHE (GOCACHE/GOPATH root, default
+# $TMPDIR/colony-bench-go).
+set -u
+
+BUILD=${1:-build}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT" || exit 1
+case "$BUILD" in /*) ;; *) BUILD="$ROOT/$BUILD" ;; esac
+
+QUICK=${BENCH_QUICK:-0}
+RUNS=${BENCH_RUNS:-3}
+[ "$RUNS" -lt 1 ] && RUNS=1
+if [ "$QUICK" = 1 ]; then
+    DUR=2 FLOOD=1000 FPOOL=100 RUNS=${BENCH_RUNS:-1}
+else
+    DUR=10 FLOOD=10000 FPOOL=1000
+fi
+
+for b in http_server echo_server echo_client; do
+    if [ ! -x "$BUILD/$b" ]; then
+        echo "bench/run_net.sh: $BUILD/$b is missing: build first (make BUILD=...)" >&2
+        exit 1
+    fi
+done
+if ! command -v wrk >/dev/null 2>&1; then
+    echo "bench/run_net.sh: wrk is not installed: the http rows will read n/a" >&2
+fi
+
+OUT="$BUILD/bench-net"
+mkdir -p "$OUT"
+RAW="$OUT/raw.txt"
+LOG="$OUT/log.txt"
+: >"$RAW"
+: >"$LOG"
+
+# ---- the Go peers ------------------------------------------------------------
+TMP=${TMPDIR:-/tmp}
+BENCH_GO_CACHE=${BENCH_GO_CACHE:-$TMP/colony-bench-go}
+GOBIN_DIR="$BUILD/bench-go"
+mkdir -p "$GOBIN_DIR"
+GO_OK=0
+GO_VERSION="not installed"
+if command -v go >/dev/null 2>&1; then
+    GO_VERSION=$(go version 2>/dev/null)
+    GO_OK=1
+    for p in http echo; do
+        if ! (cd bench/go/net && GOCACHE="$BENCH_GO_CACHE/cache" GOPATH="$BENCH_GO_CACHE/path" \
+              GOFLAGS=-mod=mod GOPROXY=off GOTOOLCHAIN=local go build -o "$GOBIN_DIR/net-$p" "./$p") >>"$LOG" 2>&1; then
+            echo "bench/run_net.sh: building bench/go/net/$p failed (see $LOG)" >&2
+            GO_OK=0
+        fi
+    done
+fi
+
+# ---- helpers ------------------------------------------------------------------
+SPID=""
+PORT=""
+# start_server NAME CMD...: start a server, wait for the port it prints.
+start_server() {
+    name=$1
+    shift
+    "$@" >"$OUT/$name.out" 2>&1 &
+    SPID=$!
+    PORT=""
+    tries=0 # (sh has no locals: every helper uses its own variable names)
+    while [ $tries -lt 100 ] && [ -z "$PORT" ]; do
+        PORT=$(sed -n 's/.*127\.0\.0\.1:\([0-9][0-9]*\).*/\1/p' "$OUT/$name.out" | head -n 1)
+        [ -z "$PORT" ] && sleep 0.05
+        tries=$((tries + 1))
+    done
+    if [ -z "$PORT" ]; then
+        echo "bench/run_net.sh: $name did not start" >&2
+        kill "$SPID" 2>/dev/null
+        wait "$SPID" 2>/dev/null
+        SPID=""
+        return 1
+    fi
+    return 0
+}
+# stop_server: read the peak RSS (KiB) into HWM, SIGTERM, wait.
+stop_server() {
+    HWM=$(sed -n 's/^VmHWM:[[:space:]]*\([0-9]*\).*/\1/p' "/proc/$SPID/status" 2>/dev/null)
+    [ -n "$HWM" ] || HWM=0
+    kill -TERM "$SPID" 2>/dev/null
+    wait "$SPID" 2>/dev/null
+    SPID=""
+}
+# to_us VALUE-WITH-UNIT (wrk: 812.00us, 1.23ms, 1.01s)
+to_us() {
+    echo "$1" | awk '{ v = $1 + 0; if ($1 ~ /ms$/) v *= 1000; else if ($1 ~ /us$/) v *= 1; else if ($1 ~ /s$/) v *= 1000000; printf "%.0f", v }'
+}
+
+run_http() { # impl run
+    impl=$1 run=$2
+    if [ "$impl" = colony ]; then
+        start_server "http-$impl" "$BUILD/http_server" 0 1000 || return
+    else
+        [ "$GO_OK" = 1 ] || return
+        start_server "http-$impl" "$GOBIN_DIR/net-http" 0 || return
+    fi
+    url="http://127.0.0.1:$PORT/"
+    wrk -t2 -c100 -d1s "$url" >/dev/null 2>&1
+    res=$(wrk -t2 -c100 -d"${DUR}s" --latency "$url" 2>&1)
+    stop_server
+    printf '%s\n' "$res" >>"$LOG"
+    rps=$(printf '%s\n' "$res" | sed -n 's/^Requests\/sec:[[:space:]]*\([0-9.]*\).*/\1/p')
+    p99=$(printf '%s\n' "$res" | awk '$1 == "99%" { print $2 }')
+    errs=$(printf '%s\n' "$res" | awk '/Socket errors|Non-2xx/ { n++ } END { print n + 0 }')
+    if [ -z "$rps" ] || [ -z "$p99" ]; then
+        echo "id=http impl=$impl run=$run status=failed" >>"$RAW"
+        echo "  http #$run $impl: FAILED" >&2
+        return
+    fi
+    p99=$(to_us "$p99")
+    echo "id=http impl=$impl run=$run rps=$rps p99_us=$p99 rss_kib=$HWM error_lines=$errs" >>"$RAW"
+    echo "  http #$run $impl: $rps req/s, p99 $p99 us, peak RSS $HWM KiB" >&2
+}
+
+run_echo() { # impl run
+    impl=$1 run=$2
+    if [ "$impl" = colony ]; then
+        start_server "echo-$impl" "$BUILD/echo_server" 0 1000 || return
+    else
+        [ "$GO_OK" = 1 ] || return
+        start_server "echo-$impl" "$GOBIN_DIR/net-echo" 0 || return
+    fi
+    res=$("$BUILD/echo_client" -p "$PORT" -c 100 -s 64 -d "$DUR" 2>&1)
+    stop_server
+    printf '%s\n' "$res" >>"$LOG"
+    rts=$(printf '%s\n' "$res" | sed -n 's/.* round trips, \([0-9.]*\)\/s.*/\1/p')
+    p99=$(printf '%s\n' "$res" | sed -n 's/.* p99 \([0-9.]*\) us.*/\1/p')
+    cerr=$(printf '%s\n' "$res" | sed -n 's/.* \([0-9]*\) connection errors.*/\1/p')
+    if [ -z "$rts" ]; then
+        echo "id=echo impl=$impl run=$run status=failed" >>"$RAW"
+        echo "  echo #$run $impl: FAILED" >&2
+        return
+    fi
+    echo "id=echo impl=$impl run=$run rts=$rts p99_us=$p99 rss_kib=$HWM conn_errors=$cerr" >>"$RAW"
+    echo "  echo #$run $impl: $rts round trips/s, p99 $p99 us, peak RSS $HWM KiB" >&2
+}
+
+run_flood() { # impl run
+    impl=$1 run=$2
+    if [ "$impl" = colony ]; then
+        start_server "flood-$impl" "$BUILD/echo_server" 0 "$FPOOL" || return
+    else
+        [ "$GO_OK" = 1 ] || return
+        start_server "flood-$impl" "$GOBIN_DIR/net-echo" 0 || return
+    fi
+    res=$("$BUILD/echo_client" -p "$PORT" -f "$FLOOD" -H 500 -t 20000 2>&1)
+    # still up? one connection, one second of round trips
+    after=$("$BUILD/echo_client" -p "$PORT" -c 1 -d 1 2>&1)
+    alive=0
+    printf '%s\n' "$after" | grep -q ' 0 connection errors' && alive=1
+    stop_server
+    printf '%s\n%s\n' "$res" "$after" >>"$LOG"
+    line=$(printf '%s\n' "$res" | grep '^flood:')
+    if [ -z "$line" ]; then
+        echo "id=flood impl=$impl run=$run status=failed" >>"$RAW"
+        echo "  flood #$run $impl: FAILED" >&2
+        return
+    fi
+    f() { printf '%s\n' "$line" | sed -n "s/.* $1 \([0-9]*\).*/\1/p"; }
+    secs=$(printf '%s\n' "$line" | sed -n 's/.* in \([0-9.]*\) s:.*/\1/p')
+    echo "id=flood impl=$impl run=$run served=$(f served) refused=$(f refused) reset=$(f reset) connerr=$(f error) timeout=$(f timeout) other=$(f other) secs=$secs rss_kib=$HWM alive=$alive" >>"$RAW"
+    echo "  flood #$run $impl: $line; peak RSS $HWM KiB; alive after: $alive" >&2
+    if [ "$impl" = colony ]; then
+        sed -n 's/^echo_server: accepted/server: accepted/p' "$OUT/flood-$impl.out" >>"$LOG"
+    fi
+}
+
+# pair KIND: RUNS runs of each implementation, alternating the order.
+pair() {
+    kind=$1
+    pr=1
+    while [ "$pr" -le "$RUNS" ]; do
+        if [ $((pr % 2)) -eq 1 ]; then
+            "run_$kind" colony "$pr"
+            "run_$kind" go "$pr"
+        else
+            "run_$kind" go "$pr"
+            "run_$kind" colony "$pr"
+        fi
+        pr=$((pr + 1))
+    done
+}
+
+machine() {
+    m=$(lscpu 2>/dev/null | sed -n 's/^Model name:[[:space:]]*//p' | head -1)
+    [ -n "$m" ] || m=$(uname -m)
+    echo "$m, $(nproc 2>/dev/null || echo '?') logical CPUs, $(awk '/MemTotal/ {printf "%.0f GiB RAM", $2/1048576}' /proc/meminfo), Linux $(uname -r)"
+}
+loadavg() { cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?'; }
+
+DATE=$(date -u '+%Y-%m-%d %H:%M UTC')
+MACHINE=$(machine)
+LOAD_BEFORE=$(loadavg)
+T0=$(date +%s)
+echo "bench/run_net.sh: $MACHINE; load $LOAD_BEFORE; $RUNS runs each" >&2
+command -v wrk >/dev/null 2>&1 && pair http
+pair echo
+pair flood
+LOAD_AFTER=$(loadavg)
+ELAPSED=$(( $(date +%s) - T0 ))
+REV=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+[ -n "$(git status --porcelain -- src include examples 2>/dev/null)" ] && REV="$REV plus uncommitted changes"
+BUILD_TYPE=$(sed -n 's/^CMAKE_BUILD_TYPE:STRING=//p' "$BUILD/CMakeCache.txt" 2>/dev/null)
+[ -n "$BUILD_TYPE" ] || BUILD_TYPE=RelWithDebInfo
+WRK_VERSION=$(wrk -v 2>&1 | head -n 1 | sed 's/ Copyright.*//')
+
+# ---- the report --------------------------------------------------------------
+if [ "$QUICK" = 1 ]; then
+    MD="$BUILD/bench-net-quick.md"
+else
+    MD="bench/results/net.md"
+    mkdir -p bench/results
+fi
+
+awk -v date="$DATE" -v machine="$MACHINE" -v lb="$LOAD_BEFORE" -v la="$LOAD_AFTER" \
+    -v runs="$RUNS" -v rev="$REV" -v goversion="$GO_VERSION" -v wrkv="$WRK_VERSION" \
+    -v elapsed="$ELAPSED" -v btype="$BUILD_TYPE" -v quick="$QUICK" -v dur="$DUR" \
+    -v flood="$FLOOD" -v fpool="$FPOOL" '
+function sortv(a, n,    i, j, t) { for (i = 2; i <= n; i++) { t = a[i]; for (j = i - 1; j >= 1 && a[j] > t; j--) a[j + 1] = a[j]; a[j + 1] = t } }
+function med(id, impl, key,    a, n, k) {
+    n = 0
+    for (k = 1; k <= nl; k++) if (I[k] == id && M[k] == impl && (k, key) in V) a[++n] = V[k, key] + 0
+    N = n
+    if (n == 0) return ""
+    sortv(a, n); MIN = a[1]; MAX = a[n]
+    return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+}
+function f0(v) { return v == "" ? "n/a" : sprintf("%.0f", v) }
+function rngs() { return N > 1 ? sprintf(" [%.0f–%.0f]", MIN, MAX) : "" }
+{
+    nl++
+    n = split($0, w, " ")
+    for (i = 1; i <= n; i++) { p = index(w[i], "="); if (p) V[nl, substr(w[i], 1, p - 1)] = substr(w[i], p + 1) }
+    I[nl] = V[nl, "id"]; M[nl] = V[nl, "impl"]
+    if (V[nl, "status"] == "failed") fails++
+}
+END {
+    print "# Servers under load: colony vs Go 1.19 (issue 5)"
+    print ""
+    if (quick == 1) { print "SMOKE RUN (BENCH_QUICK=1): short runs and a small flood; not figures to quote."; print "" }
+    print "Command: `sh bench/run_net.sh <builddir>` (also run by `make bench`), " runs " run(s) of each"
+    print "implementation, alternating which goes first; medians, [min–max] over the runs."
+    print ""
+    print "- Date: " date "; commit " rev "; build " btype
+    print "- Machine: " machine "; load average before " lb ", after " la "; " elapsed " s in all"
+    print "- Go: " goversion "; load generator: " wrkv " and examples/echo_client (colony)"
+    print "- Everything on 127.0.0.1; client and server share the same CPUs."
+    print ""
+    print "**Noise.** This machine is shared by several engineers building and testing at the"
+    print "same time, and the load generator runs on the same 2 CPUs as the server, so"
+    print "single runs can differ by tens of per cent; compare the medians, and re-run"
+    print "before quoting a figure."
+    print ""
+    print "## Throughput and latency"
+    print ""
+    print "| benchmark | colony | Go | colony / Go | target | met |"
+    print "|---|---|---|---|---|---|"
+    c = med("http", "colony", "rps"); cr = rngs(); g = med("http", "go", "rps"); gr = rngs()
+    r = (c != "" && g != "" && g > 0) ? c / g : ""
+    printf "| HTTP `/`, wrk -t2 -c100 -d%ss: requests/s | %s%s | %s%s | %s | ≥ 1.2× | %s |\n", dur, f0(c), cr, f0(g), gr, r == "" ? "n/a" : sprintf("%.2f×", r), r == "" ? "n/a" : (r >= 1.2 ? "yes" : "no")
+    c = med("http", "colony", "p99_us"); cr = rngs(); g = med("http", "go", "p99_us"); gr = rngs()
+    r = (c != "" && g != "" && g > 0) ? c / g : ""
+    printf "| HTTP: p99 latency (µs) | %s%s | %s%s | %s | ≤ Go | %s |\n", f0(c), cr, f0(g), gr, r == "" ? "n/a" : sprintf("%.2f×", r), r == "" ? "n/a" : (r <= 1 ? "yes" : "no")
+    c = med("http", "colony", "rss_kib"); g = med("http", "go", "rss_kib")
+    printf "| HTTP: server peak RSS (KiB) | %s | %s | | report | |\n", f0(c), f0(g)
+    c = med("echo", "colony", "rts"); cr = rngs(); g = med("echo", "go", "rts"); gr = rngs()
+    r = (c != "" && g != "" && g > 0) ? c / g : ""
+    printf "| echo, 100 connections × 64 B, %s s: round trips/s | %s%s | %s%s | %s | ≥ 1.2× | %s |\n", dur, f0(c), cr, f0(g), gr, r == "" ? "n/a" : sprintf("%.2f×", r), r == "" ? "n/a" : (r >= 1.2 ? "yes" : "no")
+    c = med("echo", "colony", "p99_us"); cr = rngs(); g = med("echo", "go", "p99_us"); gr = rngs()
+    r = (c != "" && g != "" && g > 0) ? c / g : ""
+    printf "| echo: p99 round trip (µs) | %s%s | %s%s | %s | report | |\n", f0(c), cr, f0(g), gr, r == "" ? "n/a" : sprintf("%.2f×", r)
+    c = med("echo", "colony", "rss_kib"); g = med("echo", "go", "rss_kib")
+    printf "| echo: server peak RSS (KiB) | %s | %s | | report | |\n", f0(c), f0(g)
+    print ""
+    printf "## Flood: %d connections at once, colony pool of %d\n", flood, fpool
+    print ""
+    print "Each connection sends 64 bytes, waits for the echo, holds the connection 500 ms,"
+    print "closes. colony: a pool of " fpool " workers plus a queue of " fpool " waiting connections (1 s"
+    print "at most), the rest refused (closed before any echo). Go: a goroutine per connection,"
+    print "no bound (for comparison of memory, not a target)."
+    print ""
+    print "| run | server | served | refused | reset | connect error | timeout | other | seconds | server peak RSS (KiB) | answers afterwards |"
+    print "|---|---|---|---|---|---|---|---|---|---|---|"
+    ok = 1; any = 0
+    for (k = 1; k <= nl; k++) {
+        if (I[k] != "flood" || V[k, "status"] == "failed") continue
+        printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", V[k, "run"], M[k] == "go" ? "Go (unbounded)" : "colony", V[k, "served"], V[k, "refused"], V[k, "reset"], V[k, "connerr"], V[k, "timeout"], V[k, "other"], V[k, "secs"], V[k, "rss_kib"], V[k, "alive"] == 1 ? "yes" : "NO"
+        if (M[k] == "colony") {
+            any = 1
+            if (V[k, "alive"] != 1 || V[k, "served"] + V[k, "refused"] != flood) ok = 0
+        }
+    }
+    print ""
+    if (any) printf "colony: every connection served or refused cleanly, server up afterwards: **%s**.\n", ok ? "yes" : "NO"
+    if (fails) { print ""; printf "%d run(s) failed; see the build directory'"'"'s bench-net/log.txt.\n", fails }
+}' "$RAW" >"$MD"
+echo "bench/run_net.sh: wrote $MD" >&2
