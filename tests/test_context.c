@@ -1,0 +1,497 @@
+/* Context: background, cancel trees, deadlines, values, free orders,
+ * errors, misuse and concurrent stress. */
+#include "colony.h"
+#include "t.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+#define T_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer) || __has_feature(address_sanitizer)
+#define T_SANITIZED 1
+#endif
+#endif
+#ifndef T_SANITIZED
+#define T_SANITIZED 0
+#endif
+static int small(void) { return T_SANITIZED || getenv("COLONY_CI") != NULL; }
+
+#define MS (1000 * 1000LL)
+
+/* done is closed (a receive returns CO_ECLOSED at once) */
+static bool is_done(co_ctx_t *c) {
+    char b;
+    co_chan_t *d = co_ctx_done(c);
+    return d && co_chan_recv(d, &b, 0) == CO_ECLOSED;
+}
+
+/* ---- misuse in a fresh process ----------------------------------------- */
+static void expect_abort(const char *name, const char *op) {
+    int fd[2];
+    CHECK_EQ(pipe(fd), 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fd[1], 2);
+        close(fd[0]);
+        execl("/proc/self/exe", "test_context", "--misuse", name, (char *)NULL);
+        _exit(127);
+    }
+    close(fd[1]);
+    char buf[4096];
+    size_t len = 0;
+    ssize_t r;
+    while (len < sizeof buf - 1 && (r = read(fd[0], buf + len, sizeof buf - 1 - len)) > 0)
+        len += (size_t)r;
+    buf[len] = 0;
+    close(fd[0]);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT);
+    char *obj = strstr(buf, "obj=");
+    char *fatal = strstr(buf, "colony: fatal: ");
+    CHECK(obj != NULL && fatal != NULL);
+    if (obj && fatal) {
+        char addr[64] = {0};
+        sscanf(obj + 4, "%63s", addr);
+        CHECK(strstr(fatal, addr) != NULL);
+        CHECK(strstr(fatal, op) != NULL);
+    }
+    if (!(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT) || !fatal)
+        fprintf(stderr, "child output: %s\n", buf);
+}
+
+static int run_misuse(const char *name) {
+    co_ctx_t *p, *c, *d;
+    if (co_ctx_with_cancel(&p, co_ctx_background()) != 0) return 3;
+    if (co_ctx_with_cancel(&c, p) != 0) return 3; /* keeps p's memory alive */
+    fprintf(stderr, "obj=%p\n", (void *)p);
+    if (!strcmp(name, "double_free")) {
+        co_ctx_free(p);
+        co_ctx_free(p);
+    } else if (!strcmp(name, "child_of_freed")) {
+        co_ctx_free(p);
+        co_ctx_with_value(&d, p, "k", NULL);
+    } else {
+        return 2;
+    }
+    return 0;
+}
+
+static void test_misuse(void) {
+    expect_abort("double_free", "co_ctx_free");
+    expect_abort("child_of_freed", "co_ctx_with_value");
+}
+
+/* ---- background and errors ----------------------------------------------- */
+static void test_background(void) {
+    co_ctx_t *bg = co_ctx_background();
+    CHECK(bg != NULL);
+    CHECK(bg == co_ctx_background());
+    CHECK(co_ctx_done(bg) == NULL);
+    CHECK_EQ(co_ctx_err(bg), 0);
+    CHECK(co_ctx_value(bg, "x") == NULL);
+    co_ctx_cancel(bg); /* no-op */
+    co_ctx_free(bg);   /* no-op */
+    CHECK_EQ(co_ctx_err(bg), 0);
+}
+
+static void test_einval(void) {
+    co_ctx_t *c = (co_ctx_t *)0x1;
+    CHECK_EQ(co_ctx_with_cancel(NULL, co_ctx_background()), CO_EINVAL);
+    CHECK_EQ(co_ctx_with_cancel(&c, NULL), CO_EINVAL);
+    CHECK(c == NULL);
+    CHECK_EQ(co_ctx_with_deadline(NULL, co_ctx_background(), 0), CO_EINVAL);
+    CHECK_EQ(co_ctx_with_deadline(&c, NULL, CO_FOREVER), CO_EINVAL);
+    CHECK_EQ(co_ctx_with_timeout(NULL, co_ctx_background(), MS), CO_EINVAL);
+    CHECK_EQ(co_ctx_with_timeout(&c, NULL, MS), CO_EINVAL);
+    CHECK_EQ(co_ctx_with_value(NULL, co_ctx_background(), "k", NULL), CO_EINVAL);
+    CHECK_EQ(co_ctx_with_value(&c, NULL, "k", NULL), CO_EINVAL);
+    CHECK_EQ(co_ctx_with_value(&c, co_ctx_background(), NULL, NULL), CO_EINVAL);
+    CHECK(c == NULL);
+    CHECK_EQ(co_ctx_err(NULL), CO_EINVAL);
+    CHECK(co_ctx_done(NULL) == NULL);
+    CHECK(co_ctx_value(NULL, "k") == NULL);
+    co_ctx_cancel(NULL);
+    co_ctx_free(NULL);
+}
+
+/* ---- cancel ---------------------------------------------------------------- */
+static void test_cancel(void) {
+    co_ctx_t *c;
+    CHECK_EQ(co_ctx_with_cancel(&c, co_ctx_background()), 0);
+    CHECK(co_ctx_done(c) != NULL);
+    CHECK_EQ(co_ctx_err(c), 0);
+    CHECK(!is_done(c));
+    co_ctx_cancel(c);
+    CHECK_EQ(co_ctx_err(c), CO_ECANCELED);
+    CHECK(is_done(c));
+    co_ctx_cancel(c); /* idempotent */
+    CHECK_EQ(co_ctx_err(c), CO_ECANCELED);
+    co_ctx_free(c);
+}
+
+static const char tree_key[] = "k";
+static char tree_val[] = "v";
+/* root -> a -> a1 -> a1v(value), a -> a2; root -> b. */
+static void test_tree(void) {
+    co_ctx_t *root, *a, *a1, *a1v, *a2, *b;
+    CHECK_EQ(co_ctx_with_cancel(&root, co_ctx_background()), 0);
+    CHECK_EQ(co_ctx_with_cancel(&a, root), 0);
+    CHECK_EQ(co_ctx_with_deadline(&a1, a, CO_FOREVER), 0);
+    CHECK_EQ(co_ctx_with_value(&a1v, a1, tree_key, tree_val), 0);
+    CHECK_EQ(co_ctx_with_timeout(&a2, a, 3600 * 1000 * MS), 0);
+    CHECK_EQ(co_ctx_with_cancel(&b, root), 0);
+    /* cancel a subtree: a and below only */
+    co_ctx_cancel(a);
+    CHECK_EQ(co_ctx_err(a), CO_ECANCELED);
+    CHECK_EQ(co_ctx_err(a1), CO_ECANCELED);
+    CHECK_EQ(co_ctx_err(a1v), CO_ECANCELED);
+    CHECK_EQ(co_ctx_err(a2), CO_ECANCELED);
+    CHECK(is_done(a1v) && is_done(a2));
+    CHECK_EQ(co_ctx_err(root), 0);
+    CHECK_EQ(co_ctx_err(b), 0);
+    CHECK(!is_done(b));
+    /* a child of a canceled context is born canceled */
+    co_ctx_t *late;
+    CHECK_EQ(co_ctx_with_cancel(&late, a1v), 0);
+    CHECK_EQ(co_ctx_err(late), CO_ECANCELED);
+    CHECK(is_done(late));
+    CHECK(co_ctx_value(late, tree_key) == tree_val);
+    /* cancel the root: the rest goes */
+    co_ctx_cancel(root);
+    CHECK_EQ(co_ctx_err(b), CO_ECANCELED);
+    CHECK(is_done(b));
+    co_ctx_free(late);
+    co_ctx_free(a1v);
+    co_ctx_free(a1);
+    co_ctx_free(a2);
+    co_ctx_free(a);
+    co_ctx_free(b);
+    co_ctx_free(root);
+}
+
+/* Waiting on done from coroutines and threads, woken by a cancel. */
+static void *done_waiter_th(void *a) {
+    char x;
+    CHECK_EQ(co_chan_recv(co_ctx_done(a), &x, CO_FOREVER), CO_ECLOSED);
+    CHECK_EQ(co_ctx_err(a), CO_ECANCELED); /* never 0 once done is closed */
+    return NULL;
+}
+static co_waitgroup_t dw_wg = CO_WAITGROUP_INIT;
+static void done_waiter_co(void *a) {
+    done_waiter_th(a);
+    co_waitgroup_done(&dw_wg);
+}
+static void test_done_wakes_waiters(void) {
+    co_ctx_t *root, *leaf;
+    CHECK_EQ(co_ctx_with_cancel(&root, co_ctx_background()), 0);
+    CHECK_EQ(co_ctx_with_value(&leaf, root, "x", NULL), 0);
+    pthread_t th;
+    pthread_create(&th, NULL, done_waiter_th, leaf);
+    co_waitgroup_add(&dw_wg, 4);
+    for (int i = 0; i < 4; i++) CHECK_EQ(co_go(done_waiter_co, i % 2 ? leaf : root), 0);
+    co_sleep(5 * MS);
+    co_ctx_cancel(root);
+    pthread_join(th, NULL);
+    co_waitgroup_wait(&dw_wg);
+    co_ctx_free(leaf);
+    co_ctx_free(root);
+}
+
+/* ---- deadlines ------------------------------------------------------------ */
+static void test_deadline_fires(void) {
+    co_ctx_t *c, *child, *vchild;
+    CHECK_EQ(co_ctx_with_timeout(&c, co_ctx_background(), 20 * MS), 0);
+    CHECK_EQ(co_ctx_with_cancel(&child, c), 0);
+    CHECK_EQ(co_ctx_with_value(&vchild, child, "k", NULL), 0);
+    CHECK_EQ(co_ctx_err(c), 0);
+    char x;
+    CHECK_EQ(co_chan_recv(co_ctx_done(vchild), &x, CO_FOREVER), CO_ECLOSED);
+    CHECK_EQ(co_ctx_err(c), CO_ETIMEDOUT);
+    CHECK_EQ(co_ctx_err(child), CO_ETIMEDOUT); /* the parent's error propagates */
+    CHECK_EQ(co_ctx_err(vchild), CO_ETIMEDOUT);
+    co_ctx_cancel(c); /* after expiry: the error stays */
+    CHECK_EQ(co_ctx_err(c), CO_ETIMEDOUT);
+    co_ctx_free(vchild);
+    co_ctx_free(child);
+    co_ctx_free(c);
+}
+
+static void test_deadline_past(void) {
+    co_ctx_t *c;
+    CHECK_EQ(co_ctx_with_deadline(&c, co_ctx_background(), 0), 0);
+    CHECK_EQ(co_ctx_err(c), CO_ETIMEDOUT);
+    CHECK(is_done(c));
+    co_ctx_free(c);
+    CHECK_EQ(co_ctx_with_deadline(&c, co_ctx_background(), co_now() - 1), 0);
+    CHECK_EQ(co_ctx_err(c), CO_ETIMEDOUT);
+    co_ctx_free(c);
+    CHECK_EQ(co_ctx_with_deadline(&c, co_ctx_background(), -5), 0);
+    CHECK_EQ(co_ctx_err(c), CO_ETIMEDOUT);
+    co_ctx_free(c);
+    CHECK_EQ(co_ctx_with_timeout(&c, co_ctx_background(), 0), 0);
+    CHECK_EQ(co_ctx_err(c), CO_ETIMEDOUT);
+    co_ctx_free(c);
+    CHECK_EQ(co_ctx_with_timeout(&c, co_ctx_background(), -1), 0);
+    CHECK_EQ(co_ctx_err(c), CO_ETIMEDOUT);
+    co_ctx_free(c);
+    /* CO_FOREVER: no deadline */
+    CHECK_EQ(co_ctx_with_deadline(&c, co_ctx_background(), CO_FOREVER), 0);
+    CHECK_EQ(co_ctx_err(c), 0);
+    co_ctx_cancel(c);
+    CHECK_EQ(co_ctx_err(c), CO_ECANCELED);
+    co_ctx_free(c);
+    /* huge timeout: no overflow */
+    CHECK_EQ(co_ctx_with_timeout(&c, co_ctx_background(), INT64_MAX), 0);
+    CHECK_EQ(co_ctx_err(c), 0);
+    co_ctx_free(c);
+}
+
+/* A child's effective deadline is the earlier of its own and its parent's. */
+static void test_deadline_earlier_wins(void) {
+    co_ctx_t *p, *c;
+    /* parent earlier: the child expires with it, despite asking for 1 h */
+    CHECK_EQ(co_ctx_with_timeout(&p, co_ctx_background(), 10 * MS), 0);
+    CHECK_EQ(co_ctx_with_timeout(&c, p, 3600 * 1000 * MS), 0);
+    char x;
+    CHECK_EQ(co_chan_recv(co_ctx_done(c), &x, CO_FOREVER), CO_ECLOSED);
+    CHECK_EQ(co_ctx_err(c), CO_ETIMEDOUT);
+    co_ctx_free(c);
+    co_ctx_free(p);
+    /* child earlier: it expires alone */
+    CHECK_EQ(co_ctx_with_timeout(&p, co_ctx_background(), 3600 * 1000 * MS), 0);
+    CHECK_EQ(co_ctx_with_timeout(&c, p, 10 * MS), 0);
+    CHECK_EQ(co_chan_recv(co_ctx_done(c), &x, CO_FOREVER), CO_ECLOSED);
+    CHECK_EQ(co_ctx_err(c), CO_ETIMEDOUT);
+    CHECK_EQ(co_ctx_err(p), 0);
+    co_ctx_free(c);
+    co_ctx_free(p); /* frees with its 1 h timer pending */
+}
+
+/* done works in co_select next to another channel. */
+static void test_select_on_done(void) {
+    co_ctx_t *c;
+    co_chan_t *work;
+    CHECK_EQ(co_chan_new(&work, sizeof(int), 0), 0);
+    CHECK_EQ(co_ctx_with_timeout(&c, co_ctx_background(), 10 * MS), 0);
+    int v;
+    char x;
+    co_case_t cs[2] = {{work, CO_RECV, &v, 0}, {co_ctx_done(c), CO_RECV, &x, 0}};
+    CHECK_EQ(co_select(cs, 2, CO_FOREVER), 1);
+    CHECK_EQ(cs[1].result, CO_ECLOSED);
+    CHECK_EQ(co_ctx_err(c), CO_ETIMEDOUT);
+    /* background's done is NULL: never ready in a select */
+    co_case_t cb[1] = {{co_ctx_done(co_ctx_background()), CO_RECV, &x, 0}};
+    CHECK_EQ(co_select(cb, 1, co_deadline_after(MS)), CO_ETIMEDOUT);
+    co_ctx_free(c);
+    co_chan_free(work);
+}
+
+/* ---- values ----------------------------------------------------------------- */
+static const char key_a[] = "a", key_b[] = "b", key_c[] = "c";
+static void test_values(void) {
+    co_ctx_t *va, *cc, *vb, *va2, *dl;
+    int x = 1, y = 2, z = 3;
+    CHECK_EQ(co_ctx_with_value(&va, co_ctx_background(), key_a, &x), 0);
+    CHECK_EQ(co_ctx_with_cancel(&cc, va), 0);
+    CHECK_EQ(co_ctx_with_value(&vb, cc, key_b, &y), 0);
+    CHECK_EQ(co_ctx_with_value(&va2, vb, key_a, &z), 0); /* shadows a */
+    CHECK_EQ(co_ctx_with_timeout(&dl, va2, 3600 * 1000 * MS), 0);
+    CHECK(co_ctx_value(dl, key_a) == &z);
+    CHECK(co_ctx_value(dl, key_b) == &y);
+    CHECK(co_ctx_value(dl, key_c) == NULL);
+    CHECK(co_ctx_value(vb, key_a) == &x);
+    CHECK(co_ctx_value(cc, key_b) == NULL);
+    /* keys compare by address, not by content */
+    char other_a[] = "a";
+    CHECK(co_ctx_value(dl, other_a) == NULL);
+    /* a NULL value is a value */
+    co_ctx_t *vn;
+    CHECK_EQ(co_ctx_with_value(&vn, dl, key_c, NULL), 0);
+    CHECK(co_ctx_value(vn, key_c) == NULL);
+    CHECK_EQ(co_ctx_err(vn), 0);
+    /* free the ancestors first: lookups through them still work */
+    co_ctx_free(va);
+    co_ctx_free(vb);
+    CHECK(co_ctx_value(vn, key_b) == &y);
+    CHECK(co_ctx_value(vn, key_a) == &z);
+    CHECK_EQ(co_ctx_err(vn), CO_ECANCELED); /* freeing cancels */
+    co_ctx_free(dl);
+    co_ctx_free(cc);
+    co_ctx_free(va2);
+    co_ctx_free(vn);
+}
+
+/* ---- free orders -------------------------------------------------------------- */
+static void test_free_parent_first(void) {
+    co_ctx_t *p, *c, *g;
+    CHECK_EQ(co_ctx_with_timeout(&p, co_ctx_background(), 3600 * 1000 * MS), 0);
+    CHECK_EQ(co_ctx_with_cancel(&c, p), 0);
+    CHECK_EQ(co_ctx_with_value(&g, c, key_a, NULL), 0);
+    co_ctx_free(p); /* cancels the subtree; c and g stay valid */
+    CHECK_EQ(co_ctx_err(c), CO_ECANCELED);
+    CHECK(is_done(g));
+    co_ctx_t *gg;
+    CHECK_EQ(co_ctx_with_cancel(&gg, g), 0); /* children of live nodes are fine */
+    CHECK_EQ(co_ctx_err(gg), CO_ECANCELED);
+    co_ctx_free(c);
+    co_ctx_free(gg);
+    co_ctx_free(g); /* releases g, then c, then p */
+}
+
+/* A random tree freed in a random order (ASan checks the memory). */
+static void test_free_random(void) {
+    enum { N = 200 };
+    co_ctx_t *n[N];
+    unsigned seed = 12345;
+    for (int round = 0; round < 5; round++) {
+        for (int i = 0; i < N; i++) {
+            co_ctx_t *par = i == 0 ? co_ctx_background() : n[rand_r(&seed) % i];
+            int k = rand_r(&seed) % 4;
+            int rc = k == 0   ? co_ctx_with_cancel(&n[i], par)
+                     : k == 1 ? co_ctx_with_value(&n[i], par, key_a, &n[i])
+                     : k == 2 ? co_ctx_with_timeout(&n[i], par, (int64_t)(rand_r(&seed) % 3000) * 1000)
+                              : co_ctx_with_deadline(&n[i], par, CO_FOREVER);
+            CHECK_EQ(rc, 0);
+        }
+        if (round % 2) co_ctx_cancel(n[rand_r(&seed) % N]);
+        int perm[N];
+        for (int i = 0; i < N; i++) perm[i] = i;
+        for (int i = N - 1; i > 0; i--) {
+            int j = rand_r(&seed) % (i + 1), t = perm[i];
+            perm[i] = perm[j];
+            perm[j] = t;
+        }
+        for (int i = 0; i < N; i++) {
+            co_ctx_t *c = n[perm[i]];
+            /* every node still reachable answers */
+            int e = co_ctx_err(c);
+            CHECK(e == 0 || e == CO_ECANCELED || e == CO_ETIMEDOUT);
+            co_ctx_free(c);
+        }
+    }
+}
+
+/* A deep chain: canceling the root walks 20,000 levels without recursion. */
+static void deep_body(void *a) {
+    int depth = small() ? 2000 : 20000;
+    co_ctx_t **chain = malloc(sizeof *chain * (size_t)depth);
+    CHECK_EQ(co_ctx_with_cancel(&chain[0], co_ctx_background()), 0);
+    for (int i = 1; i < depth; i++) CHECK_EQ(co_ctx_with_cancel(&chain[i], chain[i - 1]), 0);
+    co_ctx_cancel(chain[0]);
+    CHECK_EQ(co_ctx_err(chain[depth - 1]), CO_ECANCELED);
+    CHECK(is_done(chain[depth - 1]));
+    for (int i = 0; i < depth; i++) co_ctx_free(chain[i]); /* root first */
+    free(chain);
+    co_waitgroup_done(a);
+}
+static void test_deep_chain(void) {
+    /* static: outlives late co_waitgroup_done calls */
+    static co_waitgroup_t wg = CO_WAITGROUP_INIT;
+    co_waitgroup_add(&wg, 1);
+    co_attr_t at = {CO_STACK_MIN, "deep"}; /* small stack: proves no recursion */
+    CHECK_EQ(co_go_with(&at, deep_body, &wg), 0);
+    co_waitgroup_wait(&wg);
+}
+
+/* ---- concurrency stress ------------------------------------------------------ */
+/* Many coroutines and threads build and free subtrees of a shared root
+ * while timers fire and the root's children are canceled under them. */
+typedef struct {
+    co_ctx_t *root;
+    int iters;
+} cs_t;
+static void churn(cs_t *s, unsigned seed) {
+    for (int i = 0; i < s->iters; i++) {
+        co_ctx_t *a, *b, *c;
+        CHECK_EQ(co_ctx_with_cancel(&a, s->root), 0);
+        CHECK_EQ(co_ctx_with_timeout(&b, a, (int64_t)(rand_r(&seed) % 200) * 1000), 0);
+        CHECK_EQ(co_ctx_with_value(&c, b, key_a, NULL), 0);
+        if (rand_r(&seed) % 2) co_ctx_cancel(a);
+        if (rand_r(&seed) % 4 == 0) {
+            char x;
+            CHECK_EQ(co_chan_recv(co_ctx_done(c), &x, CO_FOREVER), CO_ECLOSED);
+            CHECK(co_ctx_err(c) != 0);
+        }
+        switch (rand_r(&seed) % 3) {
+        case 0: co_ctx_free(a); co_ctx_free(b); co_ctx_free(c); break;
+        case 1: co_ctx_free(c); co_ctx_free(b); co_ctx_free(a); break;
+        default: co_ctx_free(b); co_ctx_free(a); co_ctx_free(c); break;
+        }
+    }
+}
+static cs_t cs;
+static co_waitgroup_t cs_wg = CO_WAITGROUP_INIT;
+static void churn_co(void *a) {
+    churn(&cs, (unsigned)(intptr_t)a);
+    co_waitgroup_done(&cs_wg);
+}
+static void *churn_th(void *a) {
+    churn(&cs, (unsigned)(intptr_t)a);
+    return NULL;
+}
+static void test_stress(void) {
+    CHECK_EQ(co_ctx_with_cancel(&cs.root, co_ctx_background()), 0);
+    cs.iters = small() ? 300 : 3000;
+    co_waitgroup_add(&cs_wg, 8);
+    for (int i = 0; i < 8; i++) CHECK_EQ(co_go(churn_co, (void *)(intptr_t)(i + 1)), 0);
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++) pthread_create(&th[i], NULL, churn_th, (void *)(intptr_t)(50 + i));
+    for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+    co_waitgroup_wait(&cs_wg);
+    co_ctx_free(cs.root);
+}
+
+/* The root is canceled while others keep adding children to it. */
+static co_ctx_t *race_root;
+static void *race_adder(void *a) {
+    for (int i = 0; i < 200; i++) {
+        co_ctx_t *c;
+        CHECK_EQ(co_ctx_with_cancel(&c, race_root), 0);
+        co_ctx_free(c);
+    }
+    return NULL;
+}
+static void test_cancel_while_adding(void) {
+    for (int round = 0; round < (small() ? 5 : 30); round++) {
+        CHECK_EQ(co_ctx_with_cancel(&race_root, co_ctx_background()), 0);
+        co_ctx_t *kept;
+        CHECK_EQ(co_ctx_with_cancel(&kept, race_root), 0);
+        pthread_t th;
+        pthread_create(&th, NULL, race_adder, NULL);
+        co_ctx_cancel(race_root);
+        CHECK_EQ(co_ctx_err(kept), CO_ECANCELED);
+        pthread_join(th, NULL);
+        co_ctx_free(race_root);
+        co_ctx_free(kept);
+    }
+}
+
+int main(int argc, char **argv) {
+    if (argc == 3 && !strcmp(argv[1], "--misuse")) return run_misuse(argv[2]);
+    t_begin(small() ? 240 : 120);
+    T_RUN(test_background);
+    T_RUN(test_einval);
+    T_RUN(test_cancel);
+    T_RUN(test_tree);
+    T_RUN(test_done_wakes_waiters);
+    T_RUN(test_deadline_fires);
+    T_RUN(test_deadline_past);
+    T_RUN(test_deadline_earlier_wins);
+    T_RUN(test_select_on_done);
+    T_RUN(test_values);
+    T_RUN(test_free_parent_first);
+    T_RUN(test_free_random);
+    T_RUN(test_deep_chain);
+    T_RUN(test_stress);
+    T_RUN(test_cancel_while_adding);
+    T_RUN(test_misuse);
+    return t_end();
+}
