@@ -57,7 +57,7 @@ void co_sched_stats(co_sched_stats_t *out) {
     co__unlock(&s->lock);
     out->spinning_threads = (int)__atomic_load_n(&s->nmspinning, __ATOMIC_ACQUIRE);
     out->coroutines = co_count();
-    for (int i = 0; i < s->nprocs && i < 64; i++) out->local_runq[i] = co__runq_len(s->allp[i]);
+    for (int i = 0; i < s->nprocs && i < 64; i++) out->local_runq[i] = co__runq_len(co__allp(i));
 }
 
 void co__schedtrace(FILE *out) {

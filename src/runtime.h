@@ -90,6 +90,11 @@ typedef struct co_p {
     int timers_len, timers_cap;
     int64_t timer0_when;
 
+    /* Set by sysmon when it lent a spare P in place of this one because its
+     * coroutine ran > 10 ms without yielding; the owner M retires the P at
+     * its next scheduler entry. atomic: sysmon store-release, owner acquire. */
+    uint32_t retire;
+
     /* sysmon bookkeeping (sysmon only). */
     uint32_t sysmon_tick;
     int64_t sysmon_when;
@@ -139,9 +144,11 @@ typedef struct co_sched {
     int64_t runqsize;          /* atomic for lock-free emptiness checks */
     co_g_t *gfree_global;
     int ngfree_global;
+    co_p_t *pspare;            /* retired Ps, ready to be lent again */
+    co_p_t *pretiring;         /* Ps lent away whose M has not retired them yet */
 
     int nprocs;
-    co_p_t **allp;
+    co_p_t **allp;             /* entries: atomic; replaced only by sysmon (lending) */
     size_t stack_size;
 
     int64_t ngoroutines;       /* atomic: live coroutines */
@@ -169,6 +176,10 @@ typedef struct co_sched {
 
 extern co_sched_t co__sched;
 
+static inline co_p_t *co__allp(int i) {
+    return __atomic_load_n(&co__sched.allp[i], __ATOMIC_ACQUIRE);
+}
+
 /* Internal functions shared by the runtime files. */
 CO_HIDDEN co_m_t *co__getm(void);         /* noinline; NULL on a plain thread */
 CO_HIDDEN void co__ready(co_g_t *g);      /* make a WAITING G runnable (runnext) */
@@ -192,6 +203,9 @@ CO_HIDDEN void co__stack_m_fini(co_m_t *m);
 CO_HIDDEN int co__timers_run(co_p_t *p, int64_t now);  /* run due timers; returns how many */
 CO_HIDDEN int64_t co__timers_next(void);               /* earliest timer over all Ps, 0 if none */
 CO_HIDDEN void co__timers_free(co_p_t *p);
+CO_HIDDEN void co__timers_move(co_p_t *from, co_p_t *to); /* every timer of from onto to */
+CO_HIDDEN void co__retire_p(co_m_t *m);                   /* sched.c: drop a lent-away P */
+CO_HIDDEN void co__runq_drain_global(co_p_t *p);          /* move p's queued Gs to the global queue */
 /* sysmon.c */
 CO_HIDDEN int co__sysmon_start(void);
 CO_HIDDEN void co__sysmon_stop(void);

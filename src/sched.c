@@ -298,6 +298,8 @@ static co_g_t *globrunqget(co_p_t *p, int max) {
  * runnext, local ring, global. p's owner only; p may be NULL. */
 static co_g_t *runq_next_fast(co_p_t *p) {
     if (!p) return NULL;
+    /* A lent-away P: go to g0, which retires it. */
+    if (CO_UNLIKELY(__atomic_load_n(&p->retire, __ATOMIC_RELAXED))) return NULL;
     p->schedtick++;
     co_g_t *g;
     if (p->schedtick % 61 == 0 && (g = globrunqget(p, 1))) return g;
@@ -474,7 +476,7 @@ static co_g_t *stealwork(co_m_t *m) {
         bool last = round == 3;
         uint32_t start = co__fastrand() % (uint32_t)n;
         for (int i = 0; i < n; i++) {
-            co_p_t *pp = s->allp[(start + (uint32_t)i) % (uint32_t)n];
+            co_p_t *pp = co__allp((int)((start + (uint32_t)i) % (uint32_t)n));
             if (pp == m->p) continue;
             if (last && __atomic_load_n(&pp->timer0_when, __ATOMIC_ACQUIRE) != 0) {
                 int64_t now = co_now();
@@ -494,7 +496,7 @@ static co_g_t *stealwork(co_m_t *m) {
 static void run_all_timers(int64_t now) {
     co_sched_t *s = &co__sched;
     for (int i = 0; i < s->nprocs; i++) {
-        co_p_t *pp = s->allp[i];
+        co_p_t *pp = co__allp(i);
         int64_t w = __atomic_load_n(&pp->timer0_when, __ATOMIC_ACQUIRE);
         if (w && w <= now) co__timers_run(pp, now);
     }
@@ -545,6 +547,10 @@ static co_g_t *findrunnable(co_m_t *m) {
     for (;;) {
         if (__atomic_load_n(&s->stopping, __ATOMIC_ACQUIRE)) return NULL;
         co_p_t *p = m->p;
+        if (p && CO_UNLIKELY(__atomic_load_n(&p->retire, __ATOMIC_ACQUIRE))) {
+            co__retire_p(m);
+            p = NULL;
+        }
         if (!p) {
             block_idle(m);
             continue;
@@ -573,6 +579,10 @@ static co_g_t *findrunnable(co_m_t *m) {
             co__unlock(&s->lock);
             return g;
         }
+        if (__atomic_load_n(&p->retire, __ATOMIC_ACQUIRE)) {
+            co__unlock(&s->lock);
+            continue; /* lent away meanwhile: retire it at the top */
+        }
         m->p = NULL;
         pidleput_locked(p);
         co__unlock(&s->lock);
@@ -582,7 +592,7 @@ static co_g_t *findrunnable(co_m_t *m) {
             __atomic_sub_fetch(&s->nmspinning, 1, __ATOMIC_SEQ_CST);
             /* Re-check every queue after the decrement (see the essay). */
             bool work = __atomic_load_n(&s->runqsize, __ATOMIC_SEQ_CST) > 0;
-            for (int i = 0; !work && i < s->nprocs; i++) work = !co__runq_empty(s->allp[i]);
+            for (int i = 0; !work && i < s->nprocs; i++) work = !co__runq_empty(co__allp(i));
             if (work) {
                 co_p_t *p2 = co__pidleget();
                 if (p2) {
@@ -794,7 +804,7 @@ static void post_yield(co_g_t *g, void *arg) {
     (void)arg;
     co_m_t *m = co__getm();
     __atomic_store_n(&g->status, CO_G_RUNNABLE, __ATOMIC_RELAXED);
-    if (m->p) {
+    if (m->p && !__atomic_load_n(&m->p->retire, __ATOMIC_ACQUIRE)) {
         runqput(m->p, g, false);
     } else {
         g->schedlink = NULL;
@@ -810,12 +820,52 @@ void co_yield(void) {
     }
     co_g_t *g = m->curg;
     co_g_t *next = runq_next_fast(m->p);
-    if (!next) return; /* nothing else is runnable here: keep running */
+    if (!next) {
+        if (!m->p || !__atomic_load_n(&m->p->retire, __ATOMIC_ACQUIRE))
+            return; /* nothing else is runnable here: keep running */
+        next = &m->g0; /* our P was lent away: requeue globally via g0 */
+    }
     co__stack_check(g);
     m->post_fn = post_yield;
     m->post_g = g;
     m->post_arg = NULL;
     gogo(m, g, next, false);
+}
+
+/* Any M: move every G queued on p (ring and runnext) to the global queue. */
+void co__runq_drain_global(co_p_t *p) {
+    co_g_t *batch[CO_RUNQ_SIZE];
+    for (;;) {
+        uint32_t n = runqgrab(p, batch, 0, true);
+        if (n == 0) return;
+        for (uint32_t i = 0; i + 1 < n; i++) batch[i]->schedlink = batch[i + 1];
+        co__globrunqput_batch(batch[0], batch[n - 1], (int)n);
+        co__wakep();
+    }
+}
+
+/* g0 of the M that owns a P sysmon lent away (p->retire): give the P up.
+ * Its queued Gs go to the global queue, its timers to the P that replaced
+ * it, and the P itself to the spare list. */
+void co__retire_p(co_m_t *m) {
+    co_sched_t *s = &co__sched;
+    co_p_t *p = m->p;
+    m->p = NULL;
+    co__runq_drain_global(p);
+    co__timers_move(p, co__allp(p->id % s->nprocs));
+    co__lock(&s->lock);
+    for (co_p_t **pp = &s->pretiring; *pp; pp = &(*pp)->link)
+        if (*pp == p) {
+            *pp = p->link;
+            break;
+        }
+    p->m = NULL;
+    __atomic_store_n(&p->status, CO_P_DEAD, __ATOMIC_RELEASE);
+    __atomic_store_n(&p->retire, 0, __ATOMIC_RELAXED);
+    p->link = s->pspare;
+    s->pspare = p;
+    co__unlock(&s->lock);
+    co__wakep();
 }
 
 /* ---- M main loop ---------------------------------------------------------- */
@@ -1004,6 +1054,17 @@ int co_shutdown(void) {
     }
     for (int i = 0; i < s->nprocs; i++) {
         co_p_t *p = s->allp[i];
+        while (p->gfree) {
+            co_g_t *g = p->gfree;
+            p->gfree = g->schedlink;
+            gfree_release(g);
+        }
+        co__timers_free(p);
+        free(p);
+    }
+    while (s->pspare) {
+        co_p_t *p = s->pspare;
+        s->pspare = p->link;
         while (p->gfree) {
             co_g_t *g = p->gfree;
             p->gfree = g->schedlink;

@@ -17,6 +17,7 @@
 #include "runtime.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 
 #define SYSMON_MIN_NS 20000
 #define SYSMON_MAX_NS 10000000
@@ -47,15 +48,79 @@ static bool retake_syscall(co_p_t *p, int64_t now) {
     return true;
 }
 
+/* A coroutine has held p for > 10 ms without entering the scheduler. C has
+ * no safe way to preempt it, so its M keeps p (it may still be pushing to
+ * p's run queue) and we lend a spare P in p's place: the spare takes p's
+ * slot in allp, p's timers and queued coroutines, and an M of its own. p is
+ * marked to be retired by its M at its next scheduler entry. */
+static bool lend_spare(co_p_t *p, int i, int64_t now) {
+    co_sched_t *s = &co__sched;
+    if (p->sysmon_schedtick != p->schedtick) {
+        p->sysmon_schedtick = p->schedtick;
+        p->sysmon_schedwhen = now;
+        return false;
+    }
+    if (now - p->sysmon_schedwhen < FORCE_PREEMPT_NS) return false;
+    if (__atomic_load_n(&p->retire, __ATOMIC_ACQUIRE)) return false;
+    bool work = !co__runq_empty(p) || __atomic_load_n(&s->runqsize, __ATOMIC_ACQUIRE) > 0 ||
+                __atomic_load_n(&p->timer0_when, __ATOMIC_ACQUIRE) != 0 ||
+                co__netpoll_has_waiters();
+    if (!work) return false;
+    co__lock(&s->lock);
+    co_p_t *np = s->pspare;
+    if (np) s->pspare = np->link;
+    co__unlock(&s->lock);
+    if (!np) {
+        np = calloc(1, sizeof *np);
+        if (!np) return false;
+    }
+    np->id = p->id;
+    np->m = NULL;
+    np->link = NULL;
+    np->sysmon_schedtick = 0;
+    np->sysmon_schedwhen = now;
+    __atomic_store_n(&np->retire, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&np->status, CO_P_IDLE, __ATOMIC_RELAXED);
+    co__timers_move(p, np);
+    /* store-release: p's owner sees it at its next scheduler entry */
+    __atomic_store_n(&p->retire, 1, __ATOMIC_RELEASE);
+    co__lock(&s->lock);
+    p->link = s->pretiring;
+    s->pretiring = p;
+    co__unlock(&s->lock);
+    __atomic_store_n(&s->allp[i], np, __ATOMIC_RELEASE);
+    co__runq_drain_global(p);
+    co__handoffp(np);
+    return true;
+}
+
 static int retake(int64_t now) {
     co_sched_t *s = &co__sched;
     int n = 0;
     for (int i = 0; i < s->nprocs; i++) {
-        co_p_t *p = s->allp[i];
+        co_p_t *p = co__allp(i);
         uint32_t st = __atomic_load_n(&p->status, __ATOMIC_ACQUIRE);
-        if (st == CO_P_SYSCALL) {
+        if (st == CO_P_SYSCALL)
             n += retake_syscall(p, now);
-        }
+        else if (st == CO_P_RUNNING)
+            n += lend_spare(p, i, now);
+    }
+    /* Coroutines readied onto Ps that are lent away but still busy: their
+     * owners keep the Ps (never freed), so draining without the lock is
+     * safe; runqgrab is the thieves' protocol. */
+    for (;;) {
+        co__lock(&s->lock);
+        co_p_t *q = NULL;
+        for (co_p_t *x = s->pretiring; x; x = x->link)
+            if (!co__runq_empty(x)) {
+                q = x;
+                break;
+            }
+        co__unlock(&s->lock);
+        if (!q) break;
+        co__runq_drain_global(q);
+        n++;
+        break; /* one per round is enough; the next round takes the next */
     }
     return n;
 }
@@ -82,7 +147,7 @@ static void *sysmon_main(void *arg) {
         }
         int64_t next = co__timers_next();
         if (next && next + 1000000 < now) {
-            for (int i = 0; i < s->nprocs; i++) work += co__timers_run(s->allp[i], now);
+            for (int i = 0; i < s->nprocs; i++) work += co__timers_run(co__allp(i), now);
         }
         if (s->schedtrace_ms > 0 && now - last_trace >= s->schedtrace_ms * 1000000) {
             last_trace = now;

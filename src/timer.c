@@ -72,7 +72,7 @@ void co__timer_add(co__timer_t *t, int64_t when) {
     co_sched_t *s = &co__sched;
     co_m_t *m = co__getm();
     co_p_t *p = (m && m->p) ? m->p : NULL;
-    if (!p) p = s->allp[(co__fastrand() % (uint32_t)s->nprocs)];
+    if (!p) p = co__allp((int)(co__fastrand() % (uint32_t)s->nprocs));
     co__lock(&p->timers_lock);
     if (p->timers_len == p->timers_cap) {
         int ncap = p->timers_cap ? p->timers_cap * 2 : 64;
@@ -156,7 +156,7 @@ int64_t co__timers_next(void) {
     co_sched_t *s = &co__sched;
     int64_t best = 0;
     for (int i = 0; i < s->nprocs; i++) {
-        int64_t w = __atomic_load_n(&s->allp[i]->timer0_when, __ATOMIC_SEQ_CST);
+        int64_t w = __atomic_load_n(&co__allp(i)->timer0_when, __ATOMIC_SEQ_CST);
         if (w && (best == 0 || w < best)) best = w;
     }
     return best;
@@ -166,4 +166,31 @@ void co__timers_free(co_p_t *p) {
     free(p->timers);
     p->timers = NULL;
     p->timers_len = p->timers_cap = 0;
+}
+
+void co__timers_move(co_p_t *from, co_p_t *to) {
+    if (from == to) return;
+    /* Lock order: the P being emptied, then the receiving one. Only sysmon
+     * and a retiring M move timers, always away from a lent P. */
+    co__lock(&from->timers_lock);
+    co__lock(&to->timers_lock);
+    for (int i = 0; i < from->timers_len; i++) {
+        co__timer_t *t = from->timers[i];
+        if (to->timers_len == to->timers_cap) {
+            int ncap = to->timers_cap ? to->timers_cap * 2 : 64;
+            co__timer_t **nh = realloc(to->timers, (size_t)ncap * sizeof *nh);
+            if (!nh) co__fatal("out of memory growing the timer heap (%d timers)", ncap);
+            to->timers = nh;
+            to->timers_cap = ncap;
+        }
+        __atomic_store_n(&t->p, to, __ATOMIC_RELEASE);
+        to->timers[to->timers_len++] = t;
+        sift_up(to, to->timers_len - 1);
+        from->timers[i] = NULL;
+    }
+    from->timers_len = 0;
+    set_timer0(from);
+    set_timer0(to);
+    co__unlock(&to->timers_lock);
+    co__unlock(&from->timers_lock);
 }

@@ -127,7 +127,7 @@ static void many_sleepers(void *arg) {
 }
 
 static void test_many_timers(void) {
-    int n = sanitized() ? 5000 : 100000;
+    int n = sanitized() ? 2000 : 100000;
     atomic_store(&counter, 0);
     co_waitgroup_add(&wg, n);
     for (int i = 0; i < n; i++) CHECK_EQ(co_go(many_sleepers, NULL), 0);
@@ -233,7 +233,7 @@ static void *stress_thread(void *arg) {
 }
 
 static void test_stress(void) {
-    long nodes = sanitized() ? 50 : 500;
+    long nodes = sanitized() ? 5 : 500;
     atomic_store(&counter, 0);
     co_waitgroup_add(&wg, (int)(4 * nodes * 101));
     pthread_t th[4];
