@@ -1,0 +1,172 @@
+/* co_blocking and sysmon on a single P: while one coroutine sits in a
+ * blocking call (50 ms nanosleep) or computes for 50 ms without yielding,
+ * another coroutine on the same (only) P keeps ticking every 1 ms.
+ * Behaviour, not timing: the tick threshold is far below the ~40 ticks an
+ * idle machine gives, so a noisy machine passes too. */
+// ctest-timeout: 120
+#include "t.h"
+
+#include <colony.h>
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+
+#define MS 1000000LL
+#define MIN_TICKS 5
+
+static int ticks;        /* atomic */
+static int stop_ticking; /* atomic */
+
+static void ticker(void *arg) {
+    co_waitgroup_t *wg = arg;
+    while (!__atomic_load_n(&stop_ticking, __ATOMIC_ACQUIRE)) {
+        co_sleep(MS);
+        __atomic_add_fetch(&ticks, 1, __ATOMIC_RELAXED);
+    }
+    co_waitgroup_done(wg);
+}
+
+static void sleep_50ms(void *arg) {
+    (void)arg;
+    struct timespec ts = {0, 50 * MS};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+static void spin_50ms(void *arg) {
+    (void)arg;
+    int64_t end = co_now() + 50 * MS;
+    volatile uint64_t x = 0;
+    while (co_now() < end)
+        x++;
+}
+
+typedef struct {
+    int mode; /* 0: co_blocking(nanosleep), 1: CPU loop, no yield */
+    int during;
+    int rc;
+    co_waitgroup_t *wg;
+} blocker_t;
+
+static void blocker(void *arg) {
+    blocker_t *b = arg;
+    /* let the ticker get going first */
+    while (__atomic_load_n(&ticks, __ATOMIC_RELAXED) < 2)
+        co_sleep(MS);
+    int t0 = __atomic_load_n(&ticks, __ATOMIC_RELAXED);
+    if (b->mode == 0)
+        b->rc = co_blocking(sleep_50ms, NULL);
+    else
+        spin_50ms(NULL);
+    b->during = __atomic_load_n(&ticks, __ATOMIC_RELAXED) - t0;
+    __atomic_store_n(&stop_ticking, 1, __ATOMIC_RELEASE);
+    co_waitgroup_done(b->wg);
+}
+
+static int run_case(int mode) {
+    __atomic_store_n(&ticks, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&stop_ticking, 0, __ATOMIC_RELAXED);
+    co_waitgroup_t wg = CO_WAITGROUP_INIT;
+    blocker_t b = {.mode = mode, .wg = &wg};
+    co_waitgroup_add(&wg, 2);
+    CHECK_EQ(co_go(ticker, &wg), 0);
+    CHECK_EQ(co_go(blocker, &b), 0);
+    co_waitgroup_wait(&wg);
+    CHECK_EQ(b.rc, 0);
+    fprintf(stderr, "   (%d ticks of 1 ms during the 50 ms %s)\n", b.during,
+            mode ? "CPU loop" : "co_blocking(nanosleep)");
+    return b.during;
+}
+
+static void test_blocking_call_keeps_p_running(void) {
+    CHECK(run_case(0) > MIN_TICKS);
+}
+
+static void test_cpu_loop_keeps_p_running(void) {
+    CHECK(run_case(1) > MIN_TICKS);
+}
+
+/* ---- errors and the plain-thread path ------------------------------------- */
+
+static void set_flag(void *arg) {
+    *(int *)arg = 42;
+}
+
+static void *thread_calls_blocking(void *arg) {
+    int *rc = arg;
+    int flag = 0;
+    rc[0] = co_blocking(set_flag, &flag);
+    rc[1] = flag;
+    return NULL;
+}
+
+static void co_calls_blocking(void *arg) {
+    int *rc = arg;
+    int flag = 0;
+    __atomic_store_n(&rc[0], co_blocking(set_flag, &flag), __ATOMIC_RELAXED);
+    __atomic_store_n(&rc[1], flag, __ATOMIC_RELAXED);
+    __atomic_store_n(&rc[2], co_blocking(NULL, NULL), __ATOMIC_RELEASE);
+}
+
+static void test_errors_and_threads(void) {
+    CHECK_EQ(co_blocking(NULL, NULL), CO_EINVAL);
+    int flag = 0;
+    CHECK_EQ(co_blocking(set_flag, &flag), 0); /* plain thread: just runs fn */
+    CHECK_EQ(flag, 42);
+    int rc[2] = {-1, -1};
+    pthread_t th;
+    pthread_create(&th, NULL, thread_calls_blocking, rc);
+    pthread_join(th, NULL);
+    CHECK_EQ(rc[0], 0);
+    CHECK_EQ(rc[1], 42);
+    int rc3[3] = {-1, -1, -1};
+    CHECK_EQ(co_go(co_calls_blocking, rc3), 0);
+    for (int i = 0; i < 5000 && __atomic_load_n(&rc3[2], __ATOMIC_ACQUIRE) == -1; i++)
+        co_sleep(MS);
+    CHECK_EQ(__atomic_load_n(&rc3[0], __ATOMIC_RELAXED), 0);
+    CHECK_EQ(__atomic_load_n(&rc3[1], __ATOMIC_RELAXED), 42);
+    CHECK_EQ(rc3[2], CO_EINVAL);
+}
+
+/* ---- many blocking calls at once on one P ---------------------------------- */
+
+static int done_blocking; /* atomic */
+
+static void sleep_5ms(void *arg) {
+    (void)arg;
+    struct timespec ts = {0, 5 * MS};
+    nanosleep(&ts, NULL);
+}
+
+static void many_blocker(void *arg) {
+    co_waitgroup_t *wg = arg;
+    for (int i = 0; i < 4; i++)
+        if (co_blocking(sleep_5ms, NULL) == 0)
+            __atomic_add_fetch(&done_blocking, 1, __ATOMIC_RELAXED);
+    co_waitgroup_done(wg);
+}
+
+static void test_many_blocking_calls(void) {
+    enum { N = 16 };
+    co_waitgroup_t wg = CO_WAITGROUP_INIT;
+    co_waitgroup_add(&wg, N);
+    for (int i = 0; i < N; i++)
+        CHECK_EQ(co_go(many_blocker, &wg), 0);
+    co_waitgroup_wait(&wg);
+    CHECK_EQ(done_blocking, 4 * N);
+}
+
+int main(void) {
+    t_begin(100);
+    co_config_t cfg = {.procs = 1};
+    CHECK_EQ(co_init(&cfg), 0);
+    CHECK_EQ(co_procs(), 1);
+    T_RUN(test_errors_and_threads);
+    T_RUN(test_blocking_call_keeps_p_running);
+    T_RUN(test_cpu_loop_keeps_p_running);
+    T_RUN(test_many_blocking_calls);
+    return t_end();
+}
