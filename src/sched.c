@@ -1010,6 +1010,12 @@ int co_shutdown(void) {
     int n = nhooks;
     co__unlock(&init_lock);
     for (int i = 0; i < n; i++) shutdown_hooks[i]();
+    /* A coroutine that just signalled its waiter may still be returning:
+     * give stragglers up to 100 ms before calling them alive. */
+    for (int i = 0; i < 100 && __atomic_load_n(&s->ngoroutines, __ATOMIC_ACQUIRE) != 0; i++) {
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
     co__lock(&init_lock);
     if (__atomic_load_n(&s->ngoroutines, __ATOMIC_ACQUIRE) != 0) {
         co__unlock(&init_lock);
