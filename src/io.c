@@ -76,7 +76,6 @@ co__pd_t *co__pd_get(int fd) {
     return &fresh[fd & (PD_CHUNK - 1)];
 }
 
-CO_HIDDEN void co__pd_forget_all(void);
 void co__pd_forget_all(void) {
     for (int d = 0; d < PD_DIR; d++) {
         co__pd_t *c = __atomic_load_n(&pd_dir[d], __ATOMIC_ACQUIRE);

@@ -65,6 +65,10 @@ CO_HIDDEN co__pd_t *co__pd_peek(int fd);
  * counted). Callable from any M, with or without a P, holding no lock. */
 CO_HIDDEN int co__pd_ready(co__pd_t *pd, int modes);
 
+/* io.c: forget every registration (the backend's kernel object is going
+ * away: co__netpoll_fini calls it). */
+CO_HIDDEN void co__pd_forget_all(void);
+
 /* Backend: register fd (edge-triggered, read and write, once). 0 or
  * -errno; -EPERM means "this fd cannot be polled" (regular files). */
 CO_HIDDEN int co__np_register(int fd);

@@ -78,9 +78,6 @@ int co__netpoll_init(void) {
     return 0;
 }
 
-/* io.c: forget every registration (the epoll instance is going away). */
-CO_HIDDEN void co__pd_forget_all(void);
-
 void co__netpoll_fini(void) {
     if (np.epfd < 0)
         return;
