@@ -351,15 +351,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     int rc = co_main(echo_run, &m);
-    /* Coroutines that have just returned (co_main's own, pool workers)
-     * can still be counted for a moment after co_main returns, which makes
-     * co_shutdown say CO_EBUSY (a runtime issue, reported): give them a
-     * second to finish. */
     int sd = co_shutdown();
-    for (int i = 0; sd == CO_EBUSY && i < 1000; i++) {
-        usleep(1000);
-        sd = co_shutdown();
-    }
     if (sd < 0)
         fprintf(stderr, "echo_server: co_shutdown: %s\n", co_strerror(sd));
     return rc ? rc : (sd < 0);
