@@ -134,6 +134,7 @@ static void test_errors(void) {
     CHECK_EQ(co_read(sp[0], NULL, 1, CO_FOREVER), CO_EINVAL);
     CHECK_EQ(co_write(sp[0], NULL, 1, CO_FOREVER), CO_EINVAL);
     CHECK_EQ(co_read(sp[0], b, (size_t)SSIZE_MAX + 1, CO_FOREVER), CO_EINVAL);
+    CHECK_EQ(co_write(sp[0], b, (size_t)SSIZE_MAX + 1, CO_FOREVER), CO_EINVAL);
     CHECK_EQ(co_accept(sp[0], (struct sockaddr *)&a, NULL, CO_FOREVER), CO_EINVAL);
     CHECK_EQ(co_connect(sp[0], NULL, 0, CO_FOREVER), CO_EINVAL);
     CHECK_EQ(co_wait_fd(sp[0], 0, CO_FOREVER), CO_EINVAL);
@@ -161,6 +162,36 @@ static void test_errors(void) {
     int l = listen_tcp(&port);
     close(l);
     CHECK_EQ(connect_tcp(port, co_deadline_after(2000 * MS)), -ECONNREFUSED);
+}
+
+/* A connect that cannot complete: the listener's accept queue is full, so
+ * the kernel drops our SYN and our deadline passes first. */
+static void test_connect_timeout(void) {
+    int before = count_fds();
+    int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    CHECK(bind(l, (struct sockaddr *)&a, sizeof a) == 0 && listen(l, 0) == 0);
+    socklen_t al = sizeof a;
+    getsockname(l, (struct sockaddr *)&a, &al);
+    int filler[4], nf = 0, rc = 0;
+    /* fill the queue (never accepted) until a connect times out */
+    for (int i = 0; i < 4; i++) {
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        rc = co_connect(fd, (struct sockaddr *)&a, sizeof a, co_deadline_after(50 * MS));
+        filler[nf++] = fd;
+        if (rc == CO_ETIMEDOUT)
+            break;
+        CHECK_EQ(rc, 0);
+    }
+    CHECK_EQ(rc, CO_ETIMEDOUT);
+    /* a past deadline gives up at once too */
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    CHECK_EQ(co_connect(fd, (struct sockaddr *)&a, sizeof a, 0), CO_ETIMEDOUT);
+    co_close(fd);
+    for (int i = 0; i < nf; i++)
+        CHECK_EQ(co_close(filler[i]), 0);
+    co_close(l);
+    CHECK_EQ(count_fds(), before);
 }
 
 /* Regular files cannot be polled: the calls fall back to plain syscalls. */
@@ -708,6 +739,7 @@ int main(void) {
     CHECK_EQ(co_init(NULL), 0); /* its epoll fd must not take a number a test frees */
     T_RUN(test_errors);
     T_RUN(test_regular_file);
+    T_RUN(test_connect_timeout);
     T_RUN(test_pingpong_socketpair);
     T_RUN(test_pingpong_tcp);
     T_RUN(test_deadlines);
