@@ -80,6 +80,8 @@ one() {
     if [ "$impl" = go ] && [ "$GO_OK" != 1 ]; then
         return
     fi
+    l1=$(cut -d' ' -f1 /proc/loadavg 2>/dev/null || echo 0)
+    LOAD_MAX=$(echo "$l1 $LOAD_MAX" | awk '{ print ($1 > $2) ? $1 : $2 }')
     out=$(timeout 600 "$bin" "$@" 2>>"$ERR")
     rc=$?
     line=$(printf '%s\n' "$out" | grep '^bench=' | tail -n 1)
@@ -129,6 +131,7 @@ for v in BENCH_RUNS BENCH_ONLY BENCH_NO_OTHERS; do
 done
 MACHINE=$(machine)
 LOAD_BEFORE=$(loadavg)
+LOAD_MAX=0
 T_START=$(date +%s)
 echo "bench/run.sh: $MACHINE; load $LOAD_BEFORE; $RUNS runs each" >&2
 
@@ -297,7 +300,8 @@ Produced by \`${ENVSET}sh bench/run.sh $(basename "$BUILD")\` (\`make bench\`) o
 implementation for each benchmark ($SLOW_RUNS for the 1M-coroutine RSS one),
 colony and Go processes alternating. Machine: $MACHINE. $GO_VERSION;
 colony at commit $REV, built with $(cc --version 2>/dev/null | head -n 1) ($BUILD_TYPE).$QUICK_NOTE
-Load average before / after: $LOAD_BEFORE / $LOAD_AFTER; the run took ${ELAPSED} s.
+Load average before / after: $LOAD_BEFORE / $LOAD_AFTER; highest 1-minute load seen
+before a measurement: $LOAD_MAX (2 means both vCPUs busy); the run took ${ELAPSED} s.
 The machine is shared (2 vCPUs, other engineers building and testing): a
 range [min–max] wider than a few percent means the run was disturbed.
 
