@@ -393,8 +393,7 @@ static void deep_body(void *a) {
     co_waitgroup_done(a);
 }
 static void test_deep_chain(void) {
-    /* static: outlives late co_waitgroup_done calls */
-    static co_waitgroup_t wg = CO_WAITGROUP_INIT;
+    co_waitgroup_t wg = CO_WAITGROUP_INIT;
     co_waitgroup_add(&wg, 1);
     co_attr_t at = {CO_STACK_MIN, "deep"}; /* small stack: proves no recursion */
     CHECK_EQ(co_go_with(&at, deep_body, &wg), 0);

@@ -262,8 +262,7 @@ static void co_driver(void *a) {
     co_waitgroup_done(a);
 }
 static void test_from_coroutine(void) {
-    /* static: outlives late co_waitgroup_done calls */
-    static co_waitgroup_t wg = CO_WAITGROUP_INIT;
+    co_waitgroup_t wg = CO_WAITGROUP_INIT;
     co_waitgroup_add(&wg, 1);
     CHECK_EQ(co_go(co_driver, &wg), 0);
     co_waitgroup_wait(&wg);

@@ -116,8 +116,7 @@ static void *victim_th(void *a) {
 
 /* greedy thread, victim coroutine */
 static void test_starvation_victim_coroutine(void) {
-    /* static: outlives late co_waitgroup_done calls */
-    static co_waitgroup_t w = CO_WAITGROUP_INIT;
+    co_waitgroup_t w = CO_WAITGROUP_INIT;
     fair_stop = 0;
     starve_before = __atomic_load_n(&co__mutex_starvation_count, __ATOMIC_RELAXED);
     pthread_t g;
@@ -133,8 +132,7 @@ static void test_starvation_victim_coroutine(void) {
 
 /* greedy coroutine, victim thread */
 static void test_starvation_victim_thread(void) {
-    /* static: outlives late co_waitgroup_done calls */
-    static co_waitgroup_t w = CO_WAITGROUP_INIT;
+    co_waitgroup_t w = CO_WAITGROUP_INIT;
     fair_stop = 0;
     starve_before = __atomic_load_n(&co__mutex_starvation_count, __ATOMIC_RELAXED);
     co_waitgroup_add(&w, 1);

@@ -151,8 +151,7 @@ static void *small_th(void *a) {
     return NULL;
 }
 static void test_large_not_starved(void) {
-    /* static: outlives late co_waitgroup_done calls */
-    static co_waitgroup_t wg = CO_WAITGROUP_INIT;
+    co_waitgroup_t wg = CO_WAITGROUP_INIT;
     co_sem_init(&fs, 10);
     norder = 0;
     CHECK_EQ(co_sem_acquire(&fs, 5, CO_FOREVER), 0); /* 5 held, 5 free */
@@ -190,8 +189,7 @@ static void behind(void *a) {
     co_waitgroup_done(a);
 }
 static void test_head_timeout_unblocks(void) {
-    /* static: outlives late co_waitgroup_done calls */
-    static co_waitgroup_t wg = CO_WAITGROUP_INIT;
+    co_waitgroup_t wg = CO_WAITGROUP_INIT;
     co_sem_init(&fs, 10);
     CHECK_EQ(co_sem_acquire(&fs, 5, CO_FOREVER), 0);
     head_deadline = co_deadline_after(20 * MS);

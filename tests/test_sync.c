@@ -46,8 +46,7 @@ static void *job_th(void *a) {
     return NULL;
 }
 static void run_mixed(int ncos, int nths, void (*fn)(void *, int), void *arg) {
-    /* static: outlives late co_waitgroup_done calls */
-    static co_waitgroup_t wg = CO_WAITGROUP_INIT;
+    co_waitgroup_t wg = CO_WAITGROUP_INIT;
     job_t *jobs = calloc((size_t)(ncos + nths), sizeof *jobs);
     pthread_t *th = calloc((size_t)nths + 1, sizeof *th);
     co_waitgroup_add(&wg, ncos);
@@ -214,8 +213,7 @@ static void *hm_th(void *a) {
     return NULL;
 }
 static void test_mutex_handoff(void) {
-    /* static: outlives late co_waitgroup_done calls */
-    static co_waitgroup_t wg = CO_WAITGROUP_INIT;
+    co_waitgroup_t wg = CO_WAITGROUP_INIT;
     co_mutex_lock(&hm); /* main thread holds it */
     co_waitgroup_add(&wg, 1);
     CHECK_EQ(co_go(hm_co, &wg), 0);
@@ -313,8 +311,7 @@ static void *wp_reader2(void *a) {
     return NULL;
 }
 static void test_rwmutex_writer_preferred(void) {
-    /* static: outlives late co_waitgroup_done calls */
-    static co_waitgroup_t wg = CO_WAITGROUP_INIT;
+    co_waitgroup_t wg = CO_WAITGROUP_INIT;
     co_rwmutex_rlock(&wp_rw); /* R1: this thread */
     co_waitgroup_add(&wg, 1);
     CHECK_EQ(co_go(wp_writer, &wg), 0);
