@@ -53,16 +53,15 @@ void tour_runtime(void) {
     printf("  CPU-bound coroutines spread over the Ps (work stealing); the scheduler:\n");
     co_waitgroup_add(&wg, 4);
     for (long i = 0; i < 4; i++) co_go(busy, (void *)i);
-    printf("  ");
     co_sched_stats_t st;
     co_sched_stats(&st);
-    printf("procs=%d threads=%d live coroutines=%lld\n", st.procs, st.threads,
-           (long long)st.coroutines);
-    printf("  ");
-    fflush(stdout);
-    extern void co_dump(FILE *);
-    /* The same line COLONY_DEBUG=schedtrace=MS prints periodically: */
-    co_dump(stdout);
+    printf("  co_sched_stats, the figures of Go's schedtrace line:\n");
+    printf("    gomaxprocs=%d idleprocs=%d threads=%d spinningthreads=%d idlethreads=%d "
+           "runqueue=%lld [",
+           st.procs, st.idle_procs, st.threads, st.spinning_threads, st.idle_threads,
+           (long long)st.global_runq);
+    for (int i = 0; i < st.procs && i < 64; i++) printf(i ? " %d" : "%d", st.local_runq[i]);
+    printf("], %lld coroutines alive\n", (long long)st.coroutines);
     co_waitgroup_wait(&wg);
     printf("  (run with COLONY_DEBUG=schedtrace=100 to see it every 100 ms)\n\n");
 }
