@@ -21,22 +21,16 @@
  * done channel's lock nests inside. Nothing takes a context lock while
  * holding a channel lock, so there is no cycle.
  *
- * Deadlines use a runtime timer. Its callback does not cancel the node
- * itself: the runtime may run timer callbacks on an M whose coroutine is in
- * the middle of parking and still holds the lock of the object it parks on
- * (a channel's lock, say), and canceling takes context locks and closes
- * channels. So the callback only takes a reference on the node and pushes
- * it, lock-free, onto a stack served by one "reaper" thread (started with
- * the first deadline), which cancels the node and drops the reference, as
- * Go's time.AfterFunc runs its function in a goroutine of its own. The
- * callback never frees anything, and releasing a node deletes its timer
- * first, which waits for a running callback to return.
+ * Deadlines use a runtime timer whose callback cancels the node (and its
+ * subtree). That takes context locks briefly and closes channels, which a
+ * timer callback may do: the runtime runs callbacks with no lock held (after
+ * the post-switch action of a parking coroutine, or on sysmon). The callback
+ * never frees anything (memory is released only by co_ctx_free and
+ * co_ctx_cancel callers), and releasing a node deletes its timer first,
+ * which waits for a running callback to return.
  */
 #include "internal.h"
 
-#include <errno.h>
-#include <pthread.h>
-#include <signal.h>
 #include <stdlib.h>
 
 struct co_ctx {
@@ -59,7 +53,6 @@ struct co_ctx {
     const void *key;       /* immutable */
     void *value;           /* immutable */
     co__timer_t timer;     /* armed when this node's own deadline is the earliest */
-    struct co_ctx *reap_next; /* link on the reaper's stack (pushed at most once) */
 };
 
 static co_ctx_t background = {.is_background = true, .deadline = CO_FOREVER};
@@ -120,79 +113,9 @@ static void cancel_tree(co_ctx_t *root, int err) {
     co__unlock(&root->lock);
 }
 
-/* ---- the reaper: cancels expired nodes outside timer callbacks ---------- */
-static co_ctx_t *reap_head;   /* atomic: Treiber stack of expired nodes; pushes
-                                 CAS seq_cst, the reaper takes all by exchange
-                                 (no ABA: it never pops one) */
-static uint32_t reap_wake;    /* futex word, seq_cst: 0 = the reaper may sleep */
-static pthread_once_t reap_once = PTHREAD_ONCE_INIT;
-static int reap_err;          /* written once inside reap_once */
-
-static void ctx_unref(co_ctx_t *c);
-
-static void *reaper_main(void *arg) {
-    (void)arg;
-    for (;;) {
-        co_ctx_t *c = __atomic_exchange_n(&reap_head, NULL, __ATOMIC_SEQ_CST);
-        if (c == NULL) {
-            /* Announce sleep, then re-check: a push after the re-check
-             * finds reap_wake == 0 and wakes us. */
-            __atomic_store_n(&reap_wake, 0, __ATOMIC_SEQ_CST);
-            if (__atomic_load_n(&reap_head, __ATOMIC_SEQ_CST) == NULL)
-                co__futex_wait(&reap_wake, 0, CO_FOREVER);
-            continue;
-        }
-        while (c != NULL) {
-            co_ctx_t *next = c->reap_next;
-            cancel_tree(c, CO_ETIMEDOUT);
-            ctx_unref(c); /* the reference timer_fire took */
-            c = next;
-        }
-    }
-    return NULL;
-}
-
-static void reap_start(void) {
-    pthread_attr_t at;
-    pthread_t th;
-    sigset_t all, old;
-    pthread_attr_init(&at);
-    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-    pthread_attr_setstacksize(&at, 64 * 1024);
-    sigfillset(&all);
-    pthread_sigmask(SIG_BLOCK, &all, &old); /* the reaper takes no signals */
-    int rc = pthread_create(&th, &at, reaper_main, NULL);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    pthread_attr_destroy(&at);
-    if (rc != 0)
-        reap_err = rc == EAGAIN ? CO_ENOMEM : -rc;
-    else
-        pthread_setname_np(th, "co_ctx_reaper");
-}
-
-static int reaper_ensure(void) {
-    pthread_once(&reap_once, reap_start);
-    return reap_err;
-}
-
-/* Timer callback: must not take context or channel locks (see the top). */
-static void timer_fire(void *arg) {
-    co_ctx_t *c = arg;
-    /* Keep c alive until the reaper is done with it. refs == 0 means its
-     * release is under way (waiting in co__timer_del for us): nobody can
-     * observe it any more, so there is nothing to cancel. */
-    uint32_t r = __atomic_load_n(&c->refs, __ATOMIC_RELAXED);
-    do {
-        if (r == 0) return;
-    } while (!__atomic_compare_exchange_n(&c->refs, &r, r + 1, true, __ATOMIC_ACQ_REL,
-                                          __ATOMIC_RELAXED));
-    co_ctx_t *h = __atomic_load_n(&reap_head, __ATOMIC_RELAXED);
-    do {
-        c->reap_next = h;
-    } while (!__atomic_compare_exchange_n(&reap_head, &h, c, true, __ATOMIC_SEQ_CST,
-                                          __ATOMIC_RELAXED));
-    if (__atomic_exchange_n(&reap_wake, 1, __ATOMIC_SEQ_CST) == 0) co__futex_wake(&reap_wake, 1);
-}
+/* Timer callback: the node's own deadline passed. It cannot be released
+ * meanwhile: release deletes this timer first, which waits for us. */
+static void timer_fire(void *arg) { cancel_tree((co_ctx_t *)arg, CO_ETIMEDOUT); }
 
 static void disarm_timer(co_ctx_t *c) {
     if (__atomic_exchange_n(&c->timer_armed, 0, __ATOMIC_ACQ_REL)) co__timer_del(&c->timer);
@@ -200,7 +123,7 @@ static void disarm_timer(co_ctx_t *c) {
 
 /* Drop one reference; free the node (and, in turn, parents whose last
  * reference was this node) when none remain. Never called with a context
- * lock held, nor from a timer callback (the reaper thread is fine). */
+ * lock held, nor from a timer callback. */
 static void ctx_unref(co_ctx_t *c) {
     while (c != NULL && __atomic_sub_fetch(&c->refs, 1, __ATOMIC_ACQ_REL) == 0) {
         disarm_timer(c);
@@ -273,9 +196,6 @@ static int ctx_new(co_ctx_t **out, co_ctx_t *parent, int64_t deadline, bool has_
     if (!born_err && own_deadline) {
         if (deadline < 0 || deadline <= co_now()) {
             cancel_tree(c, CO_ETIMEDOUT);
-        } else if ((rc = reaper_ensure()) < 0) {
-            co_ctx_free(c);
-            return rc;
         } else {
             c->timer.fn = timer_fire;
             c->timer.arg = c;
