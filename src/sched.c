@@ -300,7 +300,8 @@ static co_g_t *runq_next_fast(co_p_t *p) {
     if (!p) return NULL;
     /* A lent-away P: go to g0, which retires it. */
     if (CO_UNLIKELY(__atomic_load_n(&p->retire, __ATOMIC_RELAXED))) return NULL;
-    p->schedtick++;
+    /* relaxed store: sysmon reads it to spot a P that stopped scheduling */
+    __atomic_store_n(&p->schedtick, p->schedtick + 1, __ATOMIC_RELAXED);
     co_g_t *g;
     if (p->schedtick % 61 == 0 && (g = globrunqget(p, 1))) return g;
     if ((g = runqget(p))) return g;

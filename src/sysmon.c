@@ -25,8 +25,9 @@
 
 static bool retake_syscall(co_p_t *p, int64_t now) {
     co_sched_t *s = &co__sched;
-    if (p->sysmon_tick != p->syscalltick) {
-        p->sysmon_tick = p->syscalltick;
+    uint32_t tick = __atomic_load_n(&p->syscalltick, __ATOMIC_RELAXED);
+    if (p->sysmon_tick != tick) {
+        p->sysmon_tick = tick;
         p->sysmon_when = now;
         return false;
     }
@@ -55,8 +56,9 @@ static bool retake_syscall(co_p_t *p, int64_t now) {
  * marked to be retired by its M at its next scheduler entry. */
 static bool lend_spare(co_p_t *p, int i, int64_t now) {
     co_sched_t *s = &co__sched;
-    if (p->sysmon_schedtick != p->schedtick) {
-        p->sysmon_schedtick = p->schedtick;
+    uint32_t tick = __atomic_load_n(&p->schedtick, __ATOMIC_RELAXED);
+    if (p->sysmon_schedtick != tick) {
+        p->sysmon_schedtick = tick;
         p->sysmon_schedwhen = now;
         return false;
     }
@@ -211,7 +213,7 @@ int co_blocking(void (*fn)(void *arg), void *arg) {
     co_p_t *p = m->p;
     m->syscallp = p;
     m->p = NULL;
-    p->syscalltick++;
+    __atomic_store_n(&p->syscalltick, p->syscalltick + 1, __ATOMIC_RELAXED);
     /* release: the P's state is published to sysmon's acquire CAS */
     __atomic_store_n(&p->status, CO_P_SYSCALL, __ATOMIC_RELEASE);
     if (__atomic_load_n(&co__sched.sysmon_sleeping, __ATOMIC_SEQ_CST)) co__sysmon_kick();
