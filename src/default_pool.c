@@ -1,0 +1,50 @@
+/*
+ * The default pool (ants' package-level Submit/Running/...): an unlimited
+ * pool with default options, created on first use rather than at load time
+ * (so a program that never submits starts nothing). co_shutdown's hook
+ * releases it; if no worker is busy it is destroyed, and the next use
+ * creates a fresh one. If a worker is still busy, co_shutdown fails anyway
+ * (live coroutines), so the hook reopens the pool and leaves it usable.
+ */
+#include "internal.h"
+#include "pool_impl.h"
+
+/* dflt: written under dflt_lock with release; read lock-free with acquire
+ * (pairs with that store: a reader sees a fully built pool). */
+static co_pool_t *dflt;
+static co__lock_t dflt_lock;
+
+static void default_pool_shutdown(void) {
+    co__lock(&dflt_lock);
+    co_pool_t *p = dflt;
+    if (p) {
+        (void)co__pool_release_begin(p);
+        if (co__pool_drain_until(p, 0) == 0) { /* nobody busy: try once, no wait */
+            __atomic_store_n(&dflt, NULL, __ATOMIC_RELEASE);
+            co_pool_destroy(p);
+        } else {
+            co_pool_reboot(p);
+        }
+    }
+    co__unlock(&dflt_lock);
+}
+
+co_pool_t *co_default_pool(void) {
+    co_pool_t *p = __atomic_load_n(&dflt, __ATOMIC_ACQUIRE);
+    if (CO_LIKELY(p != NULL)) return p;
+    if (co__ensure_init() < 0) return NULL;
+    co__lock(&dflt_lock);
+    p = dflt;
+    if (!p && co_pool_new(&p, -1, NULL) == 0) {
+        co__at_shutdown(default_pool_shutdown); /* registers once */
+        __atomic_store_n(&dflt, p, __ATOMIC_RELEASE);
+    }
+    co__unlock(&dflt_lock);
+    return p;
+}
+
+int co_submit(void (*fn)(void *arg), void *arg) {
+    co_pool_t *p = co_default_pool();
+    if (!p) return CO_ENOMEM;
+    return co_pool_submit(p, fn, arg);
+}

@@ -1,0 +1,690 @@
+/*
+ * The pool: ants v2.11 (Pool and PoolWithFunc) on colony's coroutines.
+ *
+ * Workers. A worker is a record (co__pw_t). Idle, it is only that record in
+ * the idle queue (pool_impl.h): no coroutine, no stack. Busy, a coroutine
+ * runs it (worker_main), spawned by whoever activated the record. When a
+ * task returns, the worker (worker_done, under the lock):
+ *   - retires if the pool is closed, if it belongs to an older release
+ *     generation, if the pool shrank below its worker count, or if the task
+ *     panicked; a retiring worker whose slot lets a blocked submitter in
+ *     takes that submitter's task instead of exiting (a new worker, the
+ *     same coroutine);
+ *   - otherwise takes a blocked submitter's task if one waits (hand-off:
+ *     the submit returns 0, the task runs on this coroutine right away);
+ *   - otherwise puts its record back in the idle queue and its coroutine
+ *     exits (the stack goes back to the runtime's per-P cache).
+ *
+ * Submitting (submit_impl, under the lock): closed -> CO_ECLOSED; an idle
+ * record -> activate it; room (cap < 0 or running < cap) -> a new record;
+ * full -> CO_EOVERLOAD if nonblocking or max_blocking submitters already
+ * wait; CO_EDEADLK if the caller is a task of this very pool (it would wait
+ * for itself); CO_ETIMEDOUT if the deadline is past; else queue on submitq
+ * and park. The waiter leaves the queue with result 0 (a worker took its
+ * task), CO_ECLOSED (release), or RETRY (tune grew the pool or a spawn
+ * failed and freed a slot: go round again).
+ *
+ * Invariant: submitq is non-empty only while the idle queue is empty (a
+ * submitter queues only when no record is idle; a finishing worker serves
+ * submitq before it goes idle), so the purge never has waiters to serve.
+ *
+ * No task is lost: a submit returns 0 only once a worker owns its task
+ * (activated record handed to a successful co__spawn, or a hand-off under
+ * the lock), and that worker runs it exactly once; every other outcome is
+ * a negative return and the task never runs.
+ *
+ * Counts: busy++ at activation, busy-- in worker_done. busy_old counts busy
+ * workers activated before the last release (their record's gen is older
+ * than p->gen); release_timeout and destroy wait for it to drain.
+ */
+#include "internal.h"
+#include "pool_impl.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SPARE_MAX 256      /* retired records kept per pool for reuse */
+#define RETRY 1            /* waiter result: go round the submit loop again */
+#define DEFAULT_EXPIRY ((int64_t)1000000000)
+static const char worker_name[] = "co_pool worker";
+
+typedef struct task {
+    void (*fn)(void *);
+    void *arg;
+} task_t;
+
+/* Relaxed atomic store/load of the [L, atomic] fields. */
+static inline void st32(int32_t *x, int32_t v) { __atomic_store_n(x, v, __ATOMIC_RELAXED); }
+static inline int32_t ld32(const int32_t *x) { return __atomic_load_n(x, __ATOMIC_RELAXED); }
+static inline void rejected_inc(co_pool_t *p) {
+    __atomic_add_fetch(&p->rejected, 1, __ATOMIC_RELAXED);
+}
+
+/* ---- wake lists: waiters claimed under the lock, unparked after it ------ */
+typedef struct wakelist {
+    co__waiter_t *head;
+} wakelist_t;
+
+/* Claim w (already unlinked) for this wake list; false if its deadline won. */
+static bool wl_claim(wakelist_t *l, co__waiter_t *w, int result) {
+    if (!co__claim(w->pk, w)) return false;
+    w->result = result;
+    w->next = l->head; /* w is unlinked: next is ours to use */
+    l->head = w;
+    return true;
+}
+static void wl_wake(wakelist_t *l) {
+    co__waiter_t *w = l->head;
+    while (w) {
+        co__waiter_t *n = w->next; /* w's memory goes away once unparked */
+        co__unpark(w->pk);
+        w = n;
+    }
+    l->head = NULL;
+}
+
+/* ---- records ------------------------------------------------------------ */
+
+/* Lock held. A spare record, or NULL. */
+static co__pw_t *rec_get_locked(co_pool_t *p) {
+    co__pw_t *w = p->spare;
+    if (w) {
+        p->spare = w->next;
+        p->nspare--;
+    }
+    return w;
+}
+/* Lock held. Keep w for reuse, or chain it on *tofree. */
+static void rec_put_locked(co_pool_t *p, co__pw_t *w, co__pw_t **tofree) {
+    if (p->nspare < SPARE_MAX) {
+        w->next = p->spare;
+        p->spare = w;
+        p->nspare++;
+    } else {
+        w->next = *tofree;
+        *tofree = w;
+    }
+}
+static void rec_free_list(co__pw_t *w) {
+    while (w) {
+        co__pw_t *n = w->next;
+        free(w);
+        w = n;
+    }
+}
+/* Lock held. Recycle a list of records (purged or released idle ones). */
+static void rec_put_list_locked(co_pool_t *p, co__pw_t *list, co__pw_t **tofree) {
+    while (list) {
+        co__pw_t *n = list->next;
+        rec_put_locked(p, list, tofree);
+        list = n;
+    }
+}
+
+/* ---- counters and the waits that depend on them ------------------------ */
+
+/* Lock held. A record starts a task: it is busy in the current generation. */
+static void activate_locked(co_pool_t *p, co__pw_t *w, void (*fn)(void *), void *arg) {
+    w->fn = fn;
+    w->arg = arg;
+    w->gen = p->gen;
+    st32(&p->busy, p->busy + 1);
+    p->submitted++;
+}
+
+/* Lock held. Wake wait_idle callers when nothing is busy, and drainers
+ * whose threshold busy_old has reached. */
+static void wake_waits_locked(co_pool_t *p, wakelist_t *wl) {
+    co__waiter_t *w, *n;
+    if (p->busy == 0) {
+        while ((w = co__waitq_pop(&p->idleq))) wl_claim(wl, w, 0);
+    }
+    for (w = p->drainq.head; w; w = n) {
+        n = w->next;
+        if (p->busy_old <= w->n) {
+            co__waitq_remove(w);
+            wl_claim(wl, w, 0);
+        }
+    }
+}
+
+/* Lock held. A busy record stops being busy. */
+static void busy_dec_locked(co_pool_t *p, co__pw_t *w, wakelist_t *wl) {
+    st32(&p->busy, p->busy - 1);
+    if (w->gen != p->gen) p->busy_old--;
+    wake_waits_locked(p, wl);
+}
+
+/* Lock held. Pop blocked submitters until one is claimed; NULL if none.
+ * With result 0 or CO_ECLOSED the submitter returns without touching the
+ * pool again, so we account for it (sub_parked); a RETRY submitter re-locks
+ * and does that itself. */
+static co__waiter_t *claim_submitter_locked(co_pool_t *p, wakelist_t *wl, int result) {
+    co__waiter_t *w;
+    while ((w = co__waitq_pop(&p->submitq))) {
+        st32(&p->waiting, p->waiting - 1);
+        if (wl_claim(wl, w, result)) {
+            if (result != RETRY) p->sub_parked--;
+            return w;
+        }
+        /* lost to its deadline: it re-locks, sees itself unlinked, and
+         * accounts for itself */
+    }
+    return NULL;
+}
+
+static inline bool has_room_locked(const co_pool_t *p) { return p->cap < 0 || p->running < p->cap; }
+
+/* Lock held. Let up to `room` blocked submitters go round again. */
+static void retry_submitters_locked(co_pool_t *p, int room, wakelist_t *wl) {
+    while (room-- > 0 && claim_submitter_locked(p, wl, RETRY)) {
+    }
+}
+
+/* ---- purge -------------------------------------------------------------- */
+
+/* Lock held. Arm the purge timer for the oldest idle record if needed. */
+static void purge_arm_locked(co_pool_t *p) {
+    if (p->opts.disable_purge || p->purge_armed || co__wq_empty(&p->idle)) return;
+    p->purge_armed = true;
+    co__timer_add(&p->purge, co__wq_oldest(&p->idle)->last_used + p->expiry);
+}
+
+/* Timer callback: retire every idle record unused for expiry_ns. Runs on
+ * some M without timer locks. It re-adds itself while idle records remain;
+ * otherwise it clears purge_armed, and the next worker to go idle arms it
+ * again.
+ * It only ever *tries* the pool lock: the runtime may run due timers on an
+ * M whose coroutine is in the middle of parking with this very lock held
+ * (co__park_lock releases it only after the switch), so waiting for the
+ * lock here could wait for ourselves. When the lock is busy, try again in
+ * a millisecond. */
+#define PURGE_RETRY_NS ((int64_t)1000000)
+static void purge_fire(void *arg) {
+    co_pool_t *p = arg;
+    co__pw_t *tofree = NULL;
+    int n = 0;
+    if (!co__trylock(&p->lock)) {
+        co__timer_add(&p->purge, co_now() + PURGE_RETRY_NS); /* purge_armed stays set */
+        return;
+    }
+    if (p->state == CO__POOL_OPEN) {
+        co__pw_t *dead = co__wq_refresh(&p->idle, co_now() - p->expiry, &n);
+        st32(&p->running, p->running - n);
+        rec_put_list_locked(p, dead, &tofree);
+    }
+    co__pw_t *oldest = co__wq_oldest(&p->idle);
+    if (p->state == CO__POOL_OPEN && oldest)
+        co__timer_add(&p->purge, oldest->last_used + p->expiry);
+    else
+        p->purge_armed = false;
+    co__unlock(&p->lock);
+    rec_free_list(tofree);
+}
+
+/* ---- workers ------------------------------------------------------------ */
+
+/* Lock held. Put a worker whose task just finished back in the idle
+ * queue. False if the queue refused it (out of memory). */
+static bool idle_put_locked(co_pool_t *p, co__pw_t *w) {
+    int64_t now = p->opts.disable_purge ? 0 : co_now();
+    co__pw_t *newest = co__wq_newest(&p->idle);
+    if (newest && newest->last_used > now) now = newest->last_used; /* keep it sorted */
+    w->last_used = now;
+    if (co__wq_insert(&p->idle, w) != 0) return false;
+    purge_arm_locked(p);
+    return true;
+}
+
+/* A task of w just ended (panicked: it panicked). Returns true with w
+ * holding a new task, false if the coroutine must exit (w is then idle or
+ * retired and no longer ours). */
+static bool worker_done(co_pool_t *p, co__pw_t *w, bool panicked) {
+    wakelist_t wl = {NULL};
+    co__pw_t *tofree = NULL;
+    bool more = false;
+    co__lock(&p->lock);
+    if (panicked)
+        p->panicked++;
+    else
+        p->completed++;
+    bool old = w->gen != p->gen;
+    st32(&p->busy, p->busy - 1);
+    if (old) p->busy_old--;
+    bool open = p->state == CO__POOL_OPEN;
+    bool retire = panicked || !open || old || (p->cap > 0 && p->running > p->cap);
+    if (retire) st32(&p->running, p->running - 1);
+    co__waiter_t *sub = NULL;
+    if (open && (!retire || has_room_locked(p))) sub = claim_submitter_locked(p, &wl, 0);
+    if (sub) {
+        /* Hand-off: w runs the blocked submitter's task (as a new worker if
+         * it was retiring). Copy the task before the submitter runs again. */
+        if (retire) st32(&p->running, p->running + 1);
+        task_t *t = sub->data;
+        activate_locked(p, w, t->fn, t->arg);
+        more = true;
+    } else if (retire || !idle_put_locked(p, w)) {
+        if (!retire) st32(&p->running, p->running - 1);
+        rec_put_locked(p, w, &tofree);
+    }
+    wake_waits_locked(p, &wl);
+    co__unlock(&p->lock);
+    /* Nothing below touches *p: a destroyer woken here may free it. */
+    wl_wake(&wl);
+    rec_free_list(tofree);
+    return more;
+}
+
+static void worker_run(void *arg) {
+    co__pw_t *w = arg;
+    co_pool_t *p = w->pool;
+    void (*pfn)(void *) = p->fn;
+    do {
+        if (pfn)
+            pfn(w->arg);
+        else
+            w->fn(w->arg);
+    } while (worker_done(p, w, false));
+}
+
+static void report_panic(co_pool_t *p, void *value) {
+    if (p->opts.panic_handler) {
+        p->opts.panic_handler(value, p->opts.ctx);
+        return;
+    }
+    char line[200];
+    struct co_g *g = co__cur_g();
+    snprintf(line, sizeof line, "colony: pool %p: worker exits from panic: %p in coroutine %llu '%s'",
+             (void *)p, value, (unsigned long long)co__g_id(g), co__g_name(g));
+    if (p->opts.logger) {
+        p->opts.logger(line, p->opts.ctx);
+    } else {
+        fprintf(stderr, "%s\n", line);
+        fflush(stderr);
+    }
+}
+
+/* A worker coroutine. Its tasks run under a recover frame tagged with the
+ * pool: a panic lands here; the worker is retired (ants: the goroutine
+ * ends), and if a blocked submitter can use the freed slot this coroutine
+ * carries on with that submitter's task. */
+static void worker_main(void *arg) {
+    co__pw_t *w = arg;
+    co_pool_t *p = w->pool;
+    void *value;
+    while (co__recover_tagged(worker_run, w, &value, p)) {
+        report_panic(p, value); /* no lock held: user code */
+        if (!worker_done(p, w, true)) return;
+    }
+}
+
+/* Start a coroutine for an activated record (lock not held). On failure the
+ * activation is undone and the task will not run. */
+static int launch(co_pool_t *p, co__pw_t *w) {
+    int rc = co__spawn(worker_main, w, p->opts.stack_size, worker_name);
+    if (CO_LIKELY(rc == 0)) return 0;
+    wakelist_t wl = {NULL};
+    co__pw_t *tofree = NULL;
+    co__lock(&p->lock);
+    p->submitted--;
+    rejected_inc(p);
+    st32(&p->running, p->running - 1);
+    busy_dec_locked(p, w, &wl);
+    rec_put_locked(p, w, &tofree);
+    /* The slot we held may be what a blocked submitter waits for. */
+    if (p->state == CO__POOL_OPEN && has_room_locked(p)) retry_submitters_locked(p, 1, &wl);
+    co__unlock(&p->lock);
+    wl_wake(&wl);
+    rec_free_list(tofree);
+    return rc;
+}
+
+/* ---- submit ------------------------------------------------------------- */
+
+static int submit_impl(co_pool_t *p, void (*fn)(void *), void *arg, int64_t deadline) {
+    co__pw_t *fresh = NULL, *w, *tofree = NULL;
+    int rc;
+    co__lock(&p->lock);
+    for (;;) {
+        if (p->state != CO__POOL_OPEN) {
+            rc = CO_ECLOSED;
+            break;
+        }
+        if ((w = co__wq_detach(&p->idle))) goto activate;
+        if (has_room_locked(p)) {
+            if (!(w = fresh ? fresh : rec_get_locked(p))) {
+                co__unlock(&p->lock); /* no malloc under the lock */
+                fresh = calloc(1, sizeof *fresh);
+                if (!fresh) {
+                    rejected_inc(p);
+                    return CO_ENOMEM;
+                }
+                fresh->pool = p;
+                co__lock(&p->lock);
+                continue;
+            }
+            if (w == fresh) fresh = NULL;
+            st32(&p->running, p->running + 1);
+            goto activate;
+        }
+        /* Full. */
+        if (p->opts.nonblocking ||
+            (p->opts.max_blocking > 0 && p->waiting >= p->opts.max_blocking)) {
+            rc = CO_EOVERLOAD;
+            break;
+        }
+        if (co__recover_has_tag(p)) { /* a task of this pool waiting for itself */
+            rc = CO_EDEADLK;
+            break;
+        }
+        if (deadline != CO_FOREVER && deadline <= co_now()) {
+            rc = CO_ETIMEDOUT;
+            break;
+        }
+        co__parker_t pk;
+        co__parker_init(&pk, CO__WR_POOL);
+        task_t t = {fn, arg};
+        co__waiter_t wt;
+        memset(&wt, 0, sizeof wt);
+        wt.pk = &pk;
+        wt.data = &t;
+        co__waitq_push(&p->submitq, &wt);
+        st32(&p->waiting, p->waiting + 1);
+        p->sub_parked++;
+        rc = co__park_lock(&pk, deadline, &p->lock);
+        if (rc == CO_ETIMEDOUT) {
+            co__lock(&p->lock);
+            if (wt.q) { /* still queued: nobody popped us */
+                co__waitq_remove(&wt);
+                st32(&p->waiting, p->waiting - 1);
+            }
+            p->sub_parked--;
+            break;
+        }
+        if (wt.result == RETRY) { /* the waker left sub_parked to us */
+            co__lock(&p->lock);
+            p->sub_parked--;
+            continue;
+        }
+        /* 0: a worker took the task; CO_ECLOSED: release (counted as a
+         * rejection by it). Our waker accounted for us, so *p may already
+         * be gone (destroy): do not touch it again. */
+        rec_free_list(fresh);
+        return wt.result;
+    }
+    rejected_inc(p);
+    if (fresh) rec_put_locked(p, fresh, &tofree);
+    co__unlock(&p->lock);
+    rec_free_list(tofree);
+    return rc;
+activate:
+    activate_locked(p, w, fn, arg);
+    if (fresh) rec_put_locked(p, fresh, &tofree);
+    co__unlock(&p->lock);
+    rec_free_list(tofree);
+    return launch(p, w);
+}
+
+int co_pool_submit_until(co_pool_t *p, void (*fn)(void *arg), void *arg, int64_t deadline) {
+    if (!p) return CO_EINVAL;
+    if (!fn || p->fn) {
+        rejected_inc(p);
+        return CO_EINVAL;
+    }
+    return submit_impl(p, fn, arg, deadline);
+}
+
+int co_pool_submit(co_pool_t *p, void (*fn)(void *arg), void *arg) {
+    return co_pool_submit_until(p, fn, arg, CO_FOREVER);
+}
+
+int co__pool_invoke_until(co_pool_t *p, void *arg, int64_t deadline) {
+    if (!p) return CO_EINVAL;
+    if (!p->fn) {
+        rejected_inc(p);
+        return CO_EINVAL;
+    }
+    return submit_impl(p, NULL, arg, deadline);
+}
+
+int co_pool_invoke(co_pool_t *p, void *arg) { return co__pool_invoke_until(p, arg, CO_FOREVER); }
+
+/* ---- creation ----------------------------------------------------------- */
+
+static int pool_create(co_pool_t **out, int capacity, void (*fn)(void *),
+                       const co_pool_opts_t *opts) {
+    co_pool_opts_t o;
+    if (opts)
+        o = *opts;
+    else
+        memset(&o, 0, sizeof o);
+    if (!o.disable_purge && o.expiry_ns < 0) return CO_EINVAL; /* ErrInvalidPoolExpiry */
+    if (o.expiry_ns <= 0) o.expiry_ns = DEFAULT_EXPIRY;
+    if (capacity <= 0) capacity = -1;
+    if (o.prealloc && capacity < 0) return CO_EINVAL;          /* ErrInvalidPreAllocSize */
+    if (o.max_blocking < 0) return CO_EINVAL;
+    if (o.stack_size != 0 && (o.stack_size < CO_STACK_MIN || o.stack_size > CO_STACK_MAX))
+        return CO_EINVAL;
+    int rc = co__ensure_init();
+    if (rc < 0) return rc;
+    co_pool_t *p = calloc(1, sizeof *p);
+    if (!p) return CO_ENOMEM;
+    rc = co__wq_init(&p->idle, o.prealloc, o.prealloc ? capacity : 0);
+    if (rc < 0) {
+        free(p);
+        return rc;
+    }
+    p->cap = capacity;
+    p->state = CO__POOL_OPEN;
+    p->fn = fn;
+    p->opts = o;
+    p->expiry = o.expiry_ns;
+    p->purge.fn = purge_fire;
+    p->purge.arg = p;
+    p->purge.idx = -1;
+    *out = p;
+    return 0;
+}
+
+int co_pool_new(co_pool_t **out, int capacity, const co_pool_opts_t *opts) {
+    if (!out) return CO_EINVAL;
+    *out = NULL;
+    return pool_create(out, capacity, NULL, opts);
+}
+
+int co_pool_new_func(co_pool_t **out, int capacity, void (*fn)(void *arg),
+                     const co_pool_opts_t *opts) {
+    if (!out) return CO_EINVAL;
+    *out = NULL;
+    if (!fn) return CO_EINVAL; /* ErrLackPoolFunc, checked before the options */
+    return pool_create(out, capacity, fn, opts);
+}
+
+/* ---- getters: relaxed snapshots ----------------------------------------- */
+
+int co_pool_running(const co_pool_t *p) { return p ? ld32(&p->running) : CO_EINVAL; }
+int co_pool_waiting(const co_pool_t *p) { return p ? ld32(&p->waiting) : CO_EINVAL; }
+int co_pool_cap(const co_pool_t *p) { return p ? ld32(&p->cap) : CO_EINVAL; }
+int co_pool_available(const co_pool_t *p) {
+    if (!p) return CO_EINVAL;
+    int cap = ld32(&p->cap);
+    return cap < 0 ? -1 : cap - ld32(&p->running);
+}
+bool co_pool_is_closed(const co_pool_t *p) {
+    return !p || __atomic_load_n(&p->state, __ATOMIC_RELAXED) != CO__POOL_OPEN;
+}
+
+void co_pool_stats(const co_pool_t *p, co_pool_stats_t *out) {
+    if (!out) return;
+    memset(out, 0, sizeof *out);
+    if (!p) return;
+    co_pool_t *mp = (co_pool_t *)p; /* the lock is not part of the value */
+    co__lock(&mp->lock);
+    out->running = p->running;
+    out->idle = co__wq_len(&p->idle);
+    out->busy = p->busy;
+    out->waiting = p->waiting;
+    out->submitted = p->submitted;
+    out->completed = p->completed;
+    out->panicked = p->panicked;
+    out->rejected = __atomic_load_n(&p->rejected, __ATOMIC_RELAXED);
+    co__unlock(&mp->lock);
+}
+
+/* ---- tune --------------------------------------------------------------- */
+
+void co_pool_tune(co_pool_t *p, int capacity) {
+    if (!p || capacity <= 0 || p->opts.prealloc) return;
+    wakelist_t wl = {NULL};
+    co__pw_t *tofree = NULL;
+    co__lock(&p->lock);
+    int old = p->cap;
+    if (old < 0 || capacity == old) {
+        co__unlock(&p->lock);
+        return;
+    }
+    st32(&p->cap, capacity);
+    if (capacity > old) {
+        /* Grow: the new room goes to blocked submitters first. */
+        if (p->state == CO__POOL_OPEN) retry_submitters_locked(p, capacity - p->running, &wl);
+    } else {
+        /* Shrink: busy workers retire as they finish (worker_done); idle
+         * ones cost nothing to retire now, oldest first. */
+        int k = p->running - capacity;
+        if (k > co__wq_len(&p->idle)) k = co__wq_len(&p->idle);
+        if (k > 0) {
+            rec_put_list_locked(p, co__wq_take_oldest(&p->idle, k), &tofree);
+            st32(&p->running, p->running - k);
+        }
+    }
+    co__unlock(&p->lock);
+    wl_wake(&wl);
+    rec_free_list(tofree);
+}
+
+/* ---- release / reboot / wait -------------------------------------------- */
+
+int co__pool_release_begin(co_pool_t *p) {
+    wakelist_t wl = {NULL};
+    co__pw_t *tofree = NULL;
+    int n;
+    co__lock(&p->lock);
+    if (p->state != CO__POOL_OPEN) {
+        co__unlock(&p->lock);
+        return CO_ECLOSED;
+    }
+    __atomic_store_n(&p->state, CO__POOL_CLOSED, __ATOMIC_RELAXED);
+    p->gen++;
+    p->busy_old = p->busy; /* every busy worker now belongs to an older generation */
+    co__pw_t *dead = co__wq_reset(&p->idle, &n); /* idle workers exit */
+    st32(&p->running, p->running - n);
+    rec_put_list_locked(p, dead, &tofree);
+    while (claim_submitter_locked(p, &wl, CO_ECLOSED)) rejected_inc(p);
+    wake_waits_locked(p, &wl);
+    co__unlock(&p->lock);
+    /* The purge timer, if armed, finds the pool closed and stops itself. */
+    wl_wake(&wl);
+    rec_free_list(tofree);
+    return 0;
+}
+
+int co__pool_drain_until(co_pool_t *p, int64_t deadline) {
+    /* Called from one of the pool's own tasks, wait for every worker but
+     * the caller's own (it exits when its task returns). */
+    int self = co__recover_has_tag(p) ? 1 : 0;
+    co__lock(&p->lock);
+    if (p->busy_old <= self) {
+        co__unlock(&p->lock);
+        return 0;
+    }
+    if (deadline != CO_FOREVER && deadline <= co_now()) {
+        co__unlock(&p->lock);
+        return CO_ETIMEDOUT;
+    }
+    co__parker_t pk;
+    co__parker_init(&pk, CO__WR_POOL);
+    co__waiter_t wt;
+    memset(&wt, 0, sizeof wt);
+    wt.pk = &pk;
+    wt.n = self;
+    co__waitq_push(&p->drainq, &wt);
+    int rc = co__park_lock(&pk, deadline, &p->lock);
+    if (rc == CO_ETIMEDOUT) {
+        co__lock(&p->lock);
+        co__waitq_remove(&wt);
+        co__unlock(&p->lock);
+    }
+    return rc;
+}
+
+void co_pool_release(co_pool_t *p) {
+    if (p) (void)co__pool_release_begin(p);
+}
+
+int co_pool_release_timeout(co_pool_t *p, int64_t ns) {
+    if (!p) return CO_EINVAL;
+    int rc = co__pool_release_begin(p);
+    if (rc < 0) return rc;
+    return co__pool_drain_until(p, co_deadline_after(ns));
+}
+
+void co_pool_reboot(co_pool_t *p) {
+    if (!p) return;
+    co__lock(&p->lock);
+    if (p->state != CO__POOL_OPEN) __atomic_store_n(&p->state, CO__POOL_OPEN, __ATOMIC_RELAXED);
+    co__unlock(&p->lock);
+}
+
+int co_pool_wait_idle(co_pool_t *p, int64_t deadline) {
+    if (!p) return CO_EINVAL;
+    co__lock(&p->lock);
+    if (p->busy == 0) {
+        co__unlock(&p->lock);
+        return 0;
+    }
+    int rc = 0;
+    if (co__recover_has_tag(p))
+        rc = CO_EDEADLK; /* a task waiting for itself to finish */
+    else if (deadline != CO_FOREVER && deadline <= co_now())
+        rc = CO_ETIMEDOUT;
+    if (rc) {
+        co__unlock(&p->lock);
+        return rc;
+    }
+    co__parker_t pk;
+    co__parker_init(&pk, CO__WR_POOL);
+    co__waiter_t wt;
+    memset(&wt, 0, sizeof wt);
+    wt.pk = &pk;
+    co__waitq_push(&p->idleq, &wt);
+    rc = co__park_lock(&pk, deadline, &p->lock);
+    if (rc == CO_ETIMEDOUT) {
+        co__lock(&p->lock);
+        co__waitq_remove(&wt);
+        co__unlock(&p->lock);
+    }
+    return rc;
+}
+
+void co_pool_destroy(co_pool_t *p) {
+    if (!p) return;
+    if (co__recover_has_tag(p)) co__fatal("co_pool_destroy(%p) called from one of its own tasks", (void *)p);
+    (void)co__pool_release_begin(p);
+    (void)co__pool_drain_until(p, CO_FOREVER);
+    /* Submitters that timed out while being released still re-lock the
+     * pool to unlink themselves: wait for them (rare and brief). */
+    for (;;) {
+        co__lock(&p->lock);
+        int n = p->sub_parked;
+        co__unlock(&p->lock);
+        if (n == 0) break;
+        co_yield();
+    }
+    co__timer_del(&p->purge); /* waits for a running callback */
+    int n;
+    rec_free_list(co__wq_reset(&p->idle, &n)); /* empty after the release */
+    rec_free_list(p->spare);
+    co__wq_destroy(&p->idle);
+    free(p);
+}

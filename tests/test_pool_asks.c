@@ -1,0 +1,453 @@
+/* What ants' users asked for (spec/ants.md §3) and colony adds: deadline
+ * submits, wait_idle, exact stats, CO_EDEADLK for a task submitting to its
+ * own full pool, idle workers that hold no coroutine, race-free
+ * release/reboot, and the no-task-lost storm across release/reboot/tune. */
+// ctest-timeout: 300
+#include <signal.h>
+#include <sys/wait.h>
+
+#include "test_pool_util.h"
+
+static gate_t gate;
+static atomic_long ran;
+static void gated_task(void *arg) {
+    gate_wait(&gate);
+    atomic_fetch_add(&ran, 1);
+}
+static void noop_task(void *arg) { atomic_fetch_add(&ran, 1); }
+static void panicking_task(void *arg) { co_panic(arg); }
+static void quiet(void *v, void *ctx) {}
+
+/* ---- co_pool_submit_until ---------------------------------------------- */
+
+static void *thread_submit_until(void *arg) {
+    co_pool_t *p = arg;
+    return (void *)(intptr_t)co_pool_submit_until(p, noop_task, NULL, co_deadline_after(30 * MS));
+}
+
+static void submit_until(void) {
+    co_pool_t *p;
+    gate_init(&gate);
+    atomic_store(&ran, 0);
+    CHECK_EQ(co_pool_new(&p, 1, NULL), 0);
+    CHECK_EQ(co_pool_submit_until(p, gated_task, NULL, 0), 0); /* room: a past deadline is fine */
+    CHECK_EQ(co_pool_submit_until(p, noop_task, NULL, 0), CO_ETIMEDOUT); /* full: try once */
+    /* from a coroutine: parks, gives up at the deadline */
+    bg_submit_t b;
+    bg_submit_start(&b, p, noop_task, NULL);
+    CHECK(WAIT_FOR(co_pool_waiting(p) == 1));
+    bg_submit_t c = {0};
+    c.p = p;
+    c.fn = noop_task;
+    c.deadline = co_deadline_after(30 * MS);
+    atomic_store(&c.rc, 1);
+    CHECK_EQ(co_go(bg_submit_main, &c), 0);
+    CHECK(WAIT_FOR(atomic_load(&c.done)));
+    CHECK_EQ(atomic_load(&c.rc), CO_ETIMEDOUT);
+    /* from a plain thread */
+    pthread_t th;
+    void *r;
+    pthread_create(&th, NULL, thread_submit_until, p);
+    pthread_join(th, &r);
+    CHECK_EQ((int)(intptr_t)r, CO_ETIMEDOUT);
+    CHECK_EQ(co_pool_waiting(p), 1); /* only b is left */
+    gate_open(&gate);
+    CHECK(WAIT_FOR(atomic_load(&b.done)));
+    CHECK_EQ(atomic_load(&b.rc), 0);
+    CHECK_EQ(co_pool_wait_idle(p, CO_FOREVER), 0);
+    CHECK_EQ(atomic_load(&ran), 2); /* the gated task and b's; the timed-out ones never ran */
+    co_pool_stats_t st;
+    co_pool_stats(p, &st);
+    CHECK_EQ(st.submitted, 2);
+    CHECK_EQ(st.completed, 2);
+    CHECK_EQ(st.rejected, 3);
+    CHECK_EQ(st.waiting, 0);
+    co_pool_destroy(p);
+}
+
+/* ---- co_pool_wait_idle --------------------------------------------------- */
+
+static void sleepy(void *arg) {
+    co_sleep(5 * MS);
+    atomic_fetch_add(&ran, 1);
+}
+
+static void wait_idle(void) {
+    co_pool_t *p;
+    CHECK_EQ(co_pool_new(&p, 8, NULL), 0);
+    CHECK_EQ(co_pool_wait_idle(p, 0), 0); /* nothing ever ran */
+    atomic_store(&ran, 0);
+    for (int i = 0; i < 40; i++) CHECK_EQ(co_pool_submit(p, sleepy, NULL), 0);
+    CHECK_EQ(co_pool_wait_idle(p, CO_FOREVER), 0);
+    CHECK_EQ(atomic_load(&ran), 40);
+    CHECK(!co_pool_is_closed(p)); /* stays open */
+    CHECK_EQ(co_pool_submit(p, sleepy, NULL), 0);
+    CHECK_EQ(co_pool_wait_idle(p, CO_FOREVER), 0);
+    CHECK_EQ(atomic_load(&ran), 41);
+    /* deadlines */
+    gate_init(&gate);
+    CHECK_EQ(co_pool_submit(p, gated_task, NULL), 0);
+    CHECK_EQ(co_pool_wait_idle(p, 0), CO_ETIMEDOUT);
+    CHECK_EQ(co_pool_wait_idle(p, co_deadline_after(20 * MS)), CO_ETIMEDOUT);
+    gate_open(&gate);
+    CHECK_EQ(co_pool_wait_idle(p, co_deadline_after(10000 * MS)), 0);
+    co_pool_destroy(p);
+}
+
+/* Several waiters, coroutines and threads, are all released. */
+static co_pool_t *wi_pool;
+static atomic_int wi_ok;
+static void wi_co(void *arg) {
+    if (co_pool_wait_idle(wi_pool, CO_FOREVER) == 0) atomic_fetch_add(&wi_ok, 1);
+}
+static void *wi_thread(void *arg) {
+    wi_co(arg);
+    return NULL;
+}
+static void wait_idle_many(void) {
+    CHECK_EQ(co_pool_new(&wi_pool, 4, NULL), 0);
+    gate_init(&gate);
+    atomic_store(&wi_ok, 0);
+    for (int i = 0; i < 4; i++) CHECK_EQ(co_pool_submit(wi_pool, gated_task, NULL), 0);
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++) pthread_create(&th[i], NULL, wi_thread, NULL);
+    for (int i = 0; i < 3; i++) CHECK_EQ(co_go(wi_co, NULL), 0);
+    co_sleep(10 * MS);
+    CHECK_EQ(atomic_load(&wi_ok), 0);
+    gate_open(&gate);
+    for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+    CHECK(WAIT_FOR(atomic_load(&wi_ok) == 5));
+    co_pool_destroy(wi_pool);
+}
+
+/* ---- exact stats --------------------------------------------------------- */
+
+static void stats_exact(void) {
+    co_pool_opts_t o = {.panic_handler = quiet, .nonblocking = true, .disable_purge = true};
+    co_pool_t *p;
+    CHECK_EQ(co_pool_new(&p, 3, &o), 0);
+    co_pool_stats_t st;
+    co_pool_stats(p, &st);
+    CHECK_EQ(st.running + st.idle + st.busy + st.waiting + st.submitted + st.completed +
+                 st.rejected + st.panicked,
+             0);
+    gate_init(&gate);
+    CHECK_EQ(co_pool_submit(p, gated_task, NULL), 0);
+    CHECK_EQ(co_pool_submit(p, gated_task, NULL), 0);
+    CHECK_EQ(co_pool_submit(p, panicking_task, NULL), 0);
+    CHECK_EQ(co_pool_wait_idle(p, co_deadline_after(20 * MS)), CO_ETIMEDOUT);
+    CHECK(WAIT_FOR(co_pool_running(p) == 2)); /* the panicked worker is gone */
+    CHECK_EQ(co_pool_submit(p, noop_task, NULL), 0); /* a new worker */
+    CHECK_EQ(co_pool_wait_idle(p, co_deadline_after(20 * MS)), CO_ETIMEDOUT);
+    co_pool_stats(p, &st);
+    CHECK_EQ(st.busy, 2);
+    CHECK_EQ(st.idle, 1);
+    CHECK_EQ(st.running, 3);
+    co_pool_submit(p, gated_task, NULL); /* takes the idle one */
+    CHECK_EQ(co_pool_submit(p, gated_task, NULL), CO_EOVERLOAD);
+    CHECK_EQ(co_pool_submit(p, NULL, NULL), CO_EINVAL);
+    co_pool_stats(p, &st);
+    CHECK_EQ(st.running, 3);
+    CHECK_EQ(st.busy, 3);
+    CHECK_EQ(st.idle, 0);
+    CHECK_EQ(st.waiting, 0);
+    CHECK_EQ(st.submitted, 5);
+    CHECK_EQ(st.completed, 1);
+    CHECK_EQ(st.panicked, 1);
+    CHECK_EQ(st.rejected, 2);
+    gate_open(&gate);
+    CHECK_EQ(co_pool_wait_idle(p, CO_FOREVER), 0);
+    co_pool_stats(p, &st);
+    CHECK_EQ(st.busy, 0);
+    CHECK_EQ(st.idle, 3);
+    CHECK_EQ(st.completed, 4);
+    CHECK_EQ(st.submitted, st.completed + st.panicked);
+    co_pool_release(p);
+    co_pool_stats(p, &st);
+    CHECK_EQ(st.running, 0);
+    CHECK_EQ(st.idle, 0);
+    co_pool_destroy(p);
+}
+
+/* ---- CO_EDEADLK ------------------------------------------------------------ */
+
+static co_pool_t *self_pool, *other_pool;
+static atomic_int self_rc, self_rc2, self_rc3;
+static void self_submitter(void *arg) {
+    /* the pool (cap 1) is full: this very task holds its only worker */
+    atomic_store(&self_rc, co_pool_submit(self_pool, noop_task, NULL));
+    atomic_store(&self_rc2, co_pool_wait_idle(self_pool, CO_FOREVER));
+    atomic_store(&self_rc3, co_pool_submit_until(self_pool, noop_task, NULL, co_deadline_after(1000 * MS)));
+}
+static void submit_to_other(void *arg) {
+    /* a task of self_pool submitting to a full other_pool just blocks */
+    atomic_store(&self_rc, co_pool_submit(other_pool, noop_task, NULL));
+}
+static void nested_ok(void *arg) {
+    /* room left: a nested submit simply works */
+    atomic_store(&self_rc, co_pool_submit(self_pool, noop_task, NULL));
+}
+
+static void deadlock_detect(void) {
+    CHECK_EQ(co_pool_new(&self_pool, 1, NULL), 0);
+    atomic_store(&self_rc, 1);
+    CHECK_EQ(co_pool_submit(self_pool, self_submitter, NULL), 0);
+    CHECK_EQ(co_pool_wait_idle(self_pool, CO_FOREVER), 0);
+    CHECK_EQ(atomic_load(&self_rc), CO_EDEADLK);
+    CHECK_EQ(atomic_load(&self_rc2), CO_EDEADLK);
+    CHECK_EQ(atomic_load(&self_rc3), CO_EDEADLK);
+    co_pool_destroy(self_pool);
+
+    /* not full: works */
+    CHECK_EQ(co_pool_new(&self_pool, 2, NULL), 0);
+    atomic_store(&ran, 0);
+    CHECK_EQ(co_pool_submit(self_pool, nested_ok, NULL), 0);
+    CHECK_EQ(co_pool_wait_idle(self_pool, CO_FOREVER), 0);
+    CHECK(WAIT_FOR(atomic_load(&ran) == 1));
+    CHECK_EQ(atomic_load(&self_rc), 0);
+    co_pool_destroy(self_pool);
+
+    /* nonblocking: CO_EOVERLOAD comes first */
+    co_pool_opts_t nb = {.nonblocking = true};
+    CHECK_EQ(co_pool_new(&self_pool, 1, &nb), 0);
+    CHECK_EQ(co_pool_submit(self_pool, self_submitter, NULL), 0);
+    CHECK_EQ(co_pool_wait_idle(self_pool, CO_FOREVER), 0);
+    CHECK_EQ(atomic_load(&self_rc), CO_EOVERLOAD);
+    co_pool_destroy(self_pool);
+
+    /* another full pool: not a self-deadlock, the submit waits its turn */
+    CHECK_EQ(co_pool_new(&self_pool, 1, NULL), 0);
+    CHECK_EQ(co_pool_new(&other_pool, 1, NULL), 0);
+    gate_init(&gate);
+    CHECK_EQ(co_pool_submit(other_pool, gated_task, NULL), 0);
+    atomic_store(&self_rc, 1);
+    CHECK_EQ(co_pool_submit(self_pool, submit_to_other, NULL), 0);
+    CHECK(WAIT_FOR(co_pool_waiting(other_pool) == 1));
+    gate_open(&gate);
+    CHECK_EQ(co_pool_wait_idle(self_pool, CO_FOREVER), 0);
+    CHECK_EQ(atomic_load(&self_rc), 0);
+    CHECK_EQ(co_pool_wait_idle(other_pool, CO_FOREVER), 0);
+    co_pool_destroy(self_pool);
+    co_pool_destroy(other_pool);
+}
+
+/* release_timeout from one of the pool's own tasks waits for the others
+ * only; destroy from one of them is a fatal misuse (child process). */
+static atomic_int rt_rc = 1;
+static void releasing_task(void *arg) {
+    atomic_store(&rt_rc, co_pool_release_timeout(self_pool, 5000 * MS));
+}
+static void release_from_own_task(void) {
+    CHECK_EQ(co_pool_new(&self_pool, 4, NULL), 0);
+    gate_init(&gate);
+    CHECK_EQ(co_pool_submit(self_pool, gated_task, NULL), 0);
+    CHECK_EQ(co_pool_submit(self_pool, releasing_task, NULL), 0);
+    co_sleep(10 * MS);
+    CHECK_EQ(atomic_load(&rt_rc), 1); /* still waiting for the gated one */
+    gate_open(&gate);
+    CHECK(WAIT_FOR(atomic_load(&rt_rc) == 0));
+    CHECK(WAIT_FOR(co_pool_running(self_pool) == 0));
+    co_pool_destroy(self_pool);
+}
+
+static void destroying_task(void *arg) { co_pool_destroy(self_pool); }
+static int child_destroy_self(void *arg) {
+    co_pool_new(&self_pool, 2, NULL);
+    co_pool_submit(self_pool, destroying_task, NULL);
+    co_sleep(5000 * MS);
+    return 0;
+}
+static void destroy_from_own_task(void) {
+    int pfd[2];
+    CHECK_EQ(pipe(pfd), 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(pfd[1], 2);
+        execl("/proc/self/exe", "test_pool_asks", "child-destroy-self", (char *)NULL);
+        _exit(127);
+    }
+    close(pfd[1]);
+    char out[2048];
+    size_t n = 0;
+    ssize_t r;
+    while (n + 1 < sizeof out && (r = read(pfd[0], out + n, sizeof out - 1 - n)) > 0) n += (size_t)r;
+    out[n] = 0;
+    close(pfd[0]);
+    int st;
+    waitpid(pid, &st, 0);
+    CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT);
+    CHECK(strstr(out, "colony: fatal: co_pool_destroy") != NULL);
+}
+
+/* ---- idle workers hold no coroutine ------------------------------------- */
+
+static void idle_holds_no_stack(void) {
+    co_pool_opts_t o = {.disable_purge = true};
+    co_pool_t *p;
+    CHECK_EQ(co_pool_new(&p, 100, &o), 0);
+    gate_init(&gate);
+    for (int i = 0; i < 100; i++) CHECK_EQ(co_pool_submit(p, gated_task, NULL), 0);
+    CHECK(WAIT_FOR(co_count() >= 100));
+    gate_open(&gate);
+    CHECK_EQ(co_pool_wait_idle(p, CO_FOREVER), 0);
+    CHECK_EQ(co_pool_running(p), 100); /* 100 idle workers ... */
+    CHECK(WAIT_FOR(co_count() == 0));  /* ... and not one coroutine */
+    co_pool_destroy(p);
+}
+
+/* ---- release / reboot from different threads ------------------------- */
+
+static co_pool_t *race_pool;
+static atomic_int race_stop;
+static void *race_releaser(void *arg) {
+    while (!atomic_load(&race_stop)) {
+        co_pool_release(race_pool);
+        (void)co_pool_release_timeout(race_pool, 1 * MS);
+    }
+    return NULL;
+}
+static void *race_rebooter(void *arg) {
+    while (!atomic_load(&race_stop)) co_pool_reboot(race_pool);
+    return NULL;
+}
+static void release_reboot_race(void) {
+    CHECK_EQ(co_pool_new(&race_pool, 4, NULL), 0);
+    atomic_store(&race_stop, 0);
+    atomic_store(&ran, 0);
+    pthread_t a, b;
+    pthread_create(&a, NULL, race_releaser, NULL);
+    pthread_create(&b, NULL, race_rebooter, NULL);
+    long ok = 0;
+    int n = scaled(20000, 3000);
+    for (int i = 0; i < n; i++) {
+        int rc = co_pool_submit(race_pool, noop_task, NULL);
+        CHECK(rc == 0 || rc == CO_ECLOSED);
+        if (rc == 0) ok++;
+    }
+    atomic_store(&race_stop, 1);
+    pthread_join(a, NULL);
+    pthread_join(b, NULL);
+    co_pool_reboot(race_pool);
+    CHECK_EQ(co_pool_wait_idle(race_pool, CO_FOREVER), 0);
+    CHECK_EQ(atomic_load(&ran), ok);
+    co_pool_destroy(race_pool);
+}
+
+/* ---- no task is ever lost ------------------------------------------------ */
+
+#define STORM_MAX 200000
+static co_pool_t *storm_pool;
+static atomic_uchar storm_runs[STORM_MAX];
+static atomic_uchar storm_accepted[STORM_MAX];
+static atomic_int storm_next, storm_total, storm_stop, storm_submitters;
+static atomic_long storm_err[16];
+
+static void storm_task(void *arg) {
+    int id = (int)(intptr_t)arg;
+    atomic_fetch_add(&storm_runs[id], 1);
+    if (id % 7 == 0) co_yield();
+    if (id % 11 == 0) co_sleep(100 * 1000);
+    if (id % 97 == 0) co_panic(arg); /* a panicking task still ran once */
+}
+static void storm_submit_one(void) {
+    int id = atomic_fetch_add(&storm_next, 1);
+    if (id >= atomic_load(&storm_total)) return;
+    int rc = (id % 3 == 0) ? co_pool_submit_until(storm_pool, storm_task, (void *)(intptr_t)id,
+                                                  co_deadline_after(200 * 1000))
+                           : co_pool_submit(storm_pool, storm_task, (void *)(intptr_t)id);
+    if (rc == 0)
+        atomic_store(&storm_accepted[id], 1);
+    else
+        atomic_fetch_add(&storm_err[-rc % 16], 1);
+    if (rc == CO_ECLOSED) co_sleep(20 * 1000); /* let the chaos reopen it */
+}
+static void storm_co(void *arg) {
+    while (atomic_load(&storm_next) < atomic_load(&storm_total)) storm_submit_one();
+    atomic_fetch_sub(&storm_submitters, 1);
+}
+static void *storm_thread(void *arg) {
+    storm_co(arg);
+    return NULL;
+}
+static void *storm_chaos(void *arg) {
+    unsigned seed = 12345;
+    while (!atomic_load(&storm_stop)) {
+        seed = seed * 1103515245u + 12345u;
+        switch ((seed >> 16) % 4) {
+        case 0: co_pool_release(storm_pool); break;
+        case 1: (void)co_pool_release_timeout(storm_pool, 1 * MS); break;
+        case 2: co_pool_tune(storm_pool, 1 + (int)((seed >> 8) % 16)); break;
+        case 3: (void)co_pool_wait_idle(storm_pool, co_deadline_after(1 * MS)); break;
+        }
+        co_sleep(20 * 1000);
+        co_pool_reboot(storm_pool); /* closed windows are short */
+        co_sleep(200 * 1000);
+    }
+    return NULL;
+}
+
+static void no_task_lost_storm(void) {
+    int total = scaled(STORM_MAX, 20000);
+    co_pool_opts_t o = {.panic_handler = quiet, .expiry_ns = 2 * MS};
+    CHECK_EQ(co_pool_new(&storm_pool, 8, &o), 0);
+    memset(storm_runs, 0, sizeof storm_runs);
+    memset(storm_accepted, 0, sizeof storm_accepted);
+    atomic_store(&storm_next, 0);
+    atomic_store(&storm_total, total);
+    atomic_store(&storm_stop, 0);
+    int ncos = 6, nthreads = 2;
+    atomic_store(&storm_submitters, ncos + nthreads);
+    pthread_t chaos[2], th[2];
+    for (int i = 0; i < 2; i++) pthread_create(&chaos[i], NULL, storm_chaos, NULL);
+    for (int i = 0; i < ncos; i++) CHECK_EQ(co_go(storm_co, NULL), 0);
+    for (int i = 0; i < nthreads; i++) pthread_create(&th[i], NULL, storm_thread, NULL);
+    for (int i = 0; i < nthreads; i++) pthread_join(th[i], NULL);
+    CHECK(WAIT_FOR(atomic_load(&storm_submitters) == 0));
+    atomic_store(&storm_stop, 1);
+    for (int i = 0; i < 2; i++) pthread_join(chaos[i], NULL);
+    co_pool_reboot(storm_pool);
+    CHECK_EQ(co_pool_wait_idle(storm_pool, CO_FOREVER), 0);
+    long accepted = 0, lost = 0, extra = 0;
+    for (int i = 0; i < total; i++) {
+        int runs = atomic_load(&storm_runs[i]);
+        int acc = atomic_load(&storm_accepted[i]);
+        accepted += acc;
+        if (acc && runs != 1) {
+            lost++;
+            fprintf(stderr, "task %d: accepted, ran %d times\n", i, runs);
+        }
+        if (!acc && runs != 0) extra++;
+    }
+    CHECK_EQ(lost, 0);  /* accepted: ran exactly once */
+    CHECK_EQ(extra, 0); /* refused: never ran */
+    co_pool_stats_t st;
+    co_pool_stats(storm_pool, &st);
+    CHECK_EQ(st.submitted, accepted);
+    CHECK_EQ(st.completed + st.panicked, accepted);
+    CHECK_EQ(st.rejected, total - accepted);
+    CHECK_EQ(st.busy, 0);
+    CHECK_EQ(st.waiting, 0);
+    fprintf(stderr, "storm: %d submits, %ld accepted, closed %ld, timed out %ld, panicked %lld\n",
+            total, accepted, atomic_load(&storm_err[-CO_ECLOSED % 16]),
+            atomic_load(&storm_err[-CO_ETIMEDOUT % 16]), (long long)st.panicked);
+    co_pool_destroy(storm_pool);
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "child-destroy-self")) {
+        signal(SIGABRT, SIG_DFL);
+        return co_main(child_destroy_self, NULL);
+    }
+    t_begin(280);
+    T_RUN_SEL(destroy_from_own_task); /* forks first */
+    T_RUN_SEL(submit_until);
+    T_RUN_SEL(wait_idle);
+    T_RUN_SEL(wait_idle_many);
+    T_RUN_SEL(stats_exact);
+    T_RUN_SEL(deadlock_detect);
+    T_RUN_SEL(release_from_own_task);
+    T_RUN_SEL(idle_holds_no_stack);
+    T_RUN_SEL(release_reboot_race);
+    T_RUN_SEL(no_task_lost_storm);
+    return t_end();
+}
