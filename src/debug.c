@@ -8,7 +8,7 @@
 const char *co_strerror(int err) {
     switch (err) {
     case 0: return "success";
-    case CO_ECLOSED: return "closed (channel or pool)";
+    case CO_ECLOSED: return "closed (channel, pool or fd)";
     case CO_EOVERLOAD: return "overloaded (pool full in nonblocking mode, or too many blocked submitters)";
     case CO_ETIMEDOUT: return "deadline passed";
     case CO_EINVAL: return "invalid argument";
