@@ -54,6 +54,16 @@ typedef struct task {
     void *arg;
 } task_t;
 
+/* The pool lock (pool_impl.h picks its type). */
+static inline void plock(co_pool_t *p) { co__plock(&p->lock); }
+static inline void punlock(co_pool_t *p) { co__punlock(&p->lock); }
+static inline bool ptrylock(co_pool_t *p) { return co__ptrylock(&p->lock); }
+static void punlock_cb(void *l) { co__punlock(l); }
+/* Park the caller; the lock is released once it can no longer run. */
+static inline int ppark(co_pool_t *p, co__parker_t *pk, int64_t deadline) {
+    return co__park(pk, deadline, punlock_cb, &p->lock);
+}
+
 /* Relaxed atomic store/load of the [L, atomic] fields. */
 static inline void st32(int32_t *x, int32_t v) { __atomic_store_n(x, v, __ATOMIC_RELAXED); }
 static inline int32_t ld32(const int32_t *x) { return __atomic_load_n(x, __ATOMIC_RELAXED); }
@@ -197,7 +207,7 @@ static void purge_arm_locked(co_pool_t *p) {
  * again.
  * It only ever *tries* the pool lock: the runtime may run due timers on an
  * M whose coroutine is in the middle of parking with this very lock held
- * (co__park_lock releases it only after the switch), so waiting for the
+ * (ppark releases it only after the switch), so waiting for the
  * lock here could wait for ourselves. When the lock is busy, try again in
  * a millisecond. */
 #define PURGE_RETRY_NS ((int64_t)1000000)
@@ -205,7 +215,7 @@ static void purge_fire(void *arg) {
     co_pool_t *p = arg;
     co__pw_t *tofree = NULL;
     int n = 0;
-    if (!co__trylock(&p->lock)) {
+    if (!ptrylock(p)) {
         co__timer_add(&p->purge, co_now() + PURGE_RETRY_NS); /* purge_armed stays set */
         return;
     }
@@ -219,7 +229,7 @@ static void purge_fire(void *arg) {
         co__timer_add(&p->purge, oldest->last_used + p->expiry);
     else
         p->purge_armed = false;
-    co__unlock(&p->lock);
+    punlock(p);
     rec_free_list(tofree);
 }
 
@@ -244,7 +254,7 @@ static bool worker_done(co_pool_t *p, co__pw_t *w, bool panicked) {
     wakelist_t wl = {NULL};
     co__pw_t *tofree = NULL;
     bool more = false;
-    co__lock(&p->lock);
+    plock(p);
     if (panicked)
         p->panicked++;
     else
@@ -269,7 +279,7 @@ static bool worker_done(co_pool_t *p, co__pw_t *w, bool panicked) {
         rec_put_locked(p, w, &tofree);
     }
     wake_waits_locked(p, &wl);
-    co__unlock(&p->lock);
+    punlock(p);
     /* Nothing below touches *p: a destroyer woken here may free it. */
     wl_wake(&wl);
     rec_free_list(tofree);
@@ -326,7 +336,7 @@ static int launch(co_pool_t *p, co__pw_t *w) {
     if (CO_LIKELY(rc == 0)) return 0;
     wakelist_t wl = {NULL};
     co__pw_t *tofree = NULL;
-    co__lock(&p->lock);
+    plock(p);
     p->submitted--;
     rejected_inc(p);
     st32(&p->running, p->running - 1);
@@ -334,7 +344,7 @@ static int launch(co_pool_t *p, co__pw_t *w) {
     rec_put_locked(p, w, &tofree);
     /* The slot we held may be what a blocked submitter waits for. */
     if (p->state == CO__POOL_OPEN && has_room_locked(p)) retry_submitters_locked(p, 1, &wl);
-    co__unlock(&p->lock);
+    punlock(p);
     wl_wake(&wl);
     rec_free_list(tofree);
     return rc;
@@ -345,7 +355,7 @@ static int launch(co_pool_t *p, co__pw_t *w) {
 static int submit_impl(co_pool_t *p, void (*fn)(void *), void *arg, int64_t deadline) {
     co__pw_t *fresh = NULL, *w, *tofree = NULL;
     int rc;
-    co__lock(&p->lock);
+    plock(p);
     for (;;) {
         if (p->state != CO__POOL_OPEN) {
             rc = CO_ECLOSED;
@@ -354,14 +364,14 @@ static int submit_impl(co_pool_t *p, void (*fn)(void *), void *arg, int64_t dead
         if ((w = co__wq_detach(&p->idle))) goto activate;
         if (has_room_locked(p)) {
             if (!(w = fresh ? fresh : rec_get_locked(p))) {
-                co__unlock(&p->lock); /* no malloc under the lock */
+                punlock(p); /* no malloc under the lock */
                 fresh = calloc(1, sizeof *fresh);
                 if (!fresh) {
                     rejected_inc(p);
                     return CO_ENOMEM;
                 }
                 fresh->pool = p;
-                co__lock(&p->lock);
+                plock(p);
                 continue;
             }
             if (w == fresh) fresh = NULL;
@@ -392,9 +402,9 @@ static int submit_impl(co_pool_t *p, void (*fn)(void *), void *arg, int64_t dead
         co__waitq_push(&p->submitq, &wt);
         st32(&p->waiting, p->waiting + 1);
         p->sub_parked++;
-        rc = co__park_lock(&pk, deadline, &p->lock);
+        rc = ppark(p, &pk, deadline);
         if (rc == CO_ETIMEDOUT) {
-            co__lock(&p->lock);
+            plock(p);
             if (wt.q) { /* still queued: nobody popped us */
                 co__waitq_remove(&wt);
                 st32(&p->waiting, p->waiting - 1);
@@ -403,7 +413,7 @@ static int submit_impl(co_pool_t *p, void (*fn)(void *), void *arg, int64_t dead
             break;
         }
         if (wt.result == RETRY) { /* the waker left sub_parked to us */
-            co__lock(&p->lock);
+            plock(p);
             p->sub_parked--;
             continue;
         }
@@ -415,13 +425,13 @@ static int submit_impl(co_pool_t *p, void (*fn)(void *), void *arg, int64_t dead
     }
     rejected_inc(p);
     if (fresh) rec_put_locked(p, fresh, &tofree);
-    co__unlock(&p->lock);
+    punlock(p);
     rec_free_list(tofree);
     return rc;
 activate:
     activate_locked(p, w, fn, arg);
     if (fresh) rec_put_locked(p, fresh, &tofree);
-    co__unlock(&p->lock);
+    punlock(p);
     rec_free_list(tofree);
     return launch(p, w);
 }
@@ -520,7 +530,7 @@ void co_pool_stats(const co_pool_t *p, co_pool_stats_t *out) {
     memset(out, 0, sizeof *out);
     if (!p) return;
     co_pool_t *mp = (co_pool_t *)p; /* the lock is not part of the value */
-    co__lock(&mp->lock);
+    plock(mp);
     out->running = p->running;
     out->idle = co__wq_len(&p->idle);
     out->busy = p->busy;
@@ -529,7 +539,7 @@ void co_pool_stats(const co_pool_t *p, co_pool_stats_t *out) {
     out->completed = p->completed;
     out->panicked = p->panicked;
     out->rejected = __atomic_load_n(&p->rejected, __ATOMIC_RELAXED);
-    co__unlock(&mp->lock);
+    punlock(mp);
 }
 
 /* ---- tune --------------------------------------------------------------- */
@@ -538,10 +548,10 @@ void co_pool_tune(co_pool_t *p, int capacity) {
     if (!p || capacity <= 0 || p->opts.prealloc) return;
     wakelist_t wl = {NULL};
     co__pw_t *tofree = NULL;
-    co__lock(&p->lock);
+    plock(p);
     int old = p->cap;
     if (old < 0 || capacity == old) {
-        co__unlock(&p->lock);
+        punlock(p);
         return;
     }
     st32(&p->cap, capacity);
@@ -558,7 +568,7 @@ void co_pool_tune(co_pool_t *p, int capacity) {
             st32(&p->running, p->running - k);
         }
     }
-    co__unlock(&p->lock);
+    punlock(p);
     wl_wake(&wl);
     rec_free_list(tofree);
 }
@@ -569,9 +579,9 @@ int co__pool_release_begin(co_pool_t *p) {
     wakelist_t wl = {NULL};
     co__pw_t *tofree = NULL;
     int n;
-    co__lock(&p->lock);
+    plock(p);
     if (p->state != CO__POOL_OPEN) {
-        co__unlock(&p->lock);
+        punlock(p);
         return CO_ECLOSED;
     }
     __atomic_store_n(&p->state, CO__POOL_CLOSED, __ATOMIC_RELAXED);
@@ -582,7 +592,7 @@ int co__pool_release_begin(co_pool_t *p) {
     rec_put_list_locked(p, dead, &tofree);
     while (claim_submitter_locked(p, &wl, CO_ECLOSED)) rejected_inc(p);
     wake_waits_locked(p, &wl);
-    co__unlock(&p->lock);
+    punlock(p);
     /* The purge timer, if armed, finds the pool closed and stops itself. */
     wl_wake(&wl);
     rec_free_list(tofree);
@@ -593,13 +603,13 @@ int co__pool_drain_until(co_pool_t *p, int64_t deadline) {
     /* Called from one of the pool's own tasks, wait for every worker but
      * the caller's own (it exits when its task returns). */
     int self = co__recover_has_tag(p) ? 1 : 0;
-    co__lock(&p->lock);
+    plock(p);
     if (p->busy_old <= self) {
-        co__unlock(&p->lock);
+        punlock(p);
         return 0;
     }
     if (deadline != CO_FOREVER && deadline <= co_now()) {
-        co__unlock(&p->lock);
+        punlock(p);
         return CO_ETIMEDOUT;
     }
     co__parker_t pk;
@@ -609,11 +619,11 @@ int co__pool_drain_until(co_pool_t *p, int64_t deadline) {
     wt.pk = &pk;
     wt.n = self;
     co__waitq_push(&p->drainq, &wt);
-    int rc = co__park_lock(&pk, deadline, &p->lock);
+    int rc = ppark(p, &pk, deadline);
     if (rc == CO_ETIMEDOUT) {
-        co__lock(&p->lock);
+        plock(p);
         co__waitq_remove(&wt);
-        co__unlock(&p->lock);
+        punlock(p);
     }
     return rc;
 }
@@ -631,16 +641,16 @@ int co_pool_release_timeout(co_pool_t *p, int64_t ns) {
 
 void co_pool_reboot(co_pool_t *p) {
     if (!p) return;
-    co__lock(&p->lock);
+    plock(p);
     if (p->state != CO__POOL_OPEN) __atomic_store_n(&p->state, CO__POOL_OPEN, __ATOMIC_RELAXED);
-    co__unlock(&p->lock);
+    punlock(p);
 }
 
 int co_pool_wait_idle(co_pool_t *p, int64_t deadline) {
     if (!p) return CO_EINVAL;
-    co__lock(&p->lock);
+    plock(p);
     if (p->busy == 0) {
-        co__unlock(&p->lock);
+        punlock(p);
         return 0;
     }
     int rc = 0;
@@ -649,7 +659,7 @@ int co_pool_wait_idle(co_pool_t *p, int64_t deadline) {
     else if (deadline != CO_FOREVER && deadline <= co_now())
         rc = CO_ETIMEDOUT;
     if (rc) {
-        co__unlock(&p->lock);
+        punlock(p);
         return rc;
     }
     co__parker_t pk;
@@ -658,11 +668,11 @@ int co_pool_wait_idle(co_pool_t *p, int64_t deadline) {
     memset(&wt, 0, sizeof wt);
     wt.pk = &pk;
     co__waitq_push(&p->idleq, &wt);
-    rc = co__park_lock(&pk, deadline, &p->lock);
+    rc = ppark(p, &pk, deadline);
     if (rc == CO_ETIMEDOUT) {
-        co__lock(&p->lock);
+        plock(p);
         co__waitq_remove(&wt);
-        co__unlock(&p->lock);
+        punlock(p);
     }
     return rc;
 }
@@ -675,9 +685,9 @@ void co_pool_destroy(co_pool_t *p) {
     /* Submitters that timed out while being released still re-lock the
      * pool to unlink themselves: wait for them (rare and brief). */
     for (;;) {
-        co__lock(&p->lock);
+        plock(p);
         int n = p->sub_parked;
-        co__unlock(&p->lock);
+        punlock(p);
         if (n == 0) break;
         co_yield();
     }

@@ -167,6 +167,28 @@ static inline co__pw_t *co__wq_reset(co__wq_t *q, int *n) {
     return co__wq_refresh(q, INT64_MAX, n);
 }
 
+/* ---- the pool's lock ----------------------------------------------------
+ * co__lock_t (the runtime's futex lock: one CAS uncontended, a short spin,
+ * then the kernel) by default. Building with -DCOLONY_POOL_SPINLOCK swaps in
+ * ants' backoff spinlock (co_spinlock_t: CAS, then yield 1, 2, 4 ... 16
+ * times) so the two can be measured against each other on the same pool
+ * code (bench/run_pool.sh does; see bench/results/pool.md). */
+#ifdef COLONY_POOL_SPINLOCK
+typedef co_spinlock_t co__plock_t;
+static inline void co__plock(co__plock_t *l) { co_spinlock_lock(l); }
+static inline void co__punlock(co__plock_t *l) { co_spinlock_unlock(l); }
+static inline bool co__ptrylock(co__plock_t *l) {
+    uint32_t z = 0; /* the spinlock is a 0/1 word (spinlock.c) */
+    return __atomic_compare_exchange_n(&l->_opaque, &z, 1, false, __ATOMIC_ACQUIRE,
+                                       __ATOMIC_RELAXED);
+}
+#else
+typedef co__lock_t co__plock_t;
+static inline void co__plock(co__plock_t *l) { co__lock(l); }
+static inline void co__punlock(co__plock_t *l) { co__unlock(l); }
+static inline bool co__ptrylock(co__plock_t *l) { return co__trylock(l); }
+#endif
+
 /* ---- the pool ----------------------------------------------------------- */
 enum { CO__POOL_OPEN = 0, CO__POOL_CLOSED = 1 };
 
@@ -177,7 +199,7 @@ struct co_pool {
      * across a park except through co__park_lock's unlock callback, and
      * never held while calling co__spawn, a user callback or
      * co__timer_del. Lock order: pool lock -> timer heap lock. */
-    co__lock_t lock;
+    co__plock_t lock;
 
     int32_t cap;          /* [L, atomic] -1 unlimited */
     int32_t running;      /* [L, atomic] workers: busy + idle */
@@ -208,7 +230,6 @@ struct co_pool {
      * destroy after co__timer_del. */
     co__timer_t purge;
     bool purge_armed;     /* [L] */
-    bool purge_running;   /* [L] the callback is between taking the lock and returning */
 
     /* Immutable after creation. */
     void (*fn)(void *);   /* function pool: every task is fn(arg) */
