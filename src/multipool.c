@@ -21,7 +21,9 @@ struct co_multipool {
     int lb;            /* CO_LB_* */
     bool func;         /* sub-pools are function pools */
     uint32_t rr;       /* atomic relaxed: round-robin counter */
-    co__lock_t life;   /* protects state changes and the sub-pools' release/reboot */
+    co_mutex_t life;   /* protects state changes and the sub-pools' release/reboot; a
+                        * co_mutex (it parks), since the pool lock taken under it may
+                        * yield the coroutine */
     uint32_t state;    /* [life] writes; atomic acquire reads: CO__POOL_OPEN / CLOSED */
 };
 
@@ -177,9 +179,9 @@ int co_multipool_release_timeout(co_multipool_t *mp, int64_t ns) {
     if (!mp) return CO_EINVAL;
     bool *mine = calloc((size_t)mp->n, sizeof *mine);
     if (!mine) return CO_ENOMEM;
-    co__lock(&mp->life);
+    co_mutex_lock(&mp->life);
     if (mp->state != CO__POOL_OPEN) {
-        co__unlock(&mp->life);
+        co_mutex_unlock(&mp->life);
         free(mine);
         return CO_ECLOSED;
     }
@@ -191,7 +193,7 @@ int co_multipool_release_timeout(co_multipool_t *mp, int64_t ns) {
         mine[i] = rc == 0;
         if (rc < 0 && !err) err = rc;
     }
-    co__unlock(&mp->life); /* the waits park: not under a co__lock_t */
+    co_mutex_unlock(&mp->life); /* not held across the waits */
     for (int i = 0; i < mp->n; i++) {
         if (!mine[i]) continue;
         int rc = co__pool_drain_until(mp->pools[i], deadline);
@@ -203,13 +205,13 @@ int co_multipool_release_timeout(co_multipool_t *mp, int64_t ns) {
 
 void co_multipool_reboot(co_multipool_t *mp) {
     if (!mp) return;
-    co__lock(&mp->life);
+    co_mutex_lock(&mp->life);
     if (mp->state != CO__POOL_OPEN) {
         __atomic_store_n(&mp->rr, UINT32_MAX, __ATOMIC_RELAXED);
         for (int i = 0; i < mp->n; i++) co_pool_reboot(mp->pools[i]);
         __atomic_store_n(&mp->state, CO__POOL_OPEN, __ATOMIC_RELEASE);
     }
-    co__unlock(&mp->life);
+    co_mutex_unlock(&mp->life);
 }
 
 void co_multipool_destroy(co_multipool_t *mp) {

@@ -42,18 +42,19 @@ typedef struct co__rframe {
 static inline co__rframe_t **chain(void) { return (co__rframe_t **)co__panic_slot(); }
 
 int co__recover_tagged(void (*fn)(void *), void *arg, void **value, const void *tag) {
+    /* The slot is the G's (or the plain thread's) and stays the same for
+     * the life of this frame even if the coroutine moves to another M. */
+    co__rframe_t **slot = chain();
     co__rframe_t f;
     f.tag = tag;
     f.value = NULL;
-    f.prev = *chain();
-    *chain() = &f;
+    f.prev = *slot;
+    *slot = &f;
     /* savemask 0: no signal-mask syscall on either side. */
     if (sigsetjmp(f.jb, 0) == 0) {
         fn(arg);
         if (value) *value = NULL;
-        /* The slot is re-read: this coroutine may have moved to another M,
-         * and on a plain thread the slot is the thread's. */
-        *chain() = f.prev;
+        *slot = f.prev;
         return 0;
     }
     /* Back from co_panic. f lives in memory (its address was published),

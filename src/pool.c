@@ -43,11 +43,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define SPARE_MAX 256      /* retired records kept per pool for reuse */
 #define RETRY 1            /* waiter result: go round the submit loop again */
 #define DEFAULT_EXPIRY ((int64_t)1000000000)
-static const char worker_name[] = "co_pool worker";
 
 typedef struct task {
     void (*fn)(void *);
@@ -55,6 +55,35 @@ typedef struct task {
 } task_t;
 
 /* The pool lock (pool_impl.h picks its type). */
+#if !defined(COLONY_POOL_SPINLOCK) && !defined(COLONY_POOL_FUTEXLOCK)
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ volatile("yield");
+#endif
+}
+/* Contended path of co__plock (see pool_impl.h). */
+__attribute__((noinline)) void co__plock_slow(co__plock_t *l) {
+    bool coroutine = co__cur_g() != NULL;
+    for (;;) {
+        for (int i = 0; i < 64; i++) {
+            cpu_relax();
+            if (__atomic_load_n(&l->v, __ATOMIC_RELAXED) == 0 && co__ptrylock(l)) return;
+        }
+        if (coroutine) {
+            co_yield(); /* let this P run someone else meanwhile */
+            continue;
+        }
+        /* A plain thread sleeps: mark the word contended; an exchange that
+         * returns 0 took the lock (acquire: pairs with co__punlock). */
+        while (__atomic_exchange_n(&l->v, 2, __ATOMIC_ACQUIRE) != 0)
+            co__futex_wait(&l->v, 2, CO_FOREVER);
+        return;
+    }
+}
+#endif
+
 static inline void plock(co_pool_t *p) { co__plock(&p->lock); }
 static inline void punlock(co_pool_t *p) { co__punlock(&p->lock); }
 static inline bool ptrylock(co_pool_t *p) { return co__ptrylock(&p->lock); }
@@ -147,6 +176,7 @@ static void activate_locked(co_pool_t *p, co__pw_t *w, void (*fn)(void *), void 
  * whose threshold busy_old has reached. */
 static void wake_waits_locked(co_pool_t *p, wakelist_t *wl) {
     co__waiter_t *w, *n;
+    if (CO_LIKELY(co__waitq_empty(&p->idleq) && co__waitq_empty(&p->drainq))) return;
     if (p->busy == 0) {
         while ((w = co__waitq_pop(&p->idleq))) wl_claim(wl, w, 0);
     }
@@ -235,10 +265,19 @@ static void purge_fire(void *arg) {
 
 /* ---- workers ------------------------------------------------------------ */
 
+/* The time a worker went idle. Like ants (which stamps lastUsed from a
+ * clock cached every 500 ms), a coarse reading is enough: the monotonic
+ * clock at tick granularity (a few ms), read in a few ns. It is never
+ * ahead of co_now(), so a worker is purged at most one tick early. */
+static int64_t idle_stamp(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
 /* Lock held. Put a worker whose task just finished back in the idle
- * queue. False if the queue refused it (out of memory). */
-static bool idle_put_locked(co_pool_t *p, co__pw_t *w) {
-    int64_t now = p->opts.disable_purge ? 0 : co_now();
+ * queue, stamped `now`. False if the queue refused it (out of memory). */
+static bool idle_put_locked(co_pool_t *p, co__pw_t *w, int64_t now) {
     co__pw_t *newest = co__wq_newest(&p->idle);
     if (newest && newest->last_used > now) now = newest->last_used; /* keep it sorted */
     w->last_used = now;
@@ -254,6 +293,7 @@ static bool worker_done(co_pool_t *p, co__pw_t *w, bool panicked) {
     wakelist_t wl = {NULL};
     co__pw_t *tofree = NULL;
     bool more = false;
+    int64_t now = p->opts.disable_purge ? 0 : idle_stamp();
     plock(p);
     if (panicked)
         p->panicked++;
@@ -274,7 +314,7 @@ static bool worker_done(co_pool_t *p, co__pw_t *w, bool panicked) {
         task_t *t = sub->data;
         activate_locked(p, w, t->fn, t->arg);
         more = true;
-    } else if (retire || !idle_put_locked(p, w)) {
+    } else if (retire || !idle_put_locked(p, w, now)) {
         if (!retire) st32(&p->running, p->running - 1);
         rec_put_locked(p, w, &tofree);
     }
@@ -305,8 +345,9 @@ static void report_panic(co_pool_t *p, void *value) {
     }
     char line[200];
     struct co_g *g = co__cur_g();
-    snprintf(line, sizeof line, "colony: pool %p: worker exits from panic: %p in coroutine %llu '%s'",
-             (void *)p, value, (unsigned long long)co__g_id(g), co__g_name(g));
+    snprintf(line, sizeof line,
+             "colony: pool %p: worker exits from panic: %p in pool worker coroutine %llu",
+             (void *)p, value, (unsigned long long)co__g_id(g));
     if (p->opts.logger) {
         p->opts.logger(line, p->opts.ctx);
     } else {
@@ -332,7 +373,9 @@ static void worker_main(void *arg) {
 /* Start a coroutine for an activated record (lock not held). On failure the
  * activation is undone and the task will not run. */
 static int launch(co_pool_t *p, co__pw_t *w) {
-    int rc = co__spawn(worker_main, w, p->opts.stack_size, worker_name);
+    /* Unnamed (a name is a strncpy per spawn); the panic report says what
+     * it is. */
+    int rc = co__spawn(worker_main, w, p->opts.stack_size, NULL);
     if (CO_LIKELY(rc == 0)) return 0;
     wakelist_t wl = {NULL};
     co__pw_t *tofree = NULL;

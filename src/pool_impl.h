@@ -168,12 +168,21 @@ static inline co__pw_t *co__wq_reset(co__wq_t *q, int *n) {
 }
 
 /* ---- the pool's lock ----------------------------------------------------
- * co__lock_t (the runtime's futex lock: one CAS uncontended, a short spin,
- * then the kernel) by default. Building with -DCOLONY_POOL_SPINLOCK swaps in
- * ants' backoff spinlock (co_spinlock_t: CAS, then yield 1, 2, 4 ... 16
- * times) so the two can be measured against each other on the same pool
- * code (bench/run_pool.sh does; see bench/results/pool.md). */
-#ifdef COLONY_POOL_SPINLOCK
+ * Default: a futex word (0 free, 1 held, 2 held with sleeping threads) whose
+ * contended path depends on the caller. A coroutine spins briefly and then
+ * co_yield()s, so its P keeps running other coroutines (the holder is a
+ * coroutine or thread on another M and holds it for a few dozen
+ * instructions); a plain thread spins briefly and then sleeps on the futex
+ * (Drepper's mutex, as co__lock_t). Neither ants' spinlock (always yield:
+ * a plain thread's sched_yield loses the core) nor co__lock_t (always sleep
+ * the M: the whole P stalls) is best for both; bench/results/pool.md has
+ * the numbers. Build with -DCOLONY_POOL_SPINLOCK (ants' co_spinlock_t) or
+ * -DCOLONY_POOL_FUTEXLOCK (co__lock_t) to measure the alternatives on the
+ * same pool code; bench/run_pool.sh does.
+ * The pool never holds another lock when it takes this one, so yielding
+ * with it contended is safe. */
+#if defined(COLONY_POOL_SPINLOCK)
+#define CO__PLOCK_NAME "spin"
 typedef co_spinlock_t co__plock_t;
 static inline void co__plock(co__plock_t *l) { co_spinlock_lock(l); }
 static inline void co__punlock(co__plock_t *l) { co_spinlock_unlock(l); }
@@ -182,11 +191,31 @@ static inline bool co__ptrylock(co__plock_t *l) {
     return __atomic_compare_exchange_n(&l->_opaque, &z, 1, false, __ATOMIC_ACQUIRE,
                                        __ATOMIC_RELAXED);
 }
-#else
+#elif defined(COLONY_POOL_FUTEXLOCK)
+#define CO__PLOCK_NAME "futex"
 typedef co__lock_t co__plock_t;
 static inline void co__plock(co__plock_t *l) { co__lock(l); }
 static inline void co__punlock(co__plock_t *l) { co__unlock(l); }
 static inline bool co__ptrylock(co__plock_t *l) { return co__trylock(l); }
+#else
+#define CO__PLOCK_NAME "yield"
+typedef struct co__plock {
+    uint32_t v; /* 0 free, 1 held, 2 held and a thread may sleep on it */
+} co__plock_t;
+CO_HIDDEN void co__plock_slow(co__plock_t *l);
+static inline bool co__ptrylock(co__plock_t *l) {
+    uint32_t z = 0;
+    /* acquire: pairs with the release exchange in co__punlock */
+    return __atomic_compare_exchange_n(&l->v, &z, 1, false, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED);
+}
+static inline void co__plock(co__plock_t *l) {
+    if (CO_UNLIKELY(!co__ptrylock(l))) co__plock_slow(l);
+}
+static inline void co__punlock(co__plock_t *l) {
+    /* release: publishes the critical section to the next holder */
+    if (CO_UNLIKELY(__atomic_exchange_n(&l->v, 0, __ATOMIC_RELEASE) == 2))
+        co__futex_wake(&l->v, 1);
+}
 #endif
 
 /* ---- the pool ----------------------------------------------------------- */

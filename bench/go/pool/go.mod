@@ -1,0 +1,3 @@
+module colony.bench/pool
+
+go 1.19
