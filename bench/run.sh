@@ -15,6 +15,7 @@
 #                    and leaves bench/RESULTS.md and bench/results/ alone
 #   BENCH_ONLY=ids   space-separated benchmark ids to run (e.g. "yield chan_pingpong")
 #   BENCH_NO_OTHERS=1  do not run bench/run_pool.sh and bench/run_net.sh
+#   BENCH_ASSEMBLE_ONLY=1  measure nothing: rebuild bench/RESULTS.md from bench/results/*.md
 # The helper scripts get the build directory as $1 and BENCH_RUNS, BENCH_QUICK,
 # BENCH_GO_CACHE in the environment; each writes its own bench/results/<area>.md.
 set -u
@@ -23,6 +24,32 @@ BUILD=${1:-build}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT" || exit 1
 case "$BUILD" in /*) ;; *) BUILD="$ROOT/$BUILD" ;; esac
+
+# bench/RESULTS.md = a header + bench/results/runtime.md + the other
+# bench/results/*.md (each written by its own script, with its own command,
+# date and run count).
+assemble() {
+    {
+        echo "# colony benchmark results"
+        echo
+        echo "Assembled by \`sh bench/run.sh $(basename "$BUILD")\` (\`make bench\`) on $(date -u '+%Y-%m-%d %H:%M UTC')"
+        echo "from bench/results/*.md. Each section below was written by the script"
+        echo "that measured it and states its own command, date, load and run count."
+        echo "How to run and how to read these tables: docs/bench.md."
+        for f in bench/results/runtime.md bench/results/*.md; do
+            [ -f "$f" ] || continue
+            [ "$f" = bench/results/runtime.md ] && [ -n "${seen_runtime:-}" ] && continue
+            [ "$f" = bench/results/runtime.md ] && seen_runtime=1
+            echo
+            cat "$f"
+        done
+    } >bench/RESULTS.md
+}
+if [ -n "${BENCH_ASSEMBLE_ONLY:-}" ]; then
+    assemble
+    echo "bench/run.sh: reassembled bench/RESULTS.md from bench/results/*.md (nothing measured)" >&2
+    exit 0
+fi
 
 QUICK=${BENCH_QUICK:-0}
 RUNS=${BENCH_RUNS:-5}
@@ -294,7 +321,7 @@ extras() {
     done
 }
 
-SECTION="## Runtime, channels and sync (issues 2 and 3)
+SECTION="# Runtime, channels and sync (issues 2 and 3)
 
 Produced by \`${ENVSET}sh bench/run.sh $(basename "$BUILD")\` (\`make bench\`) on $DATE, $RUNS run(s) per
 implementation for each benchmark ($SLOW_RUNS for the 1M-coroutine RSS one),
@@ -343,17 +370,5 @@ if [ -z "${BENCH_NO_OTHERS:-}" ] && [ -z "${BENCH_ONLY:-}" ]; then
 fi
 
 # ---- bench/RESULTS.md ---------------------------------------------------------
-{
-    echo "# colony benchmark results"
-    echo
-    echo "Command: \`${ENVSET}sh bench/run.sh $(basename "$BUILD")\` (what \`make bench BUILD=$(basename "$BUILD")\` runs after building), started $DATE."
-    echo "Machine: $MACHINE. How to run and how to read these tables: docs/bench.md."
-    echo "Every figure below was measured by the command above; each section"
-    echo "states its own date, load and run count."
-    for f in bench/results/*.md; do
-        [ -f "$f" ] || continue
-        echo
-        cat "$f"
-    done
-} >bench/RESULTS.md
+assemble
 echo "bench/run.sh: wrote bench/RESULTS.md (raw lines: $RAW)" >&2
