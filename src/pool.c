@@ -33,9 +33,25 @@
  * the lock), and that worker runs it exactly once; every other outcome is
  * a negative return and the task never runs.
  *
- * Counts: busy++ at activation, busy-- in worker_done. busy_old counts busy
- * workers activated before the last release (their record's gen is older
- * than p->gen); release_timeout and destroy wait for it to drain.
+ * Counts: busy++ at activation, busy-- when the worker is finished
+ * (finish_locked). busy_old counts busy workers activated before the last
+ * release (their record's gen is older than p->gen); release_timeout and
+ * destroy wait for it to drain.
+ *
+ * The chute. Taking the lock at the end of every task makes the submitter
+ * and the finishing workers, usually on different Ms, fight over it. So a
+ * worker whose task ended while nobody waits on the pool pushes its record
+ * on the chute (a lock-free stack: one CAS) and exits; the next holder of
+ * the lock drains the chute (drain_chute_locked: counters, idle queue,
+ * purge timer), and every locked path that depends on those does so first.
+ * The fast path is allowed only when its outcome is certain: the pool is
+ * open, in the worker's generation, not above capacity, the purge timer
+ * armed (it drains when it fires), and nobody waits (the `waiters` flag).
+ * Each of those is changed under the lock by a store followed by a drain;
+ * the worker pushes and then loads them again (all seq_cst), so either the
+ * drain sees the record or the worker sees the change and drains itself
+ * (Dekker's pattern). Waiting (submit, wait_idle, release_timeout) raises
+ * `waiters` before its last drain, for the same reason.
  */
 #include "internal.h"
 #include "pool_impl.h"
@@ -84,10 +100,21 @@ __attribute__((noinline)) void co__plock_slow(co__plock_t *l) {
 }
 #endif
 
+/* Lock held. Recompute the waiters flag from the queues. seq_cst: pairs
+ * with the seq_cst loads of a worker after its chute push. */
+static inline void waiters_update_locked(co_pool_t *p) {
+    uint32_t f = !co__waitq_empty(&p->submitq) || !co__waitq_empty(&p->idleq) ||
+                 !co__waitq_empty(&p->drainq);
+    if (f != p->waiters) __atomic_store_n(&p->waiters, f, __ATOMIC_SEQ_CST);
+}
+
 static inline void plock(co_pool_t *p) { co__plock(&p->lock); }
-static inline void punlock(co_pool_t *p) { co__punlock(&p->lock); }
+static inline void punlock(co_pool_t *p) {
+    waiters_update_locked(p);
+    co__punlock(&p->lock);
+}
 static inline bool ptrylock(co_pool_t *p) { return co__ptrylock(&p->lock); }
-static void punlock_cb(void *l) { co__punlock(l); }
+static void punlock_cb(void *l) { punlock(CO_CONTAINER_OF(l, co_pool_t, lock)); }
 /* Park the caller; the lock is released once it can no longer run. */
 static inline int ppark(co_pool_t *p, co__parker_t *pk, int64_t deadline) {
     return co__park(pk, deadline, punlock_cb, &p->lock);
@@ -227,39 +254,48 @@ static void retry_submitters_locked(co_pool_t *p, int room, wakelist_t *wl) {
 /* Lock held. Arm the purge timer for the oldest idle record if needed. */
 static void purge_arm_locked(co_pool_t *p) {
     if (p->opts.disable_purge || p->purge_armed || co__wq_empty(&p->idle)) return;
-    p->purge_armed = true;
+    __atomic_store_n(&p->purge_armed, 1, __ATOMIC_SEQ_CST);
     co__timer_add(&p->purge, co__wq_oldest(&p->idle)->last_used + p->expiry);
 }
+
+static void drain_chute_locked(co_pool_t *p, wakelist_t *wl, co__pw_t **tofree);
 
 /* Timer callback: retire every idle record unused for expiry_ns. Runs on
  * some M without timer locks. It re-adds itself while idle records remain;
  * otherwise it clears purge_armed, and the next worker to go idle arms it
  * again.
- * It only ever *tries* the pool lock: the runtime may run due timers on an
- * M whose coroutine is in the middle of parking with this very lock held
- * (ppark releases it only after the switch), so waiting for the
- * lock here could wait for ourselves. When the lock is busy, try again in
- * a millisecond. */
+ * It only ever *tries* the pool lock: a timer may run on an M whose
+ * coroutine is in the middle of parking with this very lock held (ppark
+ * releases it only after the switch), so waiting for the lock here could
+ * wait for ourselves. When the lock is busy, try again in a millisecond. */
 #define PURGE_RETRY_NS ((int64_t)1000000)
 static void purge_fire(void *arg) {
     co_pool_t *p = arg;
+    wakelist_t wl = {NULL};
     co__pw_t *tofree = NULL;
     int n = 0;
     if (!ptrylock(p)) {
         co__timer_add(&p->purge, co_now() + PURGE_RETRY_NS); /* purge_armed stays set */
         return;
     }
-    if (p->state == CO__POOL_OPEN) {
+    bool open = p->state == CO__POOL_OPEN;
+    if (open) {
+        drain_chute_locked(p, &wl, &tofree);
         co__pw_t *dead = co__wq_refresh(&p->idle, co_now() - p->expiry, &n);
         st32(&p->running, p->running - n);
         rec_put_list_locked(p, dead, &tofree);
     }
     co__pw_t *oldest = co__wq_oldest(&p->idle);
-    if (p->state == CO__POOL_OPEN && oldest)
+    if (open && oldest) {
         co__timer_add(&p->purge, oldest->last_used + p->expiry);
-    else
-        p->purge_armed = false;
+    } else {
+        __atomic_store_n(&p->purge_armed, 0, __ATOMIC_SEQ_CST);
+        /* A worker that still saw the timer armed may have pushed onto the
+         * chute meanwhile: drain once more (going idle re-arms the timer). */
+        if (open) drain_chute_locked(p, &wl, &tofree);
+    }
     punlock(p);
+    wl_wake(&wl);
     rec_free_list(tofree);
 }
 
@@ -286,15 +322,13 @@ static bool idle_put_locked(co_pool_t *p, co__pw_t *w, int64_t now) {
     return true;
 }
 
-/* A task of w just ended (panicked: it panicked). Returns true with w
- * holding a new task, false if the coroutine must exit (w is then idle or
- * retired and no longer ours). */
-static bool worker_done(co_pool_t *p, co__pw_t *w, bool panicked) {
-    wakelist_t wl = {NULL};
-    co__pw_t *tofree = NULL;
-    bool more = false;
-    int64_t now = p->opts.disable_purge ? 0 : idle_stamp();
-    plock(p);
+/* Lock held. A task of w ended (panicked: it panicked): count it and decide
+ * what w does next. With `handoff` non-NULL (w's coroutine is still
+ * running) w may take a blocked submitter's task: that submitter is
+ * returned, claimed into *handoff, and w is active again. Otherwise w is put
+ * in the idle queue or retired, and NULL is returned. */
+static co__waiter_t *finish_locked(co_pool_t *p, co__pw_t *w, bool panicked, int64_t now,
+                                   wakelist_t *handoff, co__pw_t **tofree) {
     if (panicked)
         p->panicked++;
     else
@@ -306,24 +340,96 @@ static bool worker_done(co_pool_t *p, co__pw_t *w, bool panicked) {
     bool retire = panicked || !open || old || (p->cap > 0 && p->running > p->cap);
     if (retire) st32(&p->running, p->running - 1);
     co__waiter_t *sub = NULL;
-    if (open && (!retire || has_room_locked(p))) sub = claim_submitter_locked(p, &wl, 0);
+    if (handoff && open && (!retire || has_room_locked(p)))
+        sub = claim_submitter_locked(p, handoff, 0);
     if (sub) {
         /* Hand-off: w runs the blocked submitter's task (as a new worker if
          * it was retiring). Copy the task before the submitter runs again. */
         if (retire) st32(&p->running, p->running + 1);
         task_t *t = sub->data;
         activate_locked(p, w, t->fn, t->arg);
-        more = true;
     } else if (retire || !idle_put_locked(p, w, now)) {
         if (!retire) st32(&p->running, p->running - 1);
-        rec_put_locked(p, w, &tofree);
+        rec_put_locked(p, w, tofree);
     }
+    return sub;
+}
+
+/* Lock held. Finish every record the workers left on the chute, oldest
+ * first, and let blocked submitters at the idle workers or room this made. */
+static void drain_chute_locked(co_pool_t *p, wakelist_t *wl, co__pw_t **tofree) {
+    /* seq_cst: pairs with the pushes' CAS (see "The chute") */
+    co__pw_t *list = __atomic_exchange_n(&p->chute, NULL, __ATOMIC_SEQ_CST);
+    if (CO_LIKELY(!list)) return;
+    co__pw_t *rev = NULL;
+    while (list) {
+        co__pw_t *n = list->next;
+        list->next = rev;
+        rev = list;
+        list = n;
+    }
+    while (rev) {
+        co__pw_t *n = rev->next;
+        finish_locked(p, rev, false, rev->last_used, NULL, tofree);
+        rev = n;
+    }
+    if (p->state == CO__POOL_OPEN && !co__waitq_empty(&p->submitq)) {
+        int room = co__wq_len(&p->idle) + (p->cap > p->running ? p->cap - p->running : 0);
+        retry_submitters_locked(p, room, wl);
+    }
+    wake_waits_locked(p, wl);
+}
+
+/* Whether a worker of generation `gen` may finish through the chute (see
+ * "The chute"). Loads are seq_cst: each pairs with the store of the field by
+ * a lock holder who drains after it. */
+static inline bool chute_ok(const co_pool_t *p, uint64_t gen) {
+    if (__atomic_load_n(&p->waiters, __ATOMIC_SEQ_CST)) return false;
+    if (__atomic_load_n(&p->state, __ATOMIC_SEQ_CST) != CO__POOL_OPEN) return false;
+    if (__atomic_load_n(&p->gen, __ATOMIC_SEQ_CST) != gen) return false;
+    int32_t cap = __atomic_load_n(&p->cap, __ATOMIC_SEQ_CST);
+    if (cap > 0 && __atomic_load_n(&p->running, __ATOMIC_SEQ_CST) > cap) return false;
+    return p->no_purge || __atomic_load_n(&p->purge_armed, __ATOMIC_SEQ_CST);
+}
+
+/* A task of w just ended (panicked: it panicked). Returns true with w
+ * holding a new task, false if the coroutine must exit (w is then on the
+ * chute, idle or retired, and no longer ours). */
+static bool worker_done(co_pool_t *p, co__pw_t *w, bool panicked) {
+    wakelist_t wl = {NULL};
+    co__pw_t *tofree = NULL;
+    int64_t now = p->opts.disable_purge ? 0 : idle_stamp();
+    uint64_t gen = w->gen;
+    if (CO_LIKELY(!panicked) && chute_ok(p, gen)) {
+        w->last_used = now;
+        __atomic_add_fetch(&p->inflight, 1, __ATOMIC_RELAXED); /* ordered by the push */
+        co__pw_t *old = __atomic_load_n(&p->chute, __ATOMIC_RELAXED);
+        do {
+            w->next = old;
+        } while (!__atomic_compare_exchange_n(&p->chute, &old, w, true, __ATOMIC_SEQ_CST,
+                                              __ATOMIC_RELAXED));
+        /* w is no longer ours. Did a lock holder change something after its
+         * last drain? Then drain for it. */
+        if (CO_UNLIKELY(!chute_ok(p, gen))) {
+            plock(p);
+            drain_chute_locked(p, &wl, &tofree);
+            punlock(p);
+        }
+        /* release: our last access to *p; destroy waits for inflight == 0 */
+        __atomic_sub_fetch(&p->inflight, 1, __ATOMIC_RELEASE);
+        wl_wake(&wl);
+        rec_free_list(tofree);
+        return false;
+    }
+    plock(p);
+    co__waiter_t *sub = finish_locked(p, w, panicked, now, &wl, &tofree);
+    drain_chute_locked(p, &wl, &tofree);
     wake_waits_locked(p, &wl);
     punlock(p);
     /* Nothing below touches *p: a destroyer woken here may free it. */
     wl_wake(&wl);
     rec_free_list(tofree);
-    return more;
+    return sub != NULL;
 }
 
 static void worker_run(void *arg) {
@@ -397,6 +503,9 @@ static int launch(co_pool_t *p, co__pw_t *w) {
 
 static int submit_impl(co_pool_t *p, void (*fn)(void *), void *arg, int64_t deadline) {
     co__pw_t *fresh = NULL, *w, *tofree = NULL;
+    wakelist_t wl = {NULL};
+    bool yielded = false; /* yielded once before waiting */
+    bool raised = false;  /* waiters raised and the chute drained since the lock was taken */
     int rc;
     plock(p);
     for (;;) {
@@ -404,13 +513,17 @@ static int submit_impl(co_pool_t *p, void (*fn)(void *), void *arg, int64_t dead
             rc = CO_ECLOSED;
             break;
         }
+        if (co__wq_empty(&p->idle)) drain_chute_locked(p, &wl, &tofree);
         if ((w = co__wq_detach(&p->idle))) goto activate;
         if (has_room_locked(p)) {
             if (!(w = fresh ? fresh : rec_get_locked(p))) {
                 punlock(p); /* no malloc under the lock */
+                raised = false;
                 fresh = calloc(1, sizeof *fresh);
                 if (!fresh) {
                     rejected_inc(p);
+                    wl_wake(&wl);
+                    rec_free_list(tofree);
                     return CO_ENOMEM;
                 }
                 fresh->pool = p;
@@ -435,6 +548,28 @@ static int submit_impl(co_pool_t *p, void (*fn)(void *), void *arg, int64_t dead
             rc = CO_ETIMEDOUT;
             break;
         }
+        if (!yielded) {
+            /* Full, often of workers that have been started but have not run
+             * yet (a submitting coroutine keeps its P until it blocks). Let
+             * them run first, once: they finish and leave idle workers, and
+             * a whole batch of submits then goes through without a park and
+             * a hand-off each. A no-op when nothing else is runnable here. */
+            yielded = true;
+            punlock(p);
+            raised = false;
+            co_yield();
+            plock(p);
+            continue;
+        }
+        if (!raised) {
+            /* About to wait: from now on finishing workers take the lock
+             * (see "The chute"); drain what they left before, and look
+             * again. */
+            __atomic_store_n(&p->waiters, 1, __ATOMIC_SEQ_CST);
+            raised = true;
+            drain_chute_locked(p, &wl, &tofree);
+            continue;
+        }
         co__parker_t pk;
         co__parker_init(&pk, CO__WR_POOL);
         task_t t = {fn, arg};
@@ -445,7 +580,9 @@ static int submit_impl(co_pool_t *p, void (*fn)(void *), void *arg, int64_t dead
         co__waitq_push(&p->submitq, &wt);
         st32(&p->waiting, p->waiting + 1);
         p->sub_parked++;
+        wl_wake(&wl); /* before parking: nobody would wake them after */
         rc = ppark(p, &pk, deadline);
+        raised = false;
         if (rc == CO_ETIMEDOUT) {
             plock(p);
             if (wt.q) { /* still queued: nobody popped us */
@@ -464,17 +601,20 @@ static int submit_impl(co_pool_t *p, void (*fn)(void *), void *arg, int64_t dead
          * rejection by it). Our waker accounted for us, so *p may already
          * be gone (destroy): do not touch it again. */
         rec_free_list(fresh);
+        rec_free_list(tofree);
         return wt.result;
     }
     rejected_inc(p);
     if (fresh) rec_put_locked(p, fresh, &tofree);
     punlock(p);
+    wl_wake(&wl);
     rec_free_list(tofree);
     return rc;
 activate:
     activate_locked(p, w, fn, arg);
     if (fresh) rec_put_locked(p, fresh, &tofree);
     punlock(p);
+    wl_wake(&wl);
     rec_free_list(tofree);
     return launch(p, w);
 }
@@ -521,8 +661,9 @@ static int pool_create(co_pool_t **out, int capacity, void (*fn)(void *),
         return CO_EINVAL;
     int rc = co__ensure_init();
     if (rc < 0) return rc;
-    co_pool_t *p = calloc(1, sizeof *p);
-    if (!p) return CO_ENOMEM;
+    co_pool_t *p = NULL; /* cache-line aligned (see the struct) */
+    if (posix_memalign((void **)&p, CO__CACHELINE, sizeof *p) != 0) return CO_ENOMEM;
+    memset(p, 0, sizeof *p);
     rc = co__wq_init(&p->idle, o.prealloc, o.prealloc ? capacity : 0);
     if (rc < 0) {
         free(p);
@@ -533,6 +674,7 @@ static int pool_create(co_pool_t **out, int capacity, void (*fn)(void *),
     p->fn = fn;
     p->opts = o;
     p->expiry = o.expiry_ns;
+    p->no_purge = o.disable_purge;
     p->purge.fn = purge_fire;
     p->purge.arg = p;
     p->purge.idx = -1;
@@ -572,8 +714,11 @@ void co_pool_stats(const co_pool_t *p, co_pool_stats_t *out) {
     if (!out) return;
     memset(out, 0, sizeof *out);
     if (!p) return;
-    co_pool_t *mp = (co_pool_t *)p; /* the lock is not part of the value */
+    co_pool_t *mp = (co_pool_t *)p; /* the lock and the chute are not part of the value */
+    wakelist_t wl = {NULL};
+    co__pw_t *tofree = NULL;
     plock(mp);
+    drain_chute_locked(mp, &wl, &tofree);
     out->running = p->running;
     out->idle = co__wq_len(&p->idle);
     out->busy = p->busy;
@@ -583,6 +728,8 @@ void co_pool_stats(const co_pool_t *p, co_pool_stats_t *out) {
     out->panicked = p->panicked;
     out->rejected = __atomic_load_n(&p->rejected, __ATOMIC_RELAXED);
     punlock(mp);
+    wl_wake(&wl);
+    rec_free_list(tofree);
 }
 
 /* ---- tune --------------------------------------------------------------- */
@@ -597,7 +744,8 @@ void co_pool_tune(co_pool_t *p, int capacity) {
         punlock(p);
         return;
     }
-    st32(&p->cap, capacity);
+    __atomic_store_n(&p->cap, capacity, __ATOMIC_SEQ_CST); /* then drain: see "The chute" */
+    drain_chute_locked(p, &wl, &tofree);
     if (capacity > old) {
         /* Grow: the new room goes to blocked submitters first. */
         if (p->state == CO__POOL_OPEN) retry_submitters_locked(p, capacity - p->running, &wl);
@@ -627,9 +775,12 @@ int co__pool_release_begin(co_pool_t *p) {
         punlock(p);
         return CO_ECLOSED;
     }
-    __atomic_store_n(&p->state, CO__POOL_CLOSED, __ATOMIC_RELAXED);
-    p->gen++;
+    /* Close, then drain (see "The chute"): workers on the chute are busy
+     * workers of the old generation and retire. */
+    __atomic_store_n(&p->state, CO__POOL_CLOSED, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&p->gen, p->gen + 1, __ATOMIC_SEQ_CST);
     p->busy_old = p->busy; /* every busy worker now belongs to an older generation */
+    drain_chute_locked(p, &wl, &tofree);
     co__pw_t *dead = co__wq_reset(&p->idle, &n); /* idle workers exit */
     st32(&p->running, p->running - n);
     rec_put_list_locked(p, dead, &tofree);
@@ -646,15 +797,23 @@ int co__pool_drain_until(co_pool_t *p, int64_t deadline) {
     /* Called from one of the pool's own tasks, wait for every worker but
      * the caller's own (it exits when its task returns). */
     int self = co__recover_has_tag(p) ? 1 : 0;
+    wakelist_t wl = {NULL};
+    co__pw_t *tofree = NULL;
+    int rc = 0;
     plock(p);
-    if (p->busy_old <= self) {
+    __atomic_store_n(&p->waiters, 1, __ATOMIC_SEQ_CST); /* then drain: see "The chute" */
+    drain_chute_locked(p, &wl, &tofree);
+    if (p->busy_old <= self)
+        rc = 1;
+    else if (deadline != CO_FOREVER && deadline <= co_now())
+        rc = CO_ETIMEDOUT;
+    if (rc) {
         punlock(p);
-        return 0;
+        wl_wake(&wl);
+        rec_free_list(tofree);
+        return rc == 1 ? 0 : rc;
     }
-    if (deadline != CO_FOREVER && deadline <= co_now()) {
-        punlock(p);
-        return CO_ETIMEDOUT;
-    }
+    wl_wake(&wl);
     co__parker_t pk;
     co__parker_init(&pk, CO__WR_POOL);
     co__waiter_t wt;
@@ -662,12 +821,13 @@ int co__pool_drain_until(co_pool_t *p, int64_t deadline) {
     wt.pk = &pk;
     wt.n = self;
     co__waitq_push(&p->drainq, &wt);
-    int rc = ppark(p, &pk, deadline);
+    rc = ppark(p, &pk, deadline);
     if (rc == CO_ETIMEDOUT) {
         plock(p);
         co__waitq_remove(&wt);
         punlock(p);
     }
+    rec_free_list(tofree);
     return rc;
 }
 
@@ -685,26 +845,32 @@ int co_pool_release_timeout(co_pool_t *p, int64_t ns) {
 void co_pool_reboot(co_pool_t *p) {
     if (!p) return;
     plock(p);
-    if (p->state != CO__POOL_OPEN) __atomic_store_n(&p->state, CO__POOL_OPEN, __ATOMIC_RELAXED);
+    if (p->state != CO__POOL_OPEN) __atomic_store_n(&p->state, CO__POOL_OPEN, __ATOMIC_SEQ_CST);
     punlock(p);
 }
 
 int co_pool_wait_idle(co_pool_t *p, int64_t deadline) {
     if (!p) return CO_EINVAL;
-    plock(p);
-    if (p->busy == 0) {
-        punlock(p);
-        return 0;
-    }
+    wakelist_t wl = {NULL};
+    co__pw_t *tofree = NULL;
     int rc = 0;
-    if (co__recover_has_tag(p))
+    plock(p);
+    __atomic_store_n(&p->waiters, 1, __ATOMIC_SEQ_CST); /* then drain: see "The chute" */
+    drain_chute_locked(p, &wl, &tofree);
+    if (p->busy == 0)
+        rc = 1;
+    else if (co__recover_has_tag(p))
         rc = CO_EDEADLK; /* a task waiting for itself to finish */
     else if (deadline != CO_FOREVER && deadline <= co_now())
         rc = CO_ETIMEDOUT;
     if (rc) {
         punlock(p);
-        return rc;
+        wl_wake(&wl);
+        rec_free_list(tofree);
+        return rc == 1 ? 0 : rc;
     }
+    wl_wake(&wl);
+    rec_free_list(tofree);
     co__parker_t pk;
     co__parker_init(&pk, CO__WR_POOL);
     co__waiter_t wt;
@@ -734,8 +900,11 @@ void co_pool_destroy(co_pool_t *p) {
         if (n == 0) break;
         co_yield();
     }
+    /* Workers that finished through the chute may still be reading *p. */
+    while (__atomic_load_n(&p->inflight, __ATOMIC_ACQUIRE) != 0) co_yield();
     co__timer_del(&p->purge); /* waits for a running callback */
     int n;
+    rec_free_list(__atomic_exchange_n(&p->chute, NULL, __ATOMIC_ACQUIRE)); /* empty by now */
     rec_free_list(co__wq_reset(&p->idle, &n)); /* empty after the release */
     rec_free_list(p->spare);
     co__wq_destroy(&p->idle);

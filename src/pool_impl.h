@@ -221,24 +221,42 @@ static inline void co__punlock(co__plock_t *l) {
 /* ---- the pool ----------------------------------------------------------- */
 enum { CO__POOL_OPEN = 0, CO__POOL_CLOSED = 1 };
 
-struct co_pool {
-    /* lock protects every field marked [L]. Fields marked [L, atomic] are
-     * written under the lock with relaxed atomic stores and read without it
-     * by the getters (co_pool_running, ...), which are snapshots. Never held
-     * across a park except through co__park_lock's unlock callback, and
-     * never held while calling co__spawn, a user callback or
-     * co__timer_del. Lock order: pool lock -> timer heap lock. */
-    co__plock_t lock;
+#define CO__CACHELINE 64
 
-    int32_t cap;          /* [L, atomic] -1 unlimited */
-    int32_t running;      /* [L, atomic] workers: busy + idle */
-    int32_t busy;         /* [L, atomic] workers with a task (all generations) */
+struct co_pool {
+    /* Read on every task end (the chute's checks), written rarely: kept on
+     * a line of their own, away from the per-task counters below. Each is
+     * [L, atomic]: written under the lock with atomic stores, read without
+     * it by those checks and by the getters (snapshots). */
+    _Alignas(CO__CACHELINE) uint32_t state; /* CO__POOL_*; only release and reboot change it */
+    uint32_t waiters;     /* seq_cst: 1 while someone waits on the pool (submitq,
+                           * idleq or drainq non-empty, or about to be) */
+    int32_t cap;          /* -1 unlimited */
+    int32_t running;      /* workers: busy + idle (+ on the chute) */
+    uint64_t gen;         /* release generation, bumped by every release */
+    uint32_t purge_armed; /* seq_cst: the purge timer is pending or running; set by
+                           * whoever adds it, cleared only by its callback */
+    bool no_purge;        /* immutable: opts.disable_purge */
+
+    /* The chute: workers whose task ended while nobody waits push their
+     * record here with one CAS instead of taking the lock; the next lock
+     * holder drains it (pool.c, "The chute"). Pushed by CAS (seq_cst),
+     * emptied by an exchange (seq_cst) under the lock. */
+    _Alignas(CO__CACHELINE) co__pw_t *chute;
+    uint32_t inflight;    /* atomic: workers between their chute push and their last
+                           * access to the pool (destroy waits for 0) */
+
+    /* lock protects every field below marked [L]. Never held across a park
+     * except through ppark's unlock callback, and never held while calling
+     * co__spawn, a user callback or co__timer_del. Lock order: pool lock ->
+     * timer heap lock. */
+    _Alignas(CO__CACHELINE) co__plock_t lock;
+    int32_t busy;         /* [L, atomic] workers with a task, all generations; a
+                           * worker on the chute still counts until drained */
     int32_t busy_old;     /* [L] busy workers activated before the last release */
     int32_t waiting;      /* [L, atomic] submitters linked in submitq */
     int32_t sub_parked;   /* [L] submitters parked and not yet accounted for by a
                            * waker's claim or by their own timeout (destroy waits) */
-    uint32_t state;       /* [L, atomic] CO__POOL_*; only release and reboot change it */
-    uint64_t gen;         /* [L] release generation, bumped by every release */
 
     co__wq_t idle;        /* [L] idle worker records */
     co__pw_t *spare;      /* [L] retired records kept for reuse */
@@ -249,16 +267,12 @@ struct co_pool {
     co__waitq_t drainq;   /* [L] release_timeout/destroy callers: woken when
                            * busy_old <= waiter.n */
 
-    /* [L] statistics, exact. rejected is atomic (also bumped without the lock). */
+    /* [L] statistics, exact once the chute is drained (co_pool_stats does).
+     * rejected is atomic (also bumped without the lock). */
     int64_t submitted, completed, panicked;
     int64_t rejected;     /* atomic relaxed */
 
-    /* Purge: a runtime timer armed while idle workers exist and purge is on.
-     * purge_armed [L]: set by whoever adds the timer, cleared only by the
-     * timer callback (under the lock) when it does not re-add itself, or by
-     * destroy after co__timer_del. */
-    co__timer_t purge;
-    bool purge_armed;     /* [L] */
+    co__timer_t purge;    /* the purge (pool.c); armed iff purge_armed */
 
     /* Immutable after creation. */
     void (*fn)(void *);   /* function pool: every task is fn(arg) */

@@ -295,6 +295,48 @@ static void idle_holds_no_stack(void) {
     co_pool_destroy(p);
 }
 
+/* ---- the chute: lock-free task ends vs waits and the purge ------------ */
+
+static atomic_long chute_done;
+static void chute_task(void *arg) {
+    if ((intptr_t)arg % 3 == 0) co_yield();
+    atomic_fetch_add(&chute_done, 1);
+}
+static void *chute_waiter_thread(void *arg) {
+    co_pool_t *p = arg;
+    long sent = 0;
+    int rounds = scaled(300, 60);
+    for (int r = 0; r < rounds; r++) {
+        for (int i = 0; i < 300; i++, sent++)
+            if (co_pool_submit(p, chute_task, (void *)(intptr_t)i) != 0) return (void *)1;
+        if (co_pool_wait_idle(p, CO_FOREVER) != 0) return (void *)2;
+        /* every accepted task of this thread ran to its end */
+        if (atomic_load(&chute_done) < sent) return (void *)3;
+    }
+    return NULL;
+}
+/* wait_idle must never return while a worker that finished through the
+ * chute is still counted busy, or before a running task ends; and the
+ * purge must still retire workers that went idle through the chute. */
+static void chute_races(void) {
+    co_pool_opts_t o = {.expiry_ns = 3 * MS};
+    co_pool_t *p;
+    CHECK_EQ(co_pool_new(&p, 64, &o), 0);
+    atomic_store(&chute_done, 0);
+    pthread_t th;
+    pthread_create(&th, NULL, chute_waiter_thread, p);
+    void *r;
+    pthread_join(th, &r);
+    CHECK(r == NULL);
+    co_pool_stats_t st;
+    co_pool_stats(p, &st);
+    CHECK_EQ(st.busy, 0);
+    CHECK_EQ(st.completed, atomic_load(&chute_done));
+    CHECK_EQ(st.submitted, st.completed);
+    CHECK(WAIT_FOR(co_pool_running(p) == 0)); /* purged, chute included */
+    co_pool_destroy(p);
+}
+
 /* ---- release / reboot from different threads ------------------------- */
 
 static co_pool_t *race_pool;
@@ -447,6 +489,7 @@ int main(int argc, char **argv) {
     T_RUN_SEL(deadlock_detect);
     T_RUN_SEL(release_from_own_task);
     T_RUN_SEL(idle_holds_no_stack);
+    T_RUN_SEL(chute_races);
     T_RUN_SEL(release_reboot_race);
     T_RUN_SEL(no_task_lost_storm);
     return t_end();
