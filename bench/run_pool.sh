@@ -240,10 +240,9 @@ END {
     for (i = 1; i <= 2; i++)
         printf "| %s | %s | %s | %d |\n", im2[i], fmt(med("latency", im2[i], "p50_ns") / 1000, 2), fmt(med("latency", im2[i], "p99_ns") / 1000, 2), cnt("latency", im2[i])
     print ""
-    print "p50 is the common case (an idle worker or one that just finished is taken at once). A submit"
-    print "that finds the pool full first yields once, so the workers its own P has started but not run"
-    print "yet can finish (that is what keeps tiny tasks batching instead of parking per task); the tail is"
-    print "those runs, plus the wake-up of a sleeping task timer when none is ready."
+    print "p50 is the common case: a worker that just finished is taken at once. Here every worker is"
+    print "sleeping, so a submit on the full pool parks and the first worker to finish hands its slot"
+    print "straight to it; the tail is the wait for the next task timer to fire and its worker to run."
     print ""
     print "## The pool lock: yield (default) vs ants spinlock vs co__lock_t"
     print ""
