@@ -84,13 +84,16 @@ static bool lend_spare(co_p_t *p, int i, int64_t now) {
     __atomic_store_n(&np->retire, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&np->status, CO_P_IDLE, __ATOMIC_RELAXED);
     co__timers_move(p, np);
-    /* store-release: p's owner sees it at its next scheduler entry */
-    __atomic_store_n(&p->retire, 1, __ATOMIC_RELEASE);
+    /* All bookkeeping before p->retire: once its owner sees the flag it
+     * retires p at once, taking p off pretiring and moving the timers it
+     * armed meanwhile to allp[p->id], which must already be np. */
     co__lock(&s->lock);
     p->link = s->pretiring;
     s->pretiring = p;
     co__unlock(&s->lock);
     __atomic_store_n(&s->allp[i], np, __ATOMIC_RELEASE);
+    /* store-release: p's owner sees it at its next scheduler entry */
+    __atomic_store_n(&p->retire, 1, __ATOMIC_RELEASE);
     co__runq_drain_global(p);
     co__handoffp(np);
     return true;
