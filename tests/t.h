@@ -57,4 +57,44 @@ static int t_end(void) {
     printf("%d passed, %d failed\n", t_passed, t_failed);
     return t_failed ? 1 : 0;
 }
+
+#include <sys/wait.h>
+
+/* Misuse tests: re-execute this test binary as `<prog> --misuse <name>` in
+ * a child with stderr captured; the child prints "obj=<address>" and then
+ * misuses that object. Checks that it died of SIGABRT and that its
+ * "colony: fatal: " line names the operation `op` and that address. */
+__attribute__((unused)) static void t_expect_abort(const char *prog, const char *name, const char *op) {
+    int fd[2];
+    CHECK_EQ(pipe(fd), 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fd[1], 2);
+        close(fd[0]);
+        execl("/proc/self/exe", prog, "--misuse", name, (char *)NULL);
+        _exit(127);
+    }
+    close(fd[1]);
+    char buf[4096];
+    size_t len = 0;
+    ssize_t r;
+    while (len < sizeof buf - 1 && (r = read(fd[0], buf + len, sizeof buf - 1 - len)) > 0)
+        len += (size_t)r;
+    buf[len] = 0;
+    close(fd[0]);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT);
+    char *obj = strstr(buf, "obj=");
+    char *fatal = strstr(buf, "colony: fatal: ");
+    CHECK(obj != NULL && fatal != NULL);
+    if (obj && fatal) {
+        char addr[64] = {0};
+        sscanf(obj + 4, "%63s", addr);
+        CHECK(strstr(fatal, addr) != NULL);
+        CHECK(strstr(fatal, op) != NULL);
+    }
+    if (!(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT) || !fatal)
+        fprintf(stderr, "child output: %s\n", buf);
+}
 #endif

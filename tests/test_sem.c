@@ -30,37 +30,7 @@ int co__sem_waiters(co_sem_t *s);
 
 /* ---- misuse in a fresh process ----------------------------------------- */
 static void expect_abort(const char *name, const char *op) {
-    int fd[2];
-    CHECK_EQ(pipe(fd), 0);
-    pid_t pid = fork();
-    if (pid == 0) {
-        dup2(fd[1], 2);
-        close(fd[0]);
-        execl("/proc/self/exe", "test_sem", "--misuse", name, (char *)NULL);
-        _exit(127);
-    }
-    close(fd[1]);
-    char buf[4096];
-    size_t len = 0;
-    ssize_t r;
-    while (len < sizeof buf - 1 && (r = read(fd[0], buf + len, sizeof buf - 1 - len)) > 0)
-        len += (size_t)r;
-    buf[len] = 0;
-    close(fd[0]);
-    int st = 0;
-    waitpid(pid, &st, 0);
-    CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT);
-    char *obj = strstr(buf, "obj=");
-    char *fatal = strstr(buf, "colony: fatal: ");
-    CHECK(obj != NULL && fatal != NULL);
-    if (obj && fatal) {
-        char addr[64] = {0};
-        sscanf(obj + 4, "%63s", addr);
-        CHECK(strstr(fatal, addr) != NULL);
-        CHECK(strstr(fatal, op) != NULL);
-    }
-    if (!(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT) || !fatal)
-        fprintf(stderr, "child output: %s\n", buf);
+    t_expect_abort("test_sem", name, op);
 }
 
 static int run_misuse(const char *name) {

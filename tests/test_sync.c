@@ -61,39 +61,7 @@ static void run_mixed(int ncos, int nths, void (*fn)(void *, int), void *arg) {
 
 /* ---- misuse: run a case in a fresh process, expect SIGABRT + message ---- */
 static void expect_abort(const char *name, const char *op) {
-    int fd[2];
-    CHECK_EQ(pipe(fd), 0);
-    pid_t pid = fork();
-    if (pid == 0) {
-        dup2(fd[1], 2);
-        close(fd[0]);
-        execl("/proc/self/exe", "test_sync", "--misuse", name, (char *)NULL);
-        _exit(127);
-    }
-    close(fd[1]);
-    char buf[4096];
-    size_t len = 0;
-    ssize_t r;
-    while (len < sizeof buf - 1 && (r = read(fd[0], buf + len, sizeof buf - 1 - len)) > 0)
-        len += (size_t)r;
-    buf[len] = 0;
-    close(fd[0]);
-    int st = 0;
-    waitpid(pid, &st, 0);
-    CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT);
-    /* The child printed "obj=<address>" before the misuse; the fatal line
-     * must name the operation and that address. */
-    char *obj = strstr(buf, "obj=");
-    char *fatal = strstr(buf, "colony: fatal: ");
-    CHECK(obj != NULL && fatal != NULL);
-    if (obj && fatal) {
-        char addr[64] = {0};
-        sscanf(obj + 4, "%63s", addr);
-        CHECK(strstr(fatal, addr) != NULL);
-        CHECK(strstr(fatal, op) != NULL);
-    }
-    if (!(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT) || !fatal)
-        fprintf(stderr, "child output: %s\n", buf);
+    t_expect_abort("test_sync", name, op);
 }
 
 static co_once_t rec_once = CO_ONCE_INIT;
