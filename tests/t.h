@@ -97,4 +97,39 @@ __attribute__((unused)) static void t_expect_abort(const char *prog, const char 
     if (!(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT) || !fatal)
         fprintf(stderr, "child output: %s\n", buf);
 }
+
+#include <dirent.h>
+
+/* Built with ASan or TSan: stress tests scale down (TSan keeps a heavy
+ * fiber per live coroutine; ASan multiplies memory). */
+__attribute__((unused)) static int t_sanitized(void) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+    return 1;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+    return 1;
+#endif
+#endif
+    return 0;
+}
+
+/* Open fds, pipes excepted (a sanitizer's symbolizer talks through pipes). */
+__attribute__((unused)) static int t_count_fds(void) {
+    DIR *d = opendir("/proc/self/fd");
+    if (!d)
+        return -1;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.' || atoi(e->d_name) == dirfd(d))
+            continue;
+        char path[300], target[64] = {0};
+        snprintf(path, sizeof path, "/proc/self/fd/%s", e->d_name);
+        if (readlink(path, target, sizeof target - 1) > 0 && strncmp(target, "pipe:", 5) == 0)
+            continue;
+        n++;
+    }
+    closedir(d);
+    return n;
+}
 #endif

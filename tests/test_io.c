@@ -26,38 +26,9 @@ bool co__netpoll_has_waiters(void);
 
 #define MS 1000000LL
 
-static int scale_small(void) {
-    if (getenv("COLONY_CI"))
-        return 1;
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-    return 1;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-    return 1;
-#endif
-#endif
-    return 0;
-}
+static int scale_small(void) { return getenv("COLONY_CI") != NULL || t_sanitized(); }
 
-/* Open fds, pipes excepted (a sanitizer's symbolizer talks through pipes). */
-static int count_fds(void) {
-    DIR *d = opendir("/proc/self/fd");
-    if (!d)
-        return -1;
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (e->d_name[0] == '.' || atoi(e->d_name) == dirfd(d))
-            continue;
-        char path[300], target[64] = {0};
-        snprintf(path, sizeof path, "/proc/self/fd/%s", e->d_name);
-        if (readlink(path, target, sizeof target - 1) > 0 && strncmp(target, "pipe:", 5) == 0)
-            continue;
-        n++;
-    }
-    closedir(d);
-    return n;
-}
+static int count_fds(void) { return t_count_fds(); }
 
 static bool fd_open(int fd) {
     return fcntl(fd, F_GETFD) >= 0;

@@ -4,6 +4,7 @@
 // ctest-timeout: 300
 #include <colony.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 
 #include "t.h"
 
@@ -31,14 +32,7 @@ static int count_maps(void) {
 
 static void test_million(void) {
     long n = 1000000;
-    const char *ci = getenv("COLONY_TEST_SMALL");
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-    ci = "1";
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-    ci = "1";
-#endif
-#endif
+    bool ci = getenv("COLONY_TEST_SMALL") != NULL || t_sanitized();
     if (ci) n = 2000; /* TSan keeps a heavy fiber per live coroutine */
     co_waitgroup_add(&gate, 1);
     co_waitgroup_add(&started, (int)n);

@@ -40,25 +40,7 @@ static int small(void) {
     return 0;
 }
 
-/* Open fds, pipes excepted (a sanitizer's symbolizer talks through pipes). */
-static int count_fds(void) {
-    DIR *d = opendir("/proc/self/fd");
-    if (!d)
-        return -1;
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (e->d_name[0] == '.' || atoi(e->d_name) == dirfd(d))
-            continue;
-        char path[300], target[64] = {0};
-        snprintf(path, sizeof path, "/proc/self/fd/%s", e->d_name);
-        if (readlink(path, target, sizeof target - 1) > 0 && strncmp(target, "pipe:", 5) == 0)
-            continue;
-        n++;
-    }
-    closedir(d);
-    return n;
-}
+static int count_fds(void) { return t_count_fds(); }
 
 static void wait_no_waiters(void) {
     for (int i = 0; i < 2000 && co__netpoll_has_waiters(); i++)

@@ -10,16 +10,7 @@
 
 #include "t.h"
 
-static int sanitized(void) {
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-    return 1;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-    return 1;
-#endif
-#endif
-    return 0;
-}
+static int sanitized(void) { return t_sanitized(); }
 
 static int reached_after_panic;
 

@@ -17,25 +17,7 @@
 
 #define MS 1000000LL
 
-/* Open fds, pipes excepted (a sanitizer's symbolizer talks through pipes). */
-static int count_fds(void) {
-    DIR *d = opendir("/proc/self/fd");
-    if (!d)
-        return -1;
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (e->d_name[0] == '.' || atoi(e->d_name) == dirfd(d))
-            continue;
-        char path[300], target[64] = {0};
-        snprintf(path, sizeof path, "/proc/self/fd/%s", e->d_name);
-        if (readlink(path, target, sizeof target - 1) > 0 && strncmp(target, "pipe:", 5) == 0)
-            continue;
-        n++;
-    }
-    closedir(d);
-    return n;
-}
+static int count_fds(void) { return t_count_fds(); }
 
 /* co_count() once the coroutines that are finishing have finished. */
 static int settled_count(int want) {
