@@ -112,20 +112,14 @@ static int retake(int64_t now) {
     }
     /* Coroutines readied onto Ps that are lent away but still busy: their
      * owners keep the Ps (never freed), so draining without the lock is
-     * safe; runqgrab is the thieves' protocol. */
-    for (;;) {
-        co__lock(&s->lock);
-        co_p_t *q = NULL;
-        for (co_p_t *x = s->pretiring; x; x = x->link)
-            if (!co__runq_empty(x)) {
-                q = x;
-                break;
-            }
-        co__unlock(&s->lock);
-        if (!q) break;
+     * safe; runqgrab is the thieves' protocol. One P per round. */
+    co__lock(&s->lock);
+    co_p_t *q = s->pretiring;
+    while (q && co__runq_empty(q)) q = q->link;
+    co__unlock(&s->lock);
+    if (q) {
         co__runq_drain_global(q);
         n++;
-        break; /* one per round is enough; the next round takes the next */
     }
     return n;
 }

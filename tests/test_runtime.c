@@ -32,8 +32,6 @@ static void test_spawn_from_thread(void) {
 
 static int spawn_many(void *arg) {
     long n = (long)arg;
-    co_waitgroup_t w = CO_WAITGROUP_INIT;
-    (void)w;
     co_waitgroup_add(&wg, (int)n);
     for (long i = 0; i < n; i++)
         if (co_go(incr, NULL) != 0) return -1;
