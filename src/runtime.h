@@ -131,7 +131,8 @@ typedef struct co_m {
 
 typedef struct co_sched {
     /* lock protects: pidle, npidle writes, midle, nmidle, allm, mcount,
-     * runq (the global queue), runqsize, gfree_global, ngfree_global. */
+     * runq (the global queue), runqsize, gfree_global, ngfree_global,
+     * gfree_low. */
     co__lock_t lock;
     co_p_t *pidle;
     uint32_t npidle;           /* atomic (written under lock, read lock-free) */
@@ -143,7 +144,8 @@ typedef struct co_sched {
     co_g_t *runqhead, *runqtail;
     int64_t runqsize;          /* atomic for lock-free emptiness checks */
     co_g_t *gfree_global;
-    int ngfree_global;
+    int ngfree_global;         /* atomic (written under lock, read lock-free) */
+    int gfree_low;             /* fewest Gs on gfree_global since sysmon's last trim */
     co_p_t *pspare;            /* retired Ps, ready to be lent again */
     co_p_t *pretiring;         /* Ps lent away whose M has not retired them yet */
 
@@ -187,6 +189,7 @@ CO_HIDDEN void co__park_current(void (*post)(co_g_t *, void *), void *arg, int r
 CO_HIDDEN void co__wakep(void);
 CO_HIDDEN void co__startm(co_p_t *p, bool spinning);
 CO_HIDDEN void co__handoffp(co_p_t *p);
+CO_HIDDEN int co__gfree_trim(int keep);                      /* sysmon: free cold dead Gs */
 CO_HIDDEN co_p_t *co__pidleget(void);
 CO_HIDDEN void co__globrunqput_batch(co_g_t *head, co_g_t *tail, int n);
 CO_HIDDEN bool co__runq_empty(co_p_t *p);

@@ -625,7 +625,12 @@ static void gfree_release(co_g_t *g) {
     free(g);
 }
 
-/* Owner of p (p may be NULL). Cache a dead G and its stack. */
+/* Owner of p (p may be NULL). Cache a dead G and its stack. The global
+ * list is unbounded here: a burst of exits must not turn into a burst of
+ * munmaps (each one takes the mm lock and shoots down TLBs on every CPU
+ * running us). sysmon gives back, in the background, the Gs that stayed
+ * unused for a whole trim period (co__gfree_trim), as Go's GC frees the
+ * stacks of dead Gs. */
 static void gfput(co_p_t *p, co_g_t *g) {
     co_sched_t *s = &co__sched;
     if (g->stack.size != s->stack_size || !p) {
@@ -635,29 +640,20 @@ static void gfput(co_p_t *p, co_g_t *g) {
     g->schedlink = p->gfree;
     p->gfree = g;
     if (++p->gfree_n < CO_GFREE_LOCAL) return;
-    /* Spill half to the global list (bounded; beyond it, really free). */
-    co_g_t *spill = NULL;
-    while (p->gfree_n > CO_GFREE_LOCAL / 2) {
-        co_g_t *x = p->gfree;
-        p->gfree = x->schedlink;
-        p->gfree_n--;
-        x->schedlink = spill;
-        spill = x;
+    /* Spill half to the global list. */
+    co_g_t *first = p->gfree, *last = first;
+    int n = 1;
+    while (p->gfree_n - n > CO_GFREE_LOCAL / 2) {
+        last = last->schedlink;
+        n++;
     }
+    p->gfree = last->schedlink;
+    p->gfree_n -= n;
     co__lock(&s->lock);
-    while (spill && s->ngfree_global < 65536) {
-        co_g_t *x = spill;
-        spill = x->schedlink;
-        x->schedlink = s->gfree_global;
-        s->gfree_global = x;
-        __atomic_store_n(&s->ngfree_global, s->ngfree_global + 1, __ATOMIC_RELAXED);
-    }
+    last->schedlink = s->gfree_global;
+    s->gfree_global = first;
+    __atomic_store_n(&s->ngfree_global, s->ngfree_global + n, __ATOMIC_RELAXED);
     co__unlock(&s->lock);
-    while (spill) {
-        co_g_t *x = spill;
-        spill = x->schedlink;
-        gfree_release(x);
-    }
 }
 
 static co_g_t *gfget(co_p_t *p) {
@@ -673,19 +669,56 @@ static co_g_t *gfget(co_p_t *p) {
     co_g_t *g = s->gfree_global;
     if (g) {
         s->gfree_global = g->schedlink;
-        __atomic_store_n(&s->ngfree_global, s->ngfree_global - 1, __ATOMIC_RELAXED);
+        int n = s->ngfree_global - 1;
         /* refill the local cache with a batch */
         while (p && p->gfree_n < CO_GFREE_LOCAL / 2 && s->gfree_global) {
             co_g_t *x = s->gfree_global;
             s->gfree_global = x->schedlink;
-            __atomic_store_n(&s->ngfree_global, s->ngfree_global - 1, __ATOMIC_RELAXED);
+            n--;
             x->schedlink = p->gfree;
             p->gfree = x;
             p->gfree_n++;
         }
+        __atomic_store_n(&s->ngfree_global, n, __ATOMIC_RELAXED);
+        if (n < s->gfree_low) s->gfree_low = n;
     }
     co__unlock(&s->lock);
     return g;
+}
+
+/* sysmon, every trim period: free the dead Gs that nobody took from the
+ * global list since the last call, keeping `keep` of them. The cold ones
+ * are the deepest in the list; cut them off under the lock, free them
+ * outside it. */
+int co__gfree_trim(int keep) {
+    co_sched_t *s = &co__sched;
+    if (__atomic_load_n(&s->ngfree_global, __ATOMIC_RELAXED) <= keep) {
+        co__lock(&s->lock);
+        s->gfree_low = s->ngfree_global;
+        co__unlock(&s->lock);
+        return 0;
+    }
+    co__lock(&s->lock);
+    int cold = s->gfree_low - keep;
+    co_g_t *tail = NULL;
+    int n = 0;
+    if (cold > 0) {
+        int skip = s->ngfree_global - cold; /* >= keep >= 0 */
+        co_g_t **link = &s->gfree_global;
+        while (skip-- > 0 && *link) link = &(*link)->schedlink;
+        tail = *link;
+        *link = NULL;
+        for (co_g_t *x = tail; x; x = x->schedlink) n++;
+        __atomic_store_n(&s->ngfree_global, s->ngfree_global - n, __ATOMIC_RELAXED);
+    }
+    s->gfree_low = s->ngfree_global;
+    co__unlock(&s->lock);
+    while (tail) {
+        co_g_t *x = tail;
+        tail = x->schedlink;
+        gfree_release(x);
+    }
+    return n;
 }
 
 static void post_gfree(co_g_t *g, void *arg) {

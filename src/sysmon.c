@@ -10,6 +10,8 @@
  *    another M to run it (see lend_spare);
  *  - polls the network if nobody has for 10 ms;
  *  - runs timers that are more than 1 ms overdue (their P is busy);
+ *  - once a second frees the dead Gs (and stacks) nobody reused since the
+ *    last second, beyond a reserve of GFREE_KEEP;
  *  - prints the schedtrace line when COLONY_DEBUG=schedtrace=MS asks.
  * It sleeps 20 us, doubling after 50 idle rounds up to 10 ms, on a futex so
  * co_blocking and co_shutdown can kick it awake.
@@ -22,6 +24,8 @@
 #define SYSMON_MIN_NS 20000
 #define SYSMON_MAX_NS 10000000
 #define FORCE_PREEMPT_NS 10000000
+#define GFREE_TRIM_NS 1000000000 /* dead Gs unused this long are freed... */
+#define GFREE_KEEP 1024          /* ...beyond this many kept for the next burst */
 
 static bool retake_syscall(co_p_t *p, int64_t now) {
     co_sched_t *s = &co__sched;
@@ -130,6 +134,7 @@ static void *sysmon_main(void *arg) {
     int64_t delay = SYSMON_MIN_NS;
     int idle = 0;
     int64_t last_trace = co_now();
+    int64_t last_trim = last_trace;
     while (!__atomic_load_n(&s->stopping, __ATOMIC_ACQUIRE)) {
         bool long_sleep = delay > 1000000;
         if (long_sleep) __atomic_store_n(&s->sysmon_sleeping, 1, __ATOMIC_SEQ_CST);
@@ -147,6 +152,10 @@ static void *sysmon_main(void *arg) {
         int64_t next = co__timers_next();
         if (next && next + 1000000 < now) {
             for (int i = 0; i < s->nprocs; i++) work += co__timers_run(co__allp(i), now);
+        }
+        if (now - last_trim >= GFREE_TRIM_NS) {
+            last_trim = now;
+            co__gfree_trim(GFREE_KEEP);
         }
         if (s->schedtrace_ms > 0 && now - last_trace >= s->schedtrace_ms * 1000000) {
             last_trace = now;
