@@ -3,6 +3,7 @@
 // ctest-timeout: 300
 #include <colony.h>
 #include <errno.h>
+#include <fenv.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <sys/resource.h>
@@ -330,12 +331,43 @@ static void test_shutdown_restart(void) {
     CHECK_EQ(co_shutdown(), 0);
 }
 
+/* Each coroutine keeps its own FP control words (rounding mode: x87 control
+ * word and MXCSR) across switches and migrations between Ms. */
+static atomic_int fp_bad;
+static co_waitgroup_t fp_wg = CO_WAITGROUP_INIT;
+
+static void fp_worker(void *arg) {
+    int mode = (int)(intptr_t)arg;
+    if (mode != FE_TONEAREST) fesetround(mode);
+    for (int i = 0; i < 2000; i++) {
+        volatile double one = 1.0, three = 3.0;
+        double down = 0.33333333333333331, up = 0.33333333333333337;
+        double q = one / three; /* SSE division: rounds by MXCSR */
+        double want = mode == FE_UPWARD ? up : down;
+        if (fegetround() != mode || q != want) atomic_fetch_add(&fp_bad, 1);
+        co_yield();
+    }
+    fesetround(FE_TONEAREST);
+    co_waitgroup_done(&fp_wg);
+}
+
+static void test_fp_control_words(void) {
+    atomic_store(&fp_bad, 0);
+    const int modes[] = {FE_TONEAREST, FE_UPWARD, FE_DOWNWARD, FE_TOWARDZERO};
+    co_waitgroup_add(&fp_wg, 16);
+    for (int i = 0; i < 16; i++) CHECK_EQ(co_go(fp_worker, (void *)(intptr_t)modes[i % 4]), 0);
+    co_waitgroup_wait(&fp_wg);
+    CHECK_EQ(atomic_load(&fp_bad), 0);
+    CHECK_EQ(fegetround(), FE_TONEAREST); /* the plain thread's own mode is untouched */
+}
+
 int main(void) {
     t_begin(280);
     T_RUN(test_spawn_from_thread);
     T_RUN(test_co_main);
     T_RUN(test_co_main_nested);
     T_RUN(test_yield);
+    T_RUN(test_fp_control_words);
     T_RUN(test_sleep);
     T_RUN(test_many_timers);
     T_RUN(test_waitgroup_timeout);
