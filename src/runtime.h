@@ -61,6 +61,13 @@ typedef struct co_g {
  * sched.lock. SYSCALL: its M is inside co_blocking and does not touch it. */
 enum { CO_P_IDLE = 0, CO_P_RUNNING, CO_P_SYSCALL, CO_P_DEAD };
 
+/* A timer heap entry: the deadline is kept next to the pointer, so sifting
+ * compares within the heap's own array instead of loading each timer. */
+typedef struct co__theap {
+    int64_t when;
+    co__timer_t *t;
+} co__theap_t;
+
 typedef struct co_p {
     int id;
     uint32_t status;           /* atomic; CO_P_* */
@@ -86,7 +93,7 @@ typedef struct co_p {
      * timer0_when mirrors timers[0]->when (0 if empty); written under the
      * lock with release, read lock-free with acquire by any M. */
     co__lock_t timers_lock;
-    co__timer_t **timers;
+    co__theap_t *timers;       /* entries carry `when`: sifting never touches a timer */
     int timers_len, timers_cap;
     int64_t timer0_when;
 

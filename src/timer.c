@@ -19,53 +19,71 @@
 #include <stdlib.h>
 
 static void set_timer0(co_p_t *p) {
-    /* store-release: pairs with the acquire loads in the scheduler */
-    __atomic_store_n(&p->timer0_when, p->timers_len ? p->timers[0]->when : 0, __ATOMIC_SEQ_CST);
+    /* seq_cst store: pairs with the acquire loads in the scheduler and with
+     * the poller's poll_until handshake (see co__timer_add) */
+    __atomic_store_n(&p->timer0_when, p->timers_len ? p->timers[0].when : 0, __ATOMIC_SEQ_CST);
 }
 
-static void sift_up(co_p_t *p, int i) {
-    co__timer_t **h = p->timers;
-    co__timer_t *t = h[i];
+static void sift_up(co__theap_t *h, int i) {
+    co__theap_t e = h[i];
     while (i > 0) {
         int parent = (i - 1) / 4;
-        if (h[parent]->when <= t->when) break;
+        if (h[parent].when <= e.when) break;
         h[i] = h[parent];
-        h[i]->idx = i;
+        h[i].t->idx = i;
         i = parent;
     }
-    h[i] = t;
-    t->idx = i;
+    h[i] = e;
+    e.t->idx = i;
 }
 
-static void sift_down(co_p_t *p, int i) {
-    co__timer_t **h = p->timers;
-    int n = p->timers_len;
-    co__timer_t *t = h[i];
+static void sift_down(co__theap_t *h, int n, int i) {
+    co__theap_t e = h[i];
     for (;;) {
         int c = 4 * i + 1;
         if (c >= n) break;
         int best = c;
-        for (int k = c + 1; k < c + 4 && k < n; k++)
-            if (h[k]->when < h[best]->when) best = k;
-        if (h[best]->when >= t->when) break;
+        int end = c + 4 < n ? c + 4 : n;
+        for (int k = c + 1; k < end; k++)
+            if (h[k].when < h[best].when) best = k;
+        if (h[best].when >= e.when) break;
         h[i] = h[best];
-        h[i]->idx = i;
+        h[i].t->idx = i;
         i = best;
     }
-    h[i] = t;
-    t->idx = i;
+    h[i] = e;
+    e.t->idx = i;
 }
 
 /* timers_lock held. */
 static void heap_remove(co_p_t *p, int i) {
     int last = --p->timers_len;
     if (i != last) {
-        p->timers[i] = p->timers[last];
-        p->timers[i]->idx = i;
-        sift_down(p, i);
-        sift_up(p, p->timers[i]->idx);
+        co__theap_t *h = p->timers;
+        h[i] = h[last];
+        if (i > 0 && h[i].when < h[(i - 1) / 4].when)
+            sift_up(h, i);
+        else
+            sift_down(h, last, i);
     }
-    p->timers[last] = NULL;
+}
+
+/* timers_lock held. Room for one more entry, or die: a timer cannot be
+ * refused (the caller is about to park on it). */
+static void heap_reserve(co_p_t *p) {
+    if (p->timers_len < p->timers_cap) return;
+    int ncap = p->timers_cap ? p->timers_cap * 2 : 64;
+    co__theap_t *nh = realloc(p->timers, (size_t)ncap * sizeof *nh);
+    if (!nh) co__fatal("out of memory growing the timer heap (%d timers)", ncap);
+    p->timers = nh;
+    p->timers_cap = ncap;
+}
+
+static void heap_push(co_p_t *p, co__timer_t *t) {
+    heap_reserve(p);
+    int i = p->timers_len++;
+    p->timers[i] = (co__theap_t){t->when, t};
+    sift_up(p->timers, i);
 }
 
 void co__timer_add(co__timer_t *t, int64_t when) {
@@ -74,17 +92,9 @@ void co__timer_add(co__timer_t *t, int64_t when) {
     co_p_t *p = (m && m->p) ? m->p : NULL;
     if (!p) p = co__allp((int)(co__fastrand() % (uint32_t)s->nprocs));
     co__lock(&p->timers_lock);
-    if (p->timers_len == p->timers_cap) {
-        int ncap = p->timers_cap ? p->timers_cap * 2 : 64;
-        co__timer_t **nh = realloc(p->timers, (size_t)ncap * sizeof *nh);
-        if (!nh) co__fatal("out of memory growing the timer heap (%d timers)", ncap);
-        p->timers = nh;
-        p->timers_cap = ncap;
-    }
     t->when = when;
     __atomic_store_n(&t->p, p, __ATOMIC_RELEASE);
-    p->timers[p->timers_len++] = t;
-    sift_up(p, p->timers_len - 1);
+    heap_push(p, t);
     __atomic_store_n(&t->state, CO__TM_PENDING, __ATOMIC_RELAXED);
     bool first = t->idx == 0;
     if (first) set_timer0(p);
@@ -131,8 +141,8 @@ bool co__timer_del(co__timer_t *t) {
 int co__timers_run(co_p_t *p, int64_t now) {
     int ran = 0;
     if (!co__trylock(&p->timers_lock)) return 0; /* someone else is at it */
-    while (p->timers_len > 0 && p->timers[0]->when <= now) {
-        co__timer_t *t = p->timers[0];
+    while (p->timers_len > 0 && p->timers[0].when <= now) {
+        co__timer_t *t = p->timers[0].t;
         heap_remove(p, 0);
         t->idx = -1;
         __atomic_store_n(&t->state, CO__TM_IDLE, __ATOMIC_RELAXED);
@@ -175,18 +185,9 @@ void co__timers_move(co_p_t *from, co_p_t *to) {
     co__lock(&from->timers_lock);
     co__lock(&to->timers_lock);
     for (int i = 0; i < from->timers_len; i++) {
-        co__timer_t *t = from->timers[i];
-        if (to->timers_len == to->timers_cap) {
-            int ncap = to->timers_cap ? to->timers_cap * 2 : 64;
-            co__timer_t **nh = realloc(to->timers, (size_t)ncap * sizeof *nh);
-            if (!nh) co__fatal("out of memory growing the timer heap (%d timers)", ncap);
-            to->timers = nh;
-            to->timers_cap = ncap;
-        }
+        co__timer_t *t = from->timers[i].t;
         __atomic_store_n(&t->p, to, __ATOMIC_RELEASE);
-        to->timers[to->timers_len++] = t;
-        sift_up(to, to->timers_len - 1);
-        from->timers[i] = NULL;
+        heap_push(to, t);
     }
     from->timers_len = 0;
     set_timer0(from);
