@@ -16,7 +16,10 @@
  *     sorted by channel address; all channel locks are taken in that order
  *     (a channel that appears in several cases is locked once). Every
  *     multi-channel locker in colony uses this order, so no deadlock.
- *  2. pass 1, under all locks: the first case in pollorder that can proceed
+ *  2. pass 0: the first case in pollorder that looks ready without a lock
+ *     is tried under its own channel's lock alone (the common ready select
+ *     then costs one lock, not all of them); if it lost a race, pass 1:
+ *     under all locks, the first case in pollorder that can proceed
  *     fires (the same per-channel code as send/recv). A receive on a closed
  *     channel fires with result CO_ECLOSED; so does a send on a closed
  *     channel (Go would panic).
@@ -184,6 +187,28 @@ static int sel_run(co_case_t *cases, int n, int nn, int64_t deadline, int *pollo
         lockorder[np] = i;
         np++;
     }
+    /* pass 0: the first case in pollorder that looks ready (lock-free) is
+     * tried under its own lock only. Firing it is right at that instant:
+     * it could proceed, and the cases before it in pollorder were seen not
+     * ready just before (as if they became ready a moment after). Each of
+     * several always-ready cases is still chosen with equal probability.
+     * If it lost a race, everything goes through the locked passes. */
+    for (int k = 0; k < nn; k++) {
+        co_case_t *cs = &cases[pollorder[k]];
+        if (!case_ready_nolock(cs)) continue;
+        co__waiter_t *wake;
+        chan_lock(cs->ch);
+        int r = cs->op == CO_SEND ? chan_send_locked(cs->ch, cs->elem, &wake)
+                                  : chan_recv_locked(cs->ch, cs->elem, &wake);
+        chan_unlock(cs->ch);
+        if (r != 0) {
+            if (wake) co__unpark(wake->pk);
+            cs->result = r == 1 ? 0 : r;
+            return pollorder[k];
+        }
+        break;
+    }
+
     sel_t s = {.cases = cases, .lockorder = lockorder, .nn = nn};
     if (nn > 1) sort_lockorder(&s);
 
