@@ -98,8 +98,13 @@ int co__park(co__parker_t *pk, int64_t deadline, void (*unlockf)(void *), void *
         return rc;
     }
     if (pk->g) {
-        struct park_args a = {pk, deadline, unlockf, arg, {0}};
-        if (deadline != CO_FOREVER) {
+        struct park_args a;
+        a.pk = pk;
+        a.deadline = deadline;
+        a.unlockf = unlockf;
+        a.arg = arg;
+        if (deadline != CO_FOREVER) { /* the timer is touched only then */
+            memset(&a.timer, 0, sizeof a.timer);
             a.timer.fn = park_timeout;
             a.timer.arg = pk;
             a.timer.idx = -1;
