@@ -106,6 +106,7 @@ typedef struct co_p {
     uint32_t sysmon_tick;
     int64_t sysmon_when;
     uint32_t sysmon_schedtick;
+    uint32_t sysmon_timertick; /* sysmon only: schedtick when it last saw overdue timers here */
     int64_t sysmon_schedwhen;
 } co_p_t;
 
@@ -196,7 +197,8 @@ CO_HIDDEN void co__park_current(void (*post)(co_g_t *, void *), void *arg, int r
 CO_HIDDEN void co__wakep(void);
 CO_HIDDEN void co__startm(co_p_t *p, bool spinning);
 CO_HIDDEN void co__handoffp(co_p_t *p);
-CO_HIDDEN int co__gfree_trim(int keep);                      /* sysmon: free cold dead Gs */
+CO_HIDDEN int co__gfree_trim(int keep);
+CO_HIDDEN bool co__runq_room(void); /* the caller's P can take another G without spilling */                      /* sysmon: free cold dead Gs */
 CO_HIDDEN co_p_t *co__pidleget(void);
 CO_HIDDEN void co__globrunqput_batch(co_g_t *head, co_g_t *tail, int n);
 CO_HIDDEN bool co__runq_empty(co_p_t *p);

@@ -87,17 +87,28 @@ static bool lend_spare(co_p_t *p, int i, int64_t now) {
     np->sysmon_schedwhen = now;
     __atomic_store_n(&np->retire, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&np->status, CO_P_IDLE, __ATOMIC_RELAXED);
-    co__timers_move(p, np);
-    /* All bookkeeping before p->retire: once its owner sees the flag it
-     * retires p at once, taking p off pretiring and moving the timers it
-     * armed meanwhile to allp[p->id], which must already be np. */
+    /* Under sched.lock, p must still be RUNNING: its owner puts it on the
+     * idle list only under this lock, after checking p->retire, so a P is
+     * never both idle and lent (p->link serves both lists). Everything is
+     * published before p->retire: once the owner sees the flag it retires
+     * p, taking it off pretiring and moving its timers to allp[p->id]. */
     co__lock(&s->lock);
+    if (__atomic_load_n(&p->status, __ATOMIC_ACQUIRE) != CO_P_RUNNING || co__allp(i) != p) {
+        __atomic_store_n(&np->status, CO_P_DEAD, __ATOMIC_RELAXED);
+        np->link = s->pspare; /* went idle or into co_blocking meanwhile */
+        s->pspare = np;
+        co__unlock(&s->lock);
+        return false;
+    }
     p->link = s->pretiring;
     s->pretiring = p;
-    co__unlock(&s->lock);
     __atomic_store_n(&s->allp[i], np, __ATOMIC_RELEASE);
     /* store-release: p's owner sees it at its next scheduler entry */
     __atomic_store_n(&p->retire, 1, __ATOMIC_RELEASE);
+    co__unlock(&s->lock);
+    /* p's timers to np. The owner may be retiring p at the same time and
+     * moving them too: both move p -> np under both heap locks. */
+    co__timers_move(p, np);
     co__runq_drain_global(p);
     co__handoffp(np);
     return true;
@@ -149,9 +160,18 @@ static void *sysmon_main(void *arg) {
             __atomic_store_n(&s->lastpoll, now, __ATOMIC_RELAXED);
             work += co__netpoll(0);
         }
-        int64_t next = co__timers_next();
-        if (next && next + 1000000 < now) {
-            for (int i = 0; i < s->nprocs; i++) work += co__timers_run(co__allp(i), now);
+        /* Timers more than 1 ms overdue on a P that is not scheduling (idle,
+         * or stuck in one coroutine since the last round): run them here.
+         * A P that schedules runs its own, as fast as its run queue drains. */
+        for (int i = 0; i < s->nprocs; i++) {
+            co_p_t *p = co__allp(i);
+            int64_t w = __atomic_load_n(&p->timer0_when, __ATOMIC_ACQUIRE);
+            if (!w || w + 1000000 >= now) continue;
+            uint32_t tick = __atomic_load_n(&p->schedtick, __ATOMIC_RELAXED);
+            if (__atomic_load_n(&p->status, __ATOMIC_ACQUIRE) != CO_P_RUNNING ||
+                tick == p->sysmon_timertick)
+                work += co__timers_run(p, now);
+            p->sysmon_timertick = tick;
         }
         if (now - last_trim >= GFREE_TRIM_NS) {
             last_trim = now;

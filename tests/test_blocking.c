@@ -89,6 +89,61 @@ static void test_cpu_loop_keeps_p_running(void) {
     CHECK(run_case(1) > MIN_TICKS);
 }
 
+/* ---- lending a P that is going idle ----------------------------------------
+ * sysmon lends a spare P in place of one whose coroutine computes for 10 ms.
+ * Here the computing coroutine stops right around 10 ms and parks, so its P
+ * goes idle while sysmon may be lending it: the P must end up either lent
+ * or idle, never both (the idle count stays within [0, procs]) and every
+ * coroutine keeps running. */
+static int lend_bad_stats; /* atomic */
+static int lend_done;      /* atomic */
+
+static void spin_then_park(void *arg) {
+    co_waitgroup_t *wg = arg;
+    for (int i = 0; i < 40; i++) {
+        int64_t end = co_now() + 9 * MS + (i % 5) * 500000; /* 9 .. 11 ms */
+        volatile uint64_t x = 0;
+        while (co_now() < end)
+            x++;
+        co_sleep(200000);
+    }
+    __atomic_store_n(&stop_ticking, 1, __ATOMIC_RELEASE);
+    co_waitgroup_done(wg);
+}
+
+static void *stats_watcher(void *arg) {
+    (void)arg;
+    while (!__atomic_load_n(&lend_done, __ATOMIC_ACQUIRE)) {
+        co_sched_stats_t st;
+        co_sched_stats(&st);
+        if (st.idle_procs < 0 || st.idle_procs > st.procs)
+            __atomic_add_fetch(&lend_bad_stats, 1, __ATOMIC_RELAXED);
+        struct timespec ts = {0, 100000};
+        nanosleep(&ts, NULL);
+    }
+    return NULL;
+}
+
+static void test_lend_while_going_idle(void) {
+    __atomic_store_n(&ticks, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&stop_ticking, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&lend_done, 0, __ATOMIC_RELAXED);
+    pthread_t th;
+    CHECK_EQ(pthread_create(&th, NULL, stats_watcher, NULL), 0);
+    co_waitgroup_t wg = CO_WAITGROUP_INIT;
+    co_waitgroup_add(&wg, 2);
+    CHECK_EQ(co_go(ticker, &wg), 0);
+    CHECK_EQ(co_go(spin_then_park, &wg), 0);
+    co_waitgroup_wait(&wg);
+    __atomic_store_n(&lend_done, 1, __ATOMIC_RELEASE);
+    pthread_join(th, NULL);
+    CHECK_EQ(__atomic_load_n(&lend_bad_stats, __ATOMIC_RELAXED), 0);
+    CHECK(__atomic_load_n(&ticks, __ATOMIC_RELAXED) > MIN_TICKS);
+    co_sched_stats_t st;
+    co_sched_stats(&st);
+    CHECK(st.idle_procs >= 0 && st.idle_procs <= st.procs);
+}
+
 /* ---- errors and the plain-thread path ------------------------------------- */
 
 static void set_flag(void *arg) {
@@ -168,5 +223,6 @@ int main(void) {
     T_RUN(test_blocking_call_keeps_p_running);
     T_RUN(test_cpu_loop_keeps_p_running);
     T_RUN(test_many_blocking_calls);
+    T_RUN(test_lend_while_going_idle);
     return t_end();
 }
