@@ -70,6 +70,7 @@ typedef struct co__theap {
 
 typedef struct co_p {
     int id;
+    uint64_t goidcache, goidcacheend; /* owner only: ids [cache, end) are this P's to hand out */
     uint32_t status;           /* atomic; CO_P_* */
     struct co_m *m;            /* owner M while RUNNING/SYSCALL */
     struct co_p *link;         /* idle list, under sched.lock */
@@ -138,17 +139,24 @@ typedef struct co_m {
 #define CO_MAX_HOOKS 8
 
 typedef struct co_sched {
+    /* Grouped by who writes: the read-mostly fields, the lock and what it
+     * guards, the spinning-M counters every co__ready reads, and the live
+     * count every spawn and exit writes each get their own cache lines. */
+    _Alignas(64) int nprocs;
+    co_p_t **allp;             /* entries: atomic; replaced only by sysmon (lending) */
+    size_t stack_size;
+    int64_t start_ns;
+    int64_t schedtrace_ms;     /* COLONY_DEBUG=schedtrace=MS; 0 off */
+
     /* lock protects: pidle, npidle writes, midle, nmidle, allm, mcount,
      * runq (the global queue), runqsize, gfree_global, ngfree_global,
-     * gfree_low. */
-    co__lock_t lock;
+     * gfree_low, pspare, pretiring. */
+    _Alignas(64) co__lock_t lock;
     co_p_t *pidle;
-    uint32_t npidle;           /* atomic (written under lock, read lock-free) */
     co_m_t *midle;
     int nmidle;
     co_m_t *allm;
     int mcount;
-    uint32_t nmspinning;       /* atomic; Ms spinning (see sched.c's essay) */
     co_g_t *runqhead, *runqtail;
     int64_t runqsize;          /* atomic for lock-free emptiness checks */
     co_g_t *gfree_global;
@@ -157,21 +165,20 @@ typedef struct co_sched {
     co_p_t *pspare;            /* retired Ps, ready to be lent again */
     co_p_t *pretiring;         /* Ps lent away whose M has not retired them yet */
 
-    int nprocs;
-    co_p_t **allp;             /* entries: atomic; replaced only by sysmon (lending) */
-    size_t stack_size;
+    _Alignas(64) uint32_t npidle; /* atomic (written under lock, read lock-free) */
+    uint32_t nmspinning;       /* atomic; Ms spinning (see sched.c's essay) */
 
-    int64_t ngoroutines;       /* atomic: live coroutines */
-    uint64_t goidgen;          /* atomic: id generator */
+    _Alignas(64) int64_t ngoroutines; /* atomic: live coroutines */
+    uint64_t goidgen;          /* atomic: id generator; Ps take ids in batches */
 
     /* One M at a time blocks in co__netpoll with a timeout (the poller).
      * poll_until: atomic; when it will wake (0: nobody is blocked, INT64_MAX:
      * blocked without timeout). Adding an earlier timer breaks it. */
-    uint32_t polling;          /* atomic flag: an M owns the blocking poll */
+    _Alignas(64) uint32_t polling; /* atomic flag: an M owns the blocking poll */
     int64_t poll_until;
+    int64_t lastpoll;          /* atomic: last co__netpoll time */
 
     uint32_t stopping;         /* atomic; set by co_shutdown */
-    int64_t start_ns;
 
     /* all Gs (for co_dump), under allg_lock */
     co__lock_t allg_lock;
@@ -180,8 +187,6 @@ typedef struct co_sched {
     pthread_t sysmon_thread;
     uint32_t sysmon_wake;      /* futex word to kick sysmon out of a long sleep */
     uint32_t sysmon_sleeping;  /* atomic: sysmon in a long (>1 ms) sleep */
-    int64_t schedtrace_ms;     /* COLONY_DEBUG=schedtrace=MS; 0 off */
-    int64_t lastpoll;          /* atomic: last co__netpoll time */
 } co_sched_t;
 
 extern co_sched_t co__sched;

@@ -781,7 +781,15 @@ int co__spawn(void (*fn)(void *), void *arg, size_t stack_size, const char *name
     g->arg = arg;
     g->panic_top = NULL;
     g->wait_reason = 0;
-    g->id = __atomic_add_fetch(&s->goidgen, 1, __ATOMIC_RELAXED);
+    if (p) { /* ids in batches, as Go's goidcache: no shared counter per spawn */
+        if (p->goidcache == p->goidcacheend) {
+            p->goidcache = __atomic_fetch_add(&s->goidgen, 64, __ATOMIC_RELAXED) + 1;
+            p->goidcacheend = p->goidcache + 64;
+        }
+        g->id = p->goidcache++;
+    } else {
+        g->id = __atomic_add_fetch(&s->goidgen, 1, __ATOMIC_RELAXED);
+    }
     if (name) {
         strncpy(g->name, name, sizeof g->name - 1);
         g->name[sizeof g->name - 1] = 0;
