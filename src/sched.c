@@ -313,6 +313,10 @@ static co_g_t *runq_next_fast(co_p_t *p) {
 static void acquirep(co_m_t *m, co_p_t *p) {
     m->p = p;
     p->m = m;
+    /* A new owner schedules: sysmon must not take a P that sat idle (its
+     * schedtick unchanged for long) for one stuck in a coroutine. Relaxed:
+     * only the owner writes it, sysmon compares it between rounds. */
+    __atomic_store_n(&p->schedtick, p->schedtick + 1, __ATOMIC_RELAXED);
     __atomic_store_n(&p->status, CO_P_RUNNING, __ATOMIC_RELEASE);
 }
 
@@ -507,6 +511,8 @@ static void run_all_timers(int64_t now) {
  * its futex. Returns when there may be work; m->p may be set. */
 static void block_idle(co_m_t *m) {
     co_sched_t *s = &co__sched;
+    if (CO_UNLIKELY(m->spinning)) /* every caller stops spinning first */
+        co__fatal("internal error: M %d goes idle while counted as spinning", m->id);
     uint32_t z = 0;
     if (__atomic_compare_exchange_n(&s->polling, &z, 1, false, __ATOMIC_ACQ_REL,
                                     __ATOMIC_RELAXED)) {
@@ -549,6 +555,16 @@ static co_g_t *findrunnable(co_m_t *m) {
         if (__atomic_load_n(&s->stopping, __ATOMIC_ACQUIRE)) return NULL;
         co_p_t *p = m->p;
         if (p && CO_UNLIKELY(__atomic_load_n(&p->retire, __ATOMIC_ACQUIRE))) {
+            /* Without a P this M goes to block_idle: it must stop spinning
+             * first. A spinning M asleep in stopm would keep nmspinning > 0
+             * for good, and wakep() would never start an M again (coroutines
+             * readied from plain threads then sat in the global queue
+             * forever). Before co__retire_p, whose wakep must not be vetoed
+             * by our own count. */
+            if (m->spinning) {
+                m->spinning = false;
+                __atomic_sub_fetch(&s->nmspinning, 1, __ATOMIC_SEQ_CST);
+            }
             co__retire_p(m);
             p = NULL;
         }

@@ -259,6 +259,8 @@ int co_blocking(void (*fn)(void *arg), void *arg) {
     if (p2) {
         m->p = p2;
         p2->m = m;
+        /* as acquirep: a P that sat idle must not look stuck to sysmon */
+        __atomic_store_n(&p2->schedtick, p2->schedtick + 1, __ATOMIC_RELAXED);
         __atomic_store_n(&p2->status, CO_P_RUNNING, __ATOMIC_RELEASE);
         return 0;
     }
