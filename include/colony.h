@@ -248,9 +248,11 @@ CO_EXTERN int co_blocking(void (*fn)(void *arg), void *arg);
 typedef struct co_sched_stats {
     int procs, idle_procs, threads, spinning_threads, idle_threads;
     int64_t global_runq, coroutines;
-    int local_runq[64]; /* per-P run queue lengths (first min(procs,64)) */
 } co_sched_stats_t;
 CO_EXTERN void co_sched_stats(co_sched_stats_t *out);
+/* The local run queue length of each P, the bracketed part of schedtrace:
+ * writes min(procs, max) entries to lens and returns how many. */
+CO_EXTERN int co_sched_runq_lens(int *lens, int max);
 CO_EXTERN void co_dump(FILE *out);
 
 #ifdef __cplusplus

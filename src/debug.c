@@ -57,7 +57,14 @@ void co_sched_stats(co_sched_stats_t *out) {
     co__unlock(&s->lock);
     out->spinning_threads = (int)__atomic_load_n(&s->nmspinning, __ATOMIC_ACQUIRE);
     out->coroutines = co_count();
-    for (int i = 0; i < s->nprocs && i < 64; i++) out->local_runq[i] = co__runq_len(co__allp(i));
+}
+
+int co_sched_runq_lens(int *lens, int max) {
+    co_sched_t *s = &co__sched;
+    if (!lens || max <= 0 || !s->allp) return 0;
+    int n = s->nprocs < max ? s->nprocs : max;
+    for (int i = 0; i < n; i++) lens[i] = co__runq_len(co__allp(i));
+    return n;
 }
 
 void co__schedtrace(FILE *out) {
@@ -70,8 +77,10 @@ void co__schedtrace(FILE *out) {
                      (long long)((co_now() - co__sched.start_ns) / 1000000), st.procs,
                      st.idle_procs, st.threads, st.spinning_threads, st.idle_threads,
                      (long long)st.global_runq);
-    for (int i = 0; i < st.procs && i < 64 && n < (int)sizeof buf - 16; i++)
-        n += snprintf(buf + n, sizeof buf - (size_t)n, i ? " %d" : "%d", st.local_runq[i]);
+    int lens[64];
+    int np = co_sched_runq_lens(lens, 64);
+    for (int i = 0; i < np && n < (int)sizeof buf - 16; i++)
+        n += snprintf(buf + n, sizeof buf - (size_t)n, i ? " %d" : "%d", lens[i]);
     fprintf(out, "%s]\n", buf);
     fflush(out);
 }

@@ -702,39 +702,41 @@ static co_g_t *gfget(co_p_t *p) {
     return g;
 }
 
-/* sysmon, every trim period: free the dead Gs that nobody took from the
- * global list since the last call, keeping `keep` of them. The cold ones
- * are the deepest in the list; cut them off under the lock, free them
- * outside it. */
+/* sysmon, every trim period: free as many dead Gs as stayed on the global
+ * list through the whole period (its low watermark), keeping `keep`. Which
+ * ones does not matter (none was used for a period); they are popped from
+ * the top in small batches, so the scheduler lock is never held for long,
+ * and unmapped outside it. */
 int co__gfree_trim(int keep) {
     co_sched_t *s = &co__sched;
-    if (__atomic_load_n(&s->ngfree_global, __ATOMIC_RELAXED) <= keep) {
-        co__lock(&s->lock);
-        s->gfree_low = s->ngfree_global;
-        co__unlock(&s->lock);
-        return 0;
-    }
     co__lock(&s->lock);
     int cold = s->gfree_low - keep;
-    co_g_t *tail = NULL;
-    int n = 0;
-    if (cold > 0) {
-        int skip = s->ngfree_global - cold; /* >= keep >= 0 */
-        co_g_t **link = &s->gfree_global;
-        while (skip-- > 0 && *link) link = &(*link)->schedlink;
-        tail = *link;
-        *link = NULL;
-        for (co_g_t *x = tail; x; x = x->schedlink) n++;
-        __atomic_store_n(&s->ngfree_global, s->ngfree_global - n, __ATOMIC_RELAXED);
-    }
     s->gfree_low = s->ngfree_global;
     co__unlock(&s->lock);
-    while (tail) {
-        co_g_t *x = tail;
-        tail = x->schedlink;
-        gfree_release(x);
+    int freed = 0;
+    while (freed < cold) {
+        co_g_t *batch = NULL;
+        int n = 0;
+        co__lock(&s->lock);
+        while (n < 256 && freed + n < cold && s->ngfree_global - n > keep && s->gfree_global) {
+            co_g_t *x = s->gfree_global;
+            s->gfree_global = x->schedlink;
+            x->schedlink = batch;
+            batch = x;
+            n++;
+        }
+        __atomic_store_n(&s->ngfree_global, s->ngfree_global - n, __ATOMIC_RELAXED);
+        if (s->gfree_low > s->ngfree_global) s->gfree_low = s->ngfree_global;
+        co__unlock(&s->lock);
+        if (n == 0) break;
+        while (batch) {
+            co_g_t *x = batch;
+            batch = x->schedlink;
+            gfree_release(x);
+        }
+        freed += n;
     }
-    return n;
+    return freed;
 }
 
 static void post_gfree(co_g_t *g, void *arg) {

@@ -60,7 +60,9 @@ void tour_runtime(void) {
            "runqueue=%lld [",
            st.procs, st.idle_procs, st.threads, st.spinning_threads, st.idle_threads,
            (long long)st.global_runq);
-    for (int i = 0; i < st.procs && i < 64; i++) printf(i ? " %d" : "%d", st.local_runq[i]);
+    int lens[64];
+    int np = co_sched_runq_lens(lens, 64);
+    for (int i = 0; i < np; i++) printf(i ? " %d" : "%d", lens[i]);
     printf("], %lld coroutines alive\n", (long long)st.coroutines);
     co_waitgroup_wait(&wg);
     printf("  (run with COLONY_DEBUG=schedtrace=100 to see it every 100 ms)\n\n");
