@@ -157,8 +157,15 @@ typedef struct co_sched {
     int nmidle;
     co_m_t *allm;
     int mcount;
+    /* The global run queue: arrays of G pointers in chunks, so moving Gs in
+     * and out under the lock never touches the Gs themselves (a linked list
+     * through cold Gs cost a cache miss per G with the lock held). If a
+     * chunk cannot be allocated, Gs queue on the list through schedlink
+     * (runqhead/runqtail) instead, taken after the chunks. */
+    struct co__gchunk *rq_first, *rq_last, *rq_spare;
+    int rq_nspare;
     co_g_t *runqhead, *runqtail;
-    int64_t runqsize;          /* atomic for lock-free emptiness checks */
+    int64_t runqsize;          /* atomic for lock-free emptiness checks: all Gs queued */
     co_g_t *gfree_global;
     int ngfree_global;         /* atomic (written under lock, read lock-free) */
     int gfree_low;             /* fewest Gs on gfree_global since sysmon's last trim */
@@ -205,7 +212,8 @@ CO_HIDDEN void co__handoffp(co_p_t *p);
 CO_HIDDEN int co__gfree_trim(int keep);
 CO_HIDDEN bool co__runq_room(void); /* the caller's P can take another G without spilling */                      /* sysmon: free cold dead Gs */
 CO_HIDDEN co_p_t *co__pidleget(void);
-CO_HIDDEN void co__globrunqput_batch(co_g_t *head, co_g_t *tail, int n);
+CO_HIDDEN void co__globrunqput(co_g_t **gs, int n); /* n Gs, in order, to the global queue */
+CO_HIDDEN void co__globrunq_free(void);              /* shutdown: the chunks */
 CO_HIDDEN bool co__runq_empty(co_p_t *p);
 CO_HIDDEN int co__runq_len(co_p_t *p);
 CO_HIDDEN uint32_t co__fastrand(void);

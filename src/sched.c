@@ -166,9 +166,7 @@ static bool runqputslow(co_p_t *p, co_g_t *g, uint32_t h, uint32_t t) {
                                      __ATOMIC_RELAXED))
         return false;
     batch[n] = g;
-    for (uint32_t i = 0; i < n; i++) batch[i]->schedlink = batch[i + 1];
-    batch[n]->schedlink = NULL;
-    co__globrunqput_batch(batch[0], batch[n], (int)n + 1);
+    co__globrunqput(batch, (int)n + 1);
     return true;
 }
 
@@ -251,18 +249,95 @@ int co__runq_len(co_p_t *p) {
     return (int)(t - h) + (__atomic_load_n(&p->runnext, __ATOMIC_ACQUIRE) ? 1 : 0);
 }
 
-/* Global run queue. */
-void co__globrunqput_batch(co_g_t *head, co_g_t *tail, int n) {
+/* ---- the global run queue (sched.lock) ---------------------------------- */
+
+#define CO_GCHUNK 126 /* a chunk is 1 KiB */
+typedef struct co__gchunk {
+    struct co__gchunk *next;
+    uint32_t head, tail;  /* g[head..tail) are queued */
+    co_g_t *g[CO_GCHUNK];
+} co__gchunk_t;
+
+/* sched.lock held. A chunk with room at the tail of the queue, or NULL. */
+static co__gchunk_t *rq_tail_chunk_locked(void) {
+    co_sched_t *s = &co__sched;
+    co__gchunk_t *c = s->rq_last;
+    if (c && c->tail < CO_GCHUNK) return c;
+    if ((c = s->rq_spare) != NULL) {
+        s->rq_spare = c->next;
+        s->rq_nspare--;
+    } else if ((c = malloc(sizeof *c)) == NULL) {
+        return NULL;
+    }
+    c->next = NULL;
+    c->head = c->tail = 0;
+    if (s->rq_last)
+        s->rq_last->next = c;
+    else
+        s->rq_first = c;
+    s->rq_last = c;
+    return c;
+}
+
+void co__globrunqput(co_g_t **gs, int n) {
     co_sched_t *s = &co__sched;
     co__lock(&s->lock);
-    tail->schedlink = NULL;
-    if (s->runqtail)
-        s->runqtail->schedlink = head;
-    else
-        s->runqhead = head;
-    s->runqtail = tail;
+    for (int i = 0; i < n; i++) {
+        co__gchunk_t *c = s->runqhead ? NULL : rq_tail_chunk_locked();
+        if (c) {
+            c->g[c->tail++] = gs[i];
+        } else { /* out of memory for chunks (or already queuing on the list): keep order */
+            gs[i]->schedlink = NULL;
+            if (s->runqtail)
+                s->runqtail->schedlink = gs[i];
+            else
+                s->runqhead = gs[i];
+            s->runqtail = gs[i];
+        }
+    }
     __atomic_store_n(&s->runqsize, s->runqsize + n, __ATOMIC_RELEASE);
     co__unlock(&s->lock);
+}
+
+/* sched.lock held. The next queued G, or NULL. */
+static co_g_t *rq_pop_locked(void) {
+    co_sched_t *s = &co__sched;
+    co__gchunk_t *c = s->rq_first;
+    while (c && c->head == c->tail) { /* drop empty chunks */
+        s->rq_first = c->next;
+        if (!s->rq_first) s->rq_last = NULL;
+        if (s->rq_nspare < 16) {
+            c->next = s->rq_spare;
+            s->rq_spare = c;
+            s->rq_nspare++;
+        } else {
+            free(c);
+        }
+        c = s->rq_first;
+    }
+    if (c) return c->g[c->head++];
+    co_g_t *g = s->runqhead;
+    if (g) {
+        s->runqhead = g->schedlink;
+        if (!s->runqhead) s->runqtail = NULL;
+    }
+    return g;
+}
+
+void co__globrunq_free(void) {
+    co_sched_t *s = &co__sched;
+    while (s->rq_first) {
+        co__gchunk_t *c = s->rq_first;
+        s->rq_first = c->next;
+        free(c);
+    }
+    while (s->rq_spare) {
+        co__gchunk_t *c = s->rq_spare;
+        s->rq_spare = c->next;
+        free(c);
+    }
+    s->rq_last = NULL;
+    s->rq_nspare = 0;
 }
 
 /* sched.lock held. Take up to max Gs (0: a fair share) into p. */
@@ -275,14 +350,8 @@ static co_g_t *globrunqget_locked(co_p_t *p, int max) {
     if (max > 0 && n > max) n = max;
     if (n > CO_RUNQ_SIZE / 2) n = CO_RUNQ_SIZE / 2;
     __atomic_store_n(&s->runqsize, sz - n, __ATOMIC_RELEASE);
-    co_g_t *g = s->runqhead;
-    s->runqhead = g->schedlink;
-    for (int64_t i = 1; i < n; i++) {
-        co_g_t *g1 = s->runqhead;
-        s->runqhead = g1->schedlink;
-        runqput(p, g1, false);
-    }
-    if (!s->runqhead) s->runqtail = NULL;
+    co_g_t *g = rq_pop_locked();
+    for (int64_t i = 1; i < n; i++) runqput(p, rq_pop_locked(), false);
     return g;
 }
 
@@ -820,8 +889,7 @@ int co__spawn(void (*fn)(void *), void *arg, size_t stack_size, const char *name
     if (p) {
         runqput(p, g, true);
     } else {
-        g->schedlink = NULL;
-        co__globrunqput_batch(g, g, 1);
+        co__globrunqput(&g, 1);
     }
     co__wakep();
     return 0;
@@ -841,8 +909,7 @@ void co__ready(co_g_t *g) {
     if (m && m->p) {
         runqput(m->p, g, true);
     } else {
-        g->schedlink = NULL;
-        co__globrunqput_batch(g, g, 1);
+        co__globrunqput(&g, 1);
     }
     co__wakep();
 }
@@ -867,8 +934,7 @@ static void post_yield(co_g_t *g, void *arg) {
     if (m->p && !__atomic_load_n(&m->p->retire, __ATOMIC_ACQUIRE)) {
         runqput(m->p, g, false);
     } else {
-        g->schedlink = NULL;
-        co__globrunqput_batch(g, g, 1);
+        co__globrunqput(&g, 1);
     }
 }
 
@@ -898,8 +964,7 @@ void co__runq_drain_global(co_p_t *p) {
     for (;;) {
         uint32_t n = runqgrab(p, batch, 0, true);
         if (n == 0) return;
-        for (uint32_t i = 0; i + 1 < n; i++) batch[i]->schedlink = batch[i + 1];
-        co__globrunqput_batch(batch[0], batch[n - 1], (int)n);
+        co__globrunqput(batch, (int)n);
         co__wakep();
     }
 }
@@ -1146,6 +1211,7 @@ int co_shutdown(void) {
     }
     free(s->allp);
     s->allp = NULL;
+    co__globrunq_free();
     co__netpoll_fini();
     __atomic_store_n(&rt_state, RT_DOWN, __ATOMIC_RELEASE);
     co__unlock(&init_lock);

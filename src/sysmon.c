@@ -224,8 +224,7 @@ void co__sysmon_stop(void) {
 static void post_requeue(co_g_t *g, void *arg) {
     (void)arg;
     __atomic_store_n(&g->status, CO_G_RUNNABLE, __ATOMIC_RELAXED);
-    g->schedlink = NULL;
-    co__globrunqput_batch(g, g, 1);
+    co__globrunqput(&g, 1);
     co__wakep();
 }
 
