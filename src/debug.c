@@ -41,6 +41,11 @@ void co__debug_parse_env(void) {
     if (!e) return;
     const char *k = strstr(e, "schedtrace=");
     if (k) co__sched.schedtrace_ms = atoll(k + strlen("schedtrace="));
+    /* chaos: a test mode that makes the scheduler's rare interleavings
+     * common. A spinning M sometimes stalls for a few ms (as when the OS
+     * preempts it on a loaded machine) and sysmon lends Ps after 1 ms of
+     * no scheduling instead of 10 ms. Behaviour must not change. */
+    if (strstr(e, "chaos")) co__sched.chaos = 1;
 }
 
 void co_sched_stats(co_sched_stats_t *out) {

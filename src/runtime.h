@@ -147,6 +147,7 @@ typedef struct co_sched {
     size_t stack_size;
     int64_t start_ns;
     int64_t schedtrace_ms;     /* COLONY_DEBUG=schedtrace=MS; 0 off */
+    int chaos;                 /* COLONY_DEBUG=chaos: widen race windows (tests) */
 
     /* lock protects: pidle, npidle writes, midle, nmidle, allm, mcount,
      * runq (the global queue), runqsize, gfree_global, ngfree_global,

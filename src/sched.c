@@ -546,6 +546,10 @@ static void stopm(co_m_t *m) {
 static co_g_t *stealwork(co_m_t *m) {
     co_sched_t *s = &co__sched;
     int n = s->nprocs;
+    if (CO_UNLIKELY(s->chaos) && co__fastrand() % 64 == 0) { /* COLONY_DEBUG=chaos */
+        struct timespec ts = {0, (long)(1 + co__fastrand() % 15) * 1000000};
+        nanosleep(&ts, NULL);
+    }
     for (int round = 0; round < 4; round++) {
         bool last = round == 3;
         uint32_t start = co__fastrand() % (uint32_t)n;

@@ -66,7 +66,7 @@ static bool lend_spare(co_p_t *p, int i, int64_t now) {
         p->sysmon_schedwhen = now;
         return false;
     }
-    if (now - p->sysmon_schedwhen < FORCE_PREEMPT_NS) return false;
+    if (now - p->sysmon_schedwhen < (s->chaos ? 1000000 : FORCE_PREEMPT_NS)) return false;
     if (__atomic_load_n(&p->retire, __ATOMIC_ACQUIRE)) return false;
     bool work = !co__runq_empty(p) || __atomic_load_n(&s->runqsize, __ATOMIC_ACQUIRE) > 0 ||
                 __atomic_load_n(&p->timer0_when, __ATOMIC_ACQUIRE) != 0 ||

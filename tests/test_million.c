@@ -2,6 +2,7 @@
  * kernel limits (vm.max_map_count 65530): stacks past the guard-page budget
  * are canary-checked and merge into few mappings. */
 // ctest-timeout: 300
+// ctest-no-chaos (a million coroutines take long enough once)
 #include <colony.h>
 #include <stdatomic.h>
 #include <stdbool.h>
