@@ -976,7 +976,9 @@ void co__runq_drain_global(co_p_t *p) {
 /* g0 of the M that owns a P sysmon lent away (p->retire): give the P up.
  * Its queued Gs go to the global queue, its timers to the P that replaced
  * it, and the P itself to the spare list. */
-void co__retire_p(co_m_t *m) {
+/* m's P was lent away: hand what it holds to the P that replaced it and
+ * park it on pspare. No wakep (the shutdown path must not start Ms). */
+static void retire_p_nowake(co_m_t *m) {
     co_sched_t *s = &co__sched;
     co_p_t *p = m->p;
     m->p = NULL;
@@ -994,7 +996,11 @@ void co__retire_p(co_m_t *m) {
     p->link = s->pspare;
     s->pspare = p;
     co__unlock(&s->lock);
-    co__wakep();
+}
+
+void co__retire_p(co_m_t *m) {
+    retire_p_nowake(m);
+    co__wakep(); /* for the Gs drained to the global queue */
 }
 
 /* ---- M main loop ---------------------------------------------------------- */
@@ -1032,7 +1038,9 @@ static void *mstart(void *arg) {
         if (m->spinning) resetspinning(m);
         gogo(m, &m->g0, g, false);
     }
-    if (m->p) {
+    if (m->p && __atomic_load_n(&m->p->retire, __ATOMIC_ACQUIRE)) {
+        retire_p_nowake(m); /* lent away: it belongs on pspare, not the idle list */
+    } else if (m->p) {
         co__lock(&co__sched.lock);
         pidleput_locked(m->p);
         co__unlock(&co__sched.lock);
@@ -1196,6 +1204,14 @@ int co_shutdown(void) {
         }
         co__timers_free(p);
         free(p);
+    }
+    /* Every M has exited and retired its lent P; none is left pretiring.
+     * Should one be, it is freed with the spares rather than leaked. */
+    while (s->pretiring) {
+        co_p_t *p = s->pretiring;
+        s->pretiring = p->link;
+        p->link = s->pspare;
+        s->pspare = p;
     }
     while (s->pspare) {
         co_p_t *p = s->pspare;
