@@ -427,6 +427,14 @@ static bool newm(co_p_t *p, bool spinning) {
     m->nextp = p;
     m->spinning = spinning;
     co__lock(&s->lock);
+    /* co_shutdown sets stopping, then collects allm under this lock to join
+     * every M: an M added after that would be missed (a leaked thread
+     * running during teardown), so none is created once stopping is set. */
+    if (__atomic_load_n(&s->stopping, __ATOMIC_ACQUIRE)) {
+        co__unlock(&s->lock);
+        free(m);
+        return false;
+    }
     m->id = s->mcount++;
     m->alllink = s->allm;
     s->allm = m;
@@ -484,6 +492,7 @@ void co__startm(co_p_t *p, bool spinning) {
 
 void co__wakep(void) {
     co_sched_t *s = &co__sched;
+    if (CO_UNLIKELY(__atomic_load_n(&s->stopping, __ATOMIC_RELAXED))) return; /* co_shutdown */
     /* seq_cst loads: the StoreLoad half of the spinning protocol (see top) */
     if (__atomic_load_n(&s->npidle, __ATOMIC_SEQ_CST) == 0) return;
     uint32_t z = 0;
