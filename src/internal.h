@@ -163,5 +163,8 @@ CO_HIDDEN void co__netpoll_fini(void);
 CO_HIDDEN int co__netpoll(int64_t delay_ns);
 CO_HIDDEN void co__netpoll_break(void); /* wake an M blocked in co__netpoll */
 CO_HIDDEN bool co__netpoll_has_waiters(void);
+/* sched.c: an M is blocked in co__netpoll (or about to be), so a new edge
+ * is seen at once. A hint (may be stale). */
+CO_HIDDEN bool co__netpoll_watched(void);
 
 #endif

@@ -33,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* ---- the descriptor table ------------------------------------------------ */
@@ -126,6 +127,7 @@ int co__pd_ready(co__pd_t *pd, int modes) {
     co__waiter_t *list = NULL;
     co__lock(&pd->lock);
     if (modes & CO__PD_READ) {
+        if (modes & CO__PD_HUP) __atomic_store_n(&pd->hup, 1, __ATOMIC_RELAXED);
         __atomic_add_fetch(&pd->rseq, 1, __ATOMIC_RELEASE);
         pd_claim_all(&pd->rq, 0, &list);
     }
@@ -157,6 +159,9 @@ static bool pd_try_finalize(co__pd_t *pd, int *rc) {
     bool polled = pd->kind == CO__PD_POLLED;
     __atomic_store_n(&pd->kind, CO__PD_UNKNOWN, __ATOMIC_RELEASE);
     pd->is_sock = 0;
+    __atomic_store_n(&pd->stream, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&pd->rdrained, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&pd->hup, 0, __ATOMIC_RELAXED);
     /* A stale edge for the old file just costs a retry. */
     __atomic_add_fetch(&pd->rseq, 1, __ATOMIC_RELEASE);
     __atomic_add_fetch(&pd->wseq, 1, __ATOMIC_RELEASE);
@@ -196,6 +201,11 @@ static int pd_setup(co__pd_t *pd) {
         int type;
         socklen_t tl = sizeof type;
         pd->is_sock = getsockopt(pd->fd, SOL_SOCKET, SO_TYPE, &type, &tl) == 0;
+        struct stat st;
+        __atomic_store_n(&pd->stream,
+                         pd->is_sock ? type == SOCK_STREAM
+                                     : fstat(pd->fd, &st) == 0 && S_ISFIFO(st.st_mode),
+                         __ATOMIC_RELAXED);
     }
     if (pd->kind == CO__PD_UNKNOWN || pd->kind == CO__PD_NEW_SOCK) {
         rc = co__np_register(pd->fd);
@@ -381,7 +391,29 @@ ssize_t co_read(int fd, void *buf, size_t len, int64_t deadline) {
     ssize_t n;
     for (;;) {
         uint32_t seq = __atomic_load_n(&pd->rseq, __ATOMIC_ACQUIRE);
+        /* The last read of this stream came back short at this very edge
+         * count, so it was empty then and any byte since brings a new edge.
+         * While an M watches the poller, that edge is seen at once: wait
+         * for it instead of spending a read(2) on EAGAIN (a request/response
+         * connection saves one syscall per message). Never for a deadline
+         * that has passed: that is a try, and tries read. Never after a
+         * hang-up or error edge: EOF and errors stay pending with no edge to
+         * come (seq was loaded with acquire after the hup store it covers). */
+        if (__atomic_load_n(&pd->rdrained, __ATOMIC_RELAXED) == seq + 1 && len > 0 &&
+            !__atomic_load_n(&pd->hup, __ATOMIC_RELAXED) &&
+            (deadline == CO_FOREVER || (deadline > 0 && deadline > co_now())) &&
+            co__netpoll_watched()) {
+            __atomic_store_n(&pd->rdrained, 0, __ATOMIC_RELAXED); /* one skip per short read */
+            int w = pd_wait(pd, CO__PD_READ, seq, 0, deadline);
+            if (w < 0) {
+                n = w;
+                break;
+            }
+            continue;
+        }
         n = sys_read(fd, buf, len);
+        if (n > 0 && (size_t)n < len && __atomic_load_n(&pd->stream, __ATOMIC_RELAXED))
+            __atomic_store_n(&pd->rdrained, seq + 1, __ATOMIC_RELAXED);
         if (n >= 0)
             break;
         if (n == -EINTR)
@@ -468,6 +500,11 @@ int co_accept(int fd, struct sockaddr *addr, socklen_t *addrlen, int64_t deadlin
         if (npd) {
             co__lock(&npd->lock);
             npd->is_sock = 1;
+            /* as the listener: SOCK_STREAM or SEQPACKET */
+            __atomic_store_n(&npd->stream, __atomic_load_n(&pd->stream, __ATOMIC_RELAXED),
+                             __ATOMIC_RELAXED);
+            __atomic_store_n(&npd->rdrained, 0, __ATOMIC_RELAXED);
+            __atomic_store_n(&npd->hup, 0, __ATOMIC_RELAXED);
             __atomic_store_n(&npd->kind, CO__PD_NEW_SOCK, __ATOMIC_RELEASE);
             co__unlock(&npd->lock);
         }

@@ -18,7 +18,12 @@
 #include "internal.h"
 
 /* Which side(s) of an fd became ready (backend -> io.c). */
-enum { CO__PD_READ = 1, CO__PD_WRITE = 2 };
+enum {
+    CO__PD_READ = 1,
+    CO__PD_WRITE = 2,
+    CO__PD_HUP = 4 /* with READ: the peer hung up or an error is pending (EOF/error
+                      stays readable with no further edge) */
+};
 
 /* pd->kind: what io.c knows about the fd. Written under pd->lock; read
  * without it with an acquire load (a stale read only costs the slow path). */
@@ -47,6 +52,11 @@ typedef struct co__pd {
     uint32_t wseq;     /* atomic: same for the write side */
     uint8_t kind;      /* CO__PD_*, see above */
     uint8_t is_sock;   /* valid when kind is NEW_SOCK or POLLED: send(MSG_NOSIGNAL) */
+    uint8_t stream;    /* atomic relaxed; a byte stream (SOCK_STREAM socket, FIFO): a short read drained it */
+    uint32_t rdrained; /* atomic relaxed, a hint: rseq + 1 when a read of a stream came
+                          back short (the kernel buffer was empty then); 0: none */
+    uint8_t hup;       /* atomic: a hang-up or error was reported (never skip a read
+                          after that); set before the rseq bump (release) that reports it */
     int fd;            /* the fd number this slot belongs to (constant) */
     co__waitq_t rq;    /* parked readers (co_read, co_accept, co_wait_fd) */
     co__waitq_t wq;    /* parked writers (co_write, co_connect, co_wait_fd) */

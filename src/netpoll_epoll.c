@@ -203,6 +203,8 @@ int co__netpoll(int64_t delay_ns) {
             modes |= CO__PD_READ;
         if (ev & (EPOLLOUT | EPOLLHUP | EPOLLERR))
             modes |= CO__PD_WRITE;
+        if (ev & (EPOLLRDHUP | EPOLLHUP | EPOLLERR))
+            modes |= CO__PD_HUP;
         co__pd_t *pd = co__pd_peek((int)(uint32_t)evs[i].data.u64);
         if (pd && modes)
             made_runnable += co__pd_ready(pd, modes);

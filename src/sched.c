@@ -231,9 +231,15 @@ static co_g_t *runqsteal(co_p_t *p, co_p_t *pp, bool steal_next) {
     if (n == 0) return NULL;
     n--;
     co_g_t *g = tmp[n];
-    for (uint32_t i = 0; i < n; i++)
+    /* Thieves steal with an empty queue, but never trust it: a ring written
+     * past its free slots overwrites queued Gs. What does not fit goes to
+     * the global queue. */
+    uint32_t room = CO_RUNQ_SIZE - (t - __atomic_load_n(&p->runqhead, __ATOMIC_ACQUIRE));
+    uint32_t keep = n < room ? n : room;
+    for (uint32_t i = 0; i < keep; i++)
         __atomic_store_n(&p->runq[(t + i) % CO_RUNQ_SIZE], tmp[i], __ATOMIC_RELAXED);
-    if (n) __atomic_store_n(&p->runqtail, t + n, __ATOMIC_RELEASE);
+    if (keep) __atomic_store_n(&p->runqtail, t + keep, __ATOMIC_RELEASE);
+    if (keep < n) co__globrunqput(tmp + keep, (int)(n - keep));
     return g;
 }
 
@@ -658,6 +664,9 @@ static co_g_t *findrunnable(co_m_t *m) {
         if (tw && tw <= co_now()) co__timers_run(p, co_now());
         co_g_t *g = runq_next_fast(p);
         if (g) return g;
+        /* Lent away just now: runq_next_fast gave up without looking at the
+         * queue, which may be full. Retire at the top; never steal into it. */
+        if (CO_UNLIKELY(__atomic_load_n(&p->retire, __ATOMIC_ACQUIRE))) continue;
         if (co__netpoll_has_waiters() && __atomic_load_n(&s->polling, __ATOMIC_ACQUIRE) == 0 &&
             co__netpoll(0) > 0) {
             __atomic_store_n(&s->lastpoll, co_now(), __ATOMIC_RELAXED);
@@ -1245,6 +1254,11 @@ int co_shutdown(void) {
     __atomic_store_n(&rt_state, RT_DOWN, __ATOMIC_RELEASE);
     co__unlock(&init_lock);
     return 0;
+}
+
+bool co__netpoll_watched(void) {
+    /* acquire: pairs with block_idle's seq_cst store before it polls */
+    return __atomic_load_n(&co__sched.poll_until, __ATOMIC_ACQUIRE) != 0;
 }
 
 int co_procs(void) {

@@ -549,7 +549,7 @@ static void run_binary(const char *path, const char *needle) {
     while ((n = read(out[0], rest, sizeof rest)) > 0)
         total += (size_t)n; /* the stats line */
     CHECK(total > have);
-    close(out[0]);
+    co_close(out[0]); /* it was used with co_read: co_close, so a reused number starts fresh */
 }
 
 static void test_binaries_sigterm(void) {
