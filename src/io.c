@@ -399,7 +399,8 @@ ssize_t co_read(int fd, void *buf, size_t len, int64_t deadline) {
          * that has passed: that is a try, and tries read. Never after a
          * hang-up or error edge: EOF and errors stay pending with no edge to
          * come (seq was loaded with acquire after the hup store it covers). */
-        if (__atomic_load_n(&pd->rdrained, __ATOMIC_RELAXED) == seq + 1 && len > 0 &&
+        if (seq + 1 != 0 && __atomic_load_n(&pd->rdrained, __ATOMIC_RELAXED) == seq + 1 &&
+            len > 0 &&
             !__atomic_load_n(&pd->hup, __ATOMIC_RELAXED) &&
             (deadline == CO_FOREVER || (deadline > 0 && deadline > co_now())) &&
             co__netpoll_watched()) {
