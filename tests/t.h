@@ -113,6 +113,18 @@ __attribute__((unused)) static int t_sanitized(void) {
     return 0;
 }
 
+/* Under TSan only (its shadow memory makes the resident set meaningless). */
+__attribute__((unused)) static int t_tsan(void) {
+#if defined(__SANITIZE_THREAD__)
+    return 1;
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+    return 1;
+#endif
+#endif
+    return 0;
+}
+
 /* Open fds, pipes excepted (a sanitizer's symbolizer talks through pipes). */
 __attribute__((unused)) static int t_count_fds(void) {
     DIR *d = opendir("/proc/self/fd");

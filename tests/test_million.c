@@ -83,19 +83,8 @@ static long rss_bytes(void) {
     return rss < 0 ? -1 : rss * sysconf(_SC_PAGESIZE);
 }
 
-static int under_tsan(void) {
-#if defined(__SANITIZE_THREAD__)
-    return 1;
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-    return 1;
-#endif
-#endif
-    return 0;
-}
-
 static void test_dead_stacks_given_back(void) {
-    if (under_tsan()) {
+    if (t_tsan()) {
         /* TSan keeps shadow memory for unmapped stacks: the resident set
          * says nothing about them there. The other suites check this. */
         fprintf(stderr, "  skipped under TSan (RSS includes its shadow memory)\n");

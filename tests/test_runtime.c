@@ -361,6 +361,28 @@ static void test_fp_control_words(void) {
     CHECK_EQ(fegetround(), FE_TONEAREST); /* the plain thread's own mode is untouched */
 }
 
+/* co_sched_stats and co_sched_runq_lens: bad input is ignored, good input
+ * gives figures within their ranges. */
+static void test_sched_stats(void) {
+    co_sched_stats(NULL); /* ignored */
+    co_sched_stats_t st;
+    co_sched_stats(&st);
+    CHECK_EQ(st.procs, co_procs());
+    CHECK(st.idle_procs >= 0 && st.idle_procs <= st.procs);
+    CHECK(st.threads >= 1 && st.spinning_threads >= 0 && st.idle_threads >= 0);
+    CHECK(st.global_runq >= 0 && st.coroutines >= 0);
+    int lens[64];
+    CHECK_EQ(co_sched_runq_lens(NULL, 64), 0);
+    CHECK_EQ(co_sched_runq_lens(lens, 0), 0);
+    CHECK_EQ(co_sched_runq_lens(lens, -1), 0);
+    int n = co_sched_runq_lens(lens, 64);
+    CHECK_EQ(n, co_procs() < 64 ? co_procs() : 64);
+    for (int i = 0; i < n; i++) CHECK(lens[i] >= 0 && lens[i] <= 256);
+    lens[1] = -7;
+    CHECK_EQ(co_sched_runq_lens(lens, 1), 1); /* never writes past max */
+    CHECK_EQ(lens[1], -7);
+}
+
 int main(void) {
     t_begin(280);
     T_RUN(test_spawn_from_thread);
@@ -372,6 +394,7 @@ int main(void) {
     T_RUN(test_many_timers);
     T_RUN(test_waitgroup_timeout);
     T_RUN(test_ids);
+    T_RUN(test_sched_stats);
     T_RUN(test_errors);
     T_RUN(test_stress);
     T_RUN(test_overflow_guard);
