@@ -7,6 +7,14 @@
  * the value stays 2. Unlock: exchange 0 (release); if the old value was 2,
  * wake one sleeper. The critical sections it guards are short and never
  * park a coroutine, so blocking the M in the kernel is rare and brief.
+ *
+ * The spin is Go's (lock_futex.go): look, and if still taken, pause
+ * CO__LOCK_PAUSES times before looking again, CO__LOCK_SPINS rounds.
+ * Looking at the line after every single pause (the old shape) kept pulling
+ * the lock's cache line away from its holder in the middle of its critical
+ * section: a cap-1024 channel with 4 producers and 4 consumers on 2 Ms took
+ * 87 ns per item; with the paced spin, 22 ns (bench_chan buffered 2 4 4),
+ * and 1 producer / 1 consumer 26 -> 20 ns.
  */
 #include "internal.h"
 
@@ -19,6 +27,13 @@
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
+
+#ifndef CO__LOCK_SPINS
+#define CO__LOCK_SPINS 4
+#endif
+#ifndef CO__LOCK_PAUSES
+#define CO__LOCK_PAUSES 30
+#endif
 
 static inline void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -59,12 +74,12 @@ void co__lock(co__lock_t *l) {
     if (CO_LIKELY(__atomic_compare_exchange_n(&l->v, &c, 1, false, __ATOMIC_ACQUIRE,
                                               __ATOMIC_RELAXED)))
         return;
-    for (int i = 0; i < 64; i++) {
-        cpu_relax();
+    for (int i = 0; i < CO__LOCK_SPINS; i++) {
         c = __atomic_load_n(&l->v, __ATOMIC_RELAXED);
         if (c == 0 && __atomic_compare_exchange_n(&l->v, &c, 1, false, __ATOMIC_ACQUIRE,
                                                   __ATOMIC_RELAXED))
             return;
+        for (int k = 0; k < CO__LOCK_PAUSES; k++) cpu_relax();
     }
     /* acquire: an exchange that returns 0 took the lock (marked contended). */
     while (__atomic_exchange_n(&l->v, 2, __ATOMIC_ACQUIRE) != 0)
