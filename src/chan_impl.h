@@ -180,6 +180,10 @@ static inline co__waiter_t *chq_claim(co__waitq_t *q) {
 /* ---- element copies ------------------------------------------------------ */
 
 static inline void chan_copy(void *dst, const void *src, size_t n) {
+    if (CO_LIKELY(n == 8)) { /* a pointer or a 64-bit integer: the usual element */
+        memcpy(dst, src, 8);
+        return;
+    }
     switch (n) { /* constant sizes become plain moves */
     case 0: return;
     case 1: memcpy(dst, src, 1); return;
@@ -199,7 +203,7 @@ static inline char *chan_slot(const co_chan_t *ch, size_t i) { return ch->buf + 
  * after unlocking (NULL if none). `elem` may be NULL for a receive (the value
  * is dropped); for a send it is NULL only when elem_size == 0. */
 
-static inline int chan_send_locked(co_chan_t *ch, const void *elem, co__waiter_t **wake) {
+static inline __attribute__((always_inline)) int chan_send_locked(co_chan_t *ch, const void *elem, co__waiter_t **wake) {
     *wake = NULL;
     if (ch->closed) return CO_ECLOSED;
     co__waiter_t *w = chq_claim(&ch->recvq);
@@ -219,7 +223,7 @@ static inline int chan_send_locked(co_chan_t *ch, const void *elem, co__waiter_t
     return 0;
 }
 
-static inline int chan_recv_locked(co_chan_t *ch, void *elem, co__waiter_t **wake) {
+static inline __attribute__((always_inline)) int chan_recv_locked(co_chan_t *ch, void *elem, co__waiter_t **wake) {
     *wake = NULL;
     co__waiter_t *w = chq_claim(&ch->sendq);
     if (w) {

@@ -16,9 +16,11 @@
  *     sorted by channel address; all channel locks are taken in that order
  *     (a channel that appears in several cases is locked once). Every
  *     multi-channel locker in colony uses this order, so no deadlock.
- *  2. pass 0: the first case in pollorder that looks ready without a lock
- *     is tried under its own channel's lock alone (the common ready select
- *     then costs one lock, not all of them); if it lost a race, pass 1:
+ *  2. pass 0: while validating the cases, one of those that look ready
+ *     without a lock is picked uniformly at random (reservoir sampling)
+ *     and tried under its own channel's lock alone (the common ready
+ *     select then costs one lock, not all of them, and no permutation); if
+ *     it lost a race, pass 1:
  *     under all locks, the first case in pollorder that can proceed
  *     fires (the same per-channel code as send/recv). A receive on a closed
  *     channel fires with result CO_ECLOSED; so does a send on a closed
@@ -187,28 +189,6 @@ static int sel_run(co_case_t *cases, int n, int nn, int64_t deadline, int *pollo
         lockorder[np] = i;
         np++;
     }
-    /* pass 0: the first case in pollorder that looks ready (lock-free) is
-     * tried under its own lock only. Firing it is right at that instant:
-     * it could proceed, and the cases before it in pollorder were seen not
-     * ready just before (as if they became ready a moment after). Each of
-     * several always-ready cases is still chosen with equal probability.
-     * If it lost a race, everything goes through the locked passes. */
-    for (int k = 0; k < nn; k++) {
-        co_case_t *cs = &cases[pollorder[k]];
-        if (!case_ready_nolock(cs)) continue;
-        co__waiter_t *wake;
-        chan_lock(cs->ch);
-        int r = cs->op == CO_SEND ? chan_send_locked(cs->ch, cs->elem, &wake)
-                                  : chan_recv_locked(cs->ch, cs->elem, &wake);
-        chan_unlock(cs->ch);
-        if (r != 0) {
-            if (wake) co__unpark(wake->pk);
-            cs->result = r == 1 ? 0 : r;
-            return pollorder[k];
-        }
-        break;
-    }
-
     sel_t s = {.cases = cases, .lockorder = lockorder, .nn = nn};
     if (nn > 1) sort_lockorder(&s);
 
@@ -259,9 +239,42 @@ static int sel_run(co_case_t *cases, int n, int nn, int64_t deadline, int *pollo
     return win->idx;
 }
 
+/* Pass 0: fire case i under its own channel's lock alone, if it can
+ * proceed. Returns i, or -1 if it lost a race. */
+static int sel_try_one(co_case_t *cs, int i) {
+    co__waiter_t *wake;
+    chan_lock(cs->ch);
+    int r = cs->op == CO_SEND ? chan_send_locked(cs->ch, cs->elem, &wake)
+                              : chan_recv_locked(cs->ch, cs->elem, &wake);
+    chan_unlock(cs->ch);
+    if (r == 0) return -1;
+    if (wake) co__unpark(wake->pk);
+    cs->result = r == 1 ? 0 : r;
+    return i;
+}
+
+/* CO_EINVAL if a case is malformed, else 0. */
+static int sel_check(const co_case_t *cases, int n) {
+    for (int i = 0; i < n; i++) {
+        int op = cases[i].op;
+        if (op != CO_SEND && op != CO_RECV) return CO_EINVAL;
+        if (op == CO_SEND && cases[i].ch && !cases[i].elem && cases[i].ch->elem_size)
+            return CO_EINVAL;
+    }
+    return 0;
+}
+
 int co_select(co_case_t *cases, int n, int64_t deadline) {
     if (!cases || n <= 0) return CO_EINVAL;
-    int nn = 0;
+    /* step 0: a non-blocking select over channels none of which is ready
+     * returns without a lock (the cases are still checked) */
+    if (chan_dl_cheap_past(deadline) && n <= SEL_STACK && sel_nothing_ready(cases, n)) {
+        int rc = sel_check(cases, n);
+        return rc < 0 ? rc : CO_ETIMEDOUT;
+    }
+    int nn = 0, pick = -1;
+    uint32_t nready = 0;
+    uint64_t rs = 0;
     for (int i = 0; i < n; i++) {
         int op = cases[i].op;
         if (op != CO_SEND && op != CO_RECV) return CO_EINVAL;
@@ -269,9 +282,24 @@ int co_select(co_case_t *cases, int n, int64_t deadline) {
         if (!c) continue;
         if (op == CO_SEND && !cases[i].elem && c->elem_size) return CO_EINVAL;
         nn++;
+        if (!case_ready_nolock(&cases[i])) continue;
+        /* Reservoir sampling: the k-th case seen ready replaces the pick
+         * with probability 1/k, so each looks-ready case ends up picked
+         * with probability 1/nready (Go's random pollorder, then its first
+         * ready case, gives the same distribution). */
+        if (++nready == 1) {
+            pick = i;
+        } else {
+            if (nready == 2) rs = sel_seed();
+            if (rng_below(&rs, nready) == 0) pick = i;
+        }
     }
-    if (chan_dl_cheap_past(deadline) && n <= SEL_STACK && sel_nothing_ready(cases, n))
-        return CO_ETIMEDOUT;
+    /* pass 0: the case picked above is tried under its own lock only.
+     * Firing it is right at that instant: it could proceed, and it was
+     * chosen uniformly among the cases seen ready just before (a case seen
+     * not ready may have become ready a moment after; Go's select has the
+     * same window). If it lost a race, the locked passes decide. */
+    if (pick >= 0 && sel_try_one(&cases[pick], pick) >= 0) return pick;
 
     if (nn == 0) {
         /* Every channel is NULL: nothing can ever be ready, so this waits

@@ -178,11 +178,46 @@ static void test_fairness_mixed(void) {
     co_chan_free(r);
 }
 
+/* Four ready cases among six (a NULL channel and an empty one between
+ * them): the ready ones are chosen 22 %..28 % each (the expected spread is
+ * ~0.14 %), the others never. */
+static void test_fairness_sparse(void) {
+    co_chan_t *ch[5];
+    int v[6];
+    for (int i = 0; i < 5; i++) CHECK_EQ(co_chan_new(&ch[i], sizeof(int), 1), 0);
+    /* cases: 0 ch0, 1 NULL, 2 ch1, 3 ch2 (kept empty), 4 ch3, 5 ch4 */
+    co_chan_t *chs[6] = {ch[0], NULL, ch[1], ch[2], ch[3], ch[4]};
+    co_case_t c[6];
+    for (int i = 0; i < 6; i++) {
+        c[i] = (co_case_t){.ch = chs[i], .op = CO_RECV, .elem = &v[i]};
+        if (chs[i] && i != 3) CHECK_EQ(co_chan_send(chs[i], &i, 0), 0);
+    }
+    long count[6] = {0};
+    for (int n = 0; n < NSEL; n++) {
+        int rc = co_select(c, 6, n % 2 ? 0 : CO_FOREVER);
+        CHECK(rc == 0 || rc == 2 || rc == 4 || rc == 5);
+        if (rc < 0 || rc > 5) break;
+        CHECK_EQ(v[rc], rc);
+        count[rc]++;
+        CHECK_EQ(co_chan_send(chs[rc], &rc, 0), 0); /* ready again */
+    }
+    fprintf(stderr, "sparse fairness: %ld %ld %ld %ld %ld %ld\n", count[0], count[1], count[2],
+            count[3], count[4], count[5]);
+    for (int i = 0; i < 6; i++) {
+        if (i == 1 || i == 3)
+            CHECK_EQ(count[i], 0);
+        else
+            CHECK(count[i] >= NSEL * 22 / 100 && count[i] <= NSEL * 28 / 100);
+    }
+    for (int i = 0; i < 5; i++) co_chan_free(ch[i]);
+}
+
 static int run(void *arg) {
     T_RUN(test_prime_sieve);
     T_RUN(test_ring);
     T_RUN(test_fairness_recv);
     T_RUN(test_fairness_mixed);
+    T_RUN(test_fairness_sparse);
     return 0;
 }
 
