@@ -45,9 +45,24 @@ CO_HIDDEN void co__at_shutdown(void (*fn)(void));
 typedef struct co__lock {
     uint32_t v;
 } co__lock_t;
-CO_HIDDEN void co__lock(co__lock_t *l);
+CO_HIDDEN void co__lock_slow(co__lock_t *l);
+CO_HIDDEN void co__unlock_wake(co__lock_t *l);
 CO_HIDDEN bool co__trylock(co__lock_t *l);
-CO_HIDDEN void co__unlock(co__lock_t *l);
+
+/* The uncontended halves are inline (lock.c has the rest). */
+static inline void co__lock(co__lock_t *l) {
+    uint32_t c = 0;
+    /* acquire: pairs with the release exchange in co__unlock */
+    if (!__builtin_expect(__atomic_compare_exchange_n(&l->v, &c, 1, false, __ATOMIC_ACQUIRE,
+                                                      __ATOMIC_RELAXED), 1))
+        co__lock_slow(l);
+}
+static inline void co__unlock(co__lock_t *l) {
+    /* release: publishes the critical section to the next acquirer; an old
+     * value of 2 means a locker may sleep: wake one */
+    if (__builtin_expect(__atomic_exchange_n(&l->v, 0, __ATOMIC_RELEASE) == 2, 0))
+        co__unlock_wake(l);
+}
 
 /* futex helpers on a 32-bit word (private futexes). */
 CO_HIDDEN int co__futex_wait(uint32_t *addr, uint32_t val, int64_t deadline); /* 0 / CO_ETIMEDOUT / -EAGAIN/-EINTR */

@@ -69,11 +69,9 @@ bool co__trylock(co__lock_t *l) {
     return __atomic_compare_exchange_n(&l->v, &z, 1, false, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED);
 }
 
-void co__lock(co__lock_t *l) {
-    uint32_t c = 0;
-    if (CO_LIKELY(__atomic_compare_exchange_n(&l->v, &c, 1, false, __ATOMIC_ACQUIRE,
-                                              __ATOMIC_RELAXED)))
-        return;
+/* co__lock's first CAS failed. */
+void co__lock_slow(co__lock_t *l) {
+    uint32_t c;
     for (int i = 0; i < CO__LOCK_SPINS; i++) {
         c = __atomic_load_n(&l->v, __ATOMIC_RELAXED);
         if (c == 0 && __atomic_compare_exchange_n(&l->v, &c, 1, false, __ATOMIC_ACQUIRE,
@@ -86,10 +84,8 @@ void co__lock(co__lock_t *l) {
         co__futex_wait(&l->v, 2, CO_FOREVER);
 }
 
-void co__unlock(co__lock_t *l) {
-    /* release: publishes the critical section to the next acquirer */
-    if (__atomic_exchange_n(&l->v, 0, __ATOMIC_RELEASE) == 2) co__futex_wake(&l->v, 1);
-}
+/* co__unlock found the value 2: wake one sleeper. */
+void co__unlock_wake(co__lock_t *l) { co__futex_wake(&l->v, 1); }
 
 void co__fatal(const char *fmt, ...) {
     char buf[512];

@@ -49,7 +49,10 @@
 
 co_sched_t co__sched;
 
-static __thread co_m_t *tls_m;
+/* initial-exec: a fixed offset from the thread pointer, no __tls_get_addr
+ * (libcolony.so is meant to be linked, not dlopen()ed late; glibc keeps
+ * static TLS room for small variables like these either way). */
+static __thread co_m_t *tls_m __attribute__((tls_model("initial-exec")));
 static __thread void *tls_panic_top; /* co__panic_slot for plain threads */
 
 /* States of the runtime as a whole. Changed only under init_lock. */
@@ -66,8 +69,11 @@ __attribute__((noinline)) co_m_t *co__getm(void) {
     return tls_m;
 }
 
-co_g_t *co__cur_g(void) {
-    co_m_t *m = co__getm();
+/* Reads the TLS itself (one call, not two); noinline for the same reason
+ * as co__getm. */
+__attribute__((noinline)) co_g_t *co__cur_g(void) {
+    __asm__ volatile("" ::: "memory");
+    co_m_t *m = tls_m;
     return m ? m->curg : NULL;
 }
 uint64_t co__g_id(const co_g_t *g) { return g ? g->id : 0; }

@@ -49,7 +49,7 @@
  * call (never cached across a switch: a coroutine may resume on another
  * thread). The rest of a permutation comes from a local generator seeded by
  * it. */
-static __thread uint64_t sel_rng;
+static __thread uint64_t sel_rng __attribute__((tls_model("initial-exec"))); /* see tls_m */
 
 static __attribute__((noinline)) uint64_t sel_seed(void) {
     uint64_t s = sel_rng;

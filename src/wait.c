@@ -82,7 +82,28 @@ static void post_park(co_g_t *g, void *arg) {
     if (unlockf) unlockf(uarg);
 }
 
+/* A coroutine parking with no deadline: only the unlock to run after the
+ * switch (no timer to arm). */
+struct park_forever {
+    void (*unlockf)(void *);
+    void *arg;
+};
+
+static void post_park_forever(co_g_t *g, void *arg) {
+    struct park_forever *a = arg;
+    void (*unlockf)(void *) = a->unlockf; /* copy out: see post_park */
+    void *uarg = a->arg;
+    __atomic_store_n(&g->status, CO_G_WAITING, __ATOMIC_RELAXED);
+    if (unlockf) unlockf(uarg);
+}
+
 int co__park(co__parker_t *pk, int64_t deadline, void (*unlockf)(void *), void *arg) {
+    if (CO_LIKELY(deadline == CO_FOREVER && pk->g)) {
+        /* Only a waker can claim pk (no deadline): it is WOKEN when we run. */
+        struct park_forever a = {unlockf, arg};
+        co__park_current(post_park_forever, &a, pk->wait_reason);
+        return 0;
+    }
     if (deadline != CO_FOREVER && deadline <= co_now()) {
         /* Already past: claim it ourselves (whoever holds the queue's lock
          * cannot have claimed it yet, unless it was claimed before). */
