@@ -102,7 +102,13 @@ enum {
 };
 
 /* Prepare a parker for the calling coroutine or thread. */
-CO_HIDDEN void co__parker_init(co__parker_t *pk, int wait_reason);
+static inline void co__parker_init(co__parker_t *pk, int wait_reason) {
+    pk->state = CO__PK_WAITING;
+    pk->futex = 0;
+    pk->g = co__cur_g();
+    pk->winner = NULL;
+    pk->wait_reason = wait_reason;
+}
 
 /* Block until claimed. `unlockf(arg)` (may be NULL) is called exactly once
  * after the caller can no longer run: for a coroutine, once it has switched

@@ -138,7 +138,7 @@ static void gogo(co_m_t *m, co_g_t *from, co_g_t *to, bool from_exiting) {
 static bool runqputslow(co_p_t *p, co_g_t *g, uint32_t h, uint32_t t);
 
 /* Owner only. next=true puts g in runnext, kicking the old one to the tail. */
-static void runqput(co_p_t *p, co_g_t *g, bool next) {
+static inline __attribute__((always_inline)) void runqput(co_p_t *p, co_g_t *g, bool next) {
     if (next) {
         /* acq_rel: pairs with thieves' CAS of runnext */
         co_g_t *old = __atomic_exchange_n(&p->runnext, g, __ATOMIC_ACQ_REL);
@@ -177,7 +177,7 @@ static bool runqputslow(co_p_t *p, co_g_t *g, uint32_t h, uint32_t t) {
 }
 
 /* Owner only. */
-static co_g_t *runqget(co_p_t *p) {
+static inline __attribute__((always_inline)) co_g_t *runqget(co_p_t *p) {
     co_g_t *next = __atomic_load_n(&p->runnext, __ATOMIC_ACQUIRE);
     if (next && __atomic_compare_exchange_n(&p->runnext, &next, NULL, false, __ATOMIC_ACQ_REL,
                                             __ATOMIC_RELAXED))
@@ -939,7 +939,11 @@ void co__ready(co_g_t *g) {
     } else {
         co__globrunqput(&g, 1);
     }
-    co__wakep();
+    /* co__wakep's own first checks, inline: nothing to do unless a P is
+     * idle and no M spins (it checks them again) */
+    if (__atomic_load_n(&co__sched.npidle, __ATOMIC_SEQ_CST) != 0 &&
+        __atomic_load_n(&co__sched.nmspinning, __ATOMIC_SEQ_CST) == 0)
+        co__wakep();
 }
 
 /* The running G switches away; post(g, arg) runs after the switch. */

@@ -21,14 +21,6 @@
 #include <string.h>
 #include <time.h>
 
-void co__parker_init(co__parker_t *pk, int wait_reason) {
-    pk->state = CO__PK_WAITING;
-    pk->futex = 0;
-    pk->g = co__cur_g();
-    pk->winner = NULL;
-    pk->wait_reason = wait_reason;
-}
-
 bool co__claim(co__parker_t *pk, void *winner) {
     uint32_t w = CO__PK_WAITING;
     /* acq_rel: the claimer's hand-over happens before the unpark; pairs
