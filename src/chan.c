@@ -25,7 +25,7 @@
  *    CO_ECLOSED.
  * The loads are acquire so that they are performed in program order.
  */
-#include "internal.h"
+#include "runtime.h"
 
 #include "chan_impl.h"
 
@@ -74,6 +74,14 @@ size_t co_chan_cap(const co_chan_t *ch) { return ch ? ch->cap : 0; }
  * no longer run. Touches only *ch, which outlives the operation. */
 static void chan_unlock_cb(void *arg) { chan_unlock((co_chan_t *)arg); }
 
+/* co__park_current post-switch action of a coroutine blocked with no
+ * deadline: what co__park's would do (the G is WAITING, then the lock is
+ * released), without the indirection. */
+static void chan_post_park(co_g_t *g, void *arg) {
+    __atomic_store_n(&g->status, CO_G_WAITING, __ATOMIC_RELAXED);
+    chan_unlock((co_chan_t *)arg);
+}
+
 /* Block on q (sendq or recvq) until a waker fills in the result or the
  * deadline passes. Called with ch->lock held; returns with it released. */
 static int chan_block(co_chan_t *ch, co__waitq_t *q, void *data, int64_t deadline, int reason) {
@@ -86,6 +94,13 @@ static int chan_block(co_chan_t *ch, co__waitq_t *q, void *data, int64_t deadlin
     w.result = 0;
     w.idx = deadline == CO_FOREVER ? CHAN_W_EXCL : CHAN_W_TIMED;
     chq_push(q, &w);
+    if (CO_LIKELY(deadline == CO_FOREVER && pk.g)) {
+        /* co__park's no-deadline coroutine case, one layer shorter (the
+         * ping-pong path): only a waker can claim pk, so we run again
+         * only once it has set w.result. */
+        co__park_current(chan_post_park, ch, reason);
+        return w.result;
+    }
     int rc = co__park(&pk, deadline, chan_unlock_cb, ch);
     if (CO_UNLIKELY(rc == CO_ETIMEDOUT)) {
         /* The deadline claimed the parker, so no waker will touch w; a

@@ -129,7 +129,15 @@ CO_HIDDEN bool co__claim(co__parker_t *pk, void *winner);
 /* Make a claimed parker's owner run again: readies the coroutine (into the
  * current P's runnext, like Go's goready) or futex-wakes the thread. The
  * parker's memory may be gone once this returns. */
-CO_HIDDEN void co__unpark(co__parker_t *pk);
+CO_HIDDEN void co__ready(struct co_g *g);          /* sched.c */
+CO_HIDDEN void co__unpark_thread(co__parker_t *pk); /* wait.c */
+static inline void co__unpark(co__parker_t *pk) {
+    struct co_g *g = pk->g; /* read before readying: pk dies once g runs */
+    if (g)
+        co__ready(g);
+    else
+        co__unpark_thread(pk);
+}
 
 /* A waiter: one entry of an object's wait queue (Go's sudog). */
 typedef struct co__waiter {

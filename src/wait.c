@@ -32,15 +32,11 @@ bool co__claim(co__parker_t *pk, void *winner) {
     return true;
 }
 
-void co__unpark(co__parker_t *pk) {
-    co_g_t *g = pk->g; /* read before readying: pk dies once g runs */
-    if (g) {
-        co__ready(g);
-    } else {
-        /* store-release: pairs with the sleeping thread's acquire load */
-        __atomic_store_n(&pk->futex, 1, __ATOMIC_RELEASE);
-        co__futex_wake(&pk->futex, 1);
-    }
+/* co__unpark of a plain thread's parker. */
+void co__unpark_thread(co__parker_t *pk) {
+    /* store-release: pairs with the sleeping thread's acquire load */
+    __atomic_store_n(&pk->futex, 1, __ATOMIC_RELEASE);
+    co__futex_wake(&pk->futex, 1);
 }
 
 static bool park_timeout_claim(co__parker_t *pk) {
