@@ -85,6 +85,8 @@ static void post_park_forever(co_g_t *g, void *arg) {
     if (unlockf) unlockf(uarg);
 }
 
+static int park_until(co__parker_t *pk, int64_t deadline, void (*unlockf)(void *), void *arg);
+
 int co__park(co__parker_t *pk, int64_t deadline, void (*unlockf)(void *), void *arg) {
     if (CO_LIKELY(deadline == CO_FOREVER && pk->g)) {
         /* Only a waker can claim pk (no deadline): it is WOKEN when we run. */
@@ -106,6 +108,12 @@ int co__park(co__parker_t *pk, int64_t deadline, void (*unlockf)(void *), void *
         }
         return rc;
     }
+    return park_until(pk, deadline, unlockf, arg);
+}
+
+/* co__park once the deadline is known not to have passed yet (or is
+ * CO_FOREVER). */
+static int park_until(co__parker_t *pk, int64_t deadline, void (*unlockf)(void *), void *arg) {
     if (pk->g) {
         struct park_args a;
         a.pk = pk;
@@ -304,5 +312,13 @@ int co_sleep_until(int64_t deadline) {
 
 int co_sleep(int64_t ns) {
     if (ns <= 0) return 0;
-    return co_sleep_until(co_now() + ns);
+    int64_t deadline = co_now() + ns;
+    if (co__cur_g()) {
+        /* The deadline is ns ahead: skip co__park's second clock read. */
+        co__parker_t pk;
+        co__parker_init(&pk, CO__WR_SLEEP);
+        (void)park_until(&pk, deadline, NULL, NULL);
+        return 0;
+    }
+    return co_sleep_until(deadline);
 }
