@@ -682,7 +682,7 @@ static int pool_create(co_pool_t **out, int capacity, void (*fn)(void *),
     p->no_purge = o.disable_purge;
     p->purge.fn = purge_fire;
     p->purge.arg = p;
-    p->purge.idx = -1;
+    p->purge.slot = -1;
     *out = p;
     return 0;
 }

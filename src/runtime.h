@@ -61,12 +61,21 @@ typedef struct co_g {
  * sched.lock. SYSCALL: its M is inside co_blocking and does not touch it. */
 enum { CO_P_IDLE = 0, CO_P_RUNNING, CO_P_SYSCALL, CO_P_DEAD };
 
-/* A timer heap entry: the deadline is kept next to the pointer, so sifting
- * compares within the heap's own array instead of loading each timer. */
+/* A timer heap entry: the deadline and the timer's slot (below) sit in the
+ * heap's own array, so sifting neither loads nor writes a timer (timers
+ * live on parked coroutines' stacks: cold memory, a page each). */
 typedef struct co__theap {
     int64_t when;
-    co__timer_t *t;
+    uint32_t slot; /* index into the P's tslots */
+    uint32_t _pad;
 } co__theap_t;
+/* A P's timer slot: the timer, and the position of its heap entry (kept up
+ * to date by every sift). A free slot chains the next free one in pos. */
+typedef struct co__tslot {
+    co__timer_t *t;
+    int32_t pos;
+    int32_t _pad;
+} co__tslot_t;
 
 typedef struct co_p {
     int id;
@@ -90,12 +99,16 @@ typedef struct co_p {
     int gfree_n;
 
     /* Timers: 4-ary min-heap on `when`. timers_lock protects timers,
-     * timers_len, timers_cap and every pending co__timer_t's idx/p.
-     * timer0_when mirrors timers[0]->when (0 if empty); written under the
-     * lock with release, read lock-free with acquire by any M. */
+     * timers_len, timers_cap, the tslots fields and every pending
+     * co__timer_t's slot/p. timer0_when mirrors timers[0].when (0 if
+     * empty); written under the lock with release, read lock-free with
+     * acquire by any M. */
     co__lock_t timers_lock;
-    co__theap_t *timers;       /* entries carry `when`: sifting never touches a timer */
+    co__theap_t *timers;       /* entries carry `when` and a slot: sifting never touches a timer */
     int timers_len, timers_cap;
+    co__tslot_t *tslots;       /* slot -> timer and heap position */
+    int tslots_hw, tslots_cap; /* slots ever handed out; allocated */
+    int tslot_free;            /* first free slot + 1 (0: none) */
     int64_t timer0_when;
 
     /* Set by sysmon when it lent a spare P in place of this one because its

@@ -58,7 +58,7 @@ int co_ticker_new(co_ticker_t **out, int64_t period_ns) {
     t->tm.fn = ticker_fire;
     t->tm.arg = t;
     t->tm.period = period_ns;
-    t->tm.idx = -1;
+    t->tm.slot = -1;
     t->when = co_now() + period_ns;
     co__timer_add(&t->tm, t->when);
     *out = t;

@@ -24,20 +24,30 @@ static void set_timer0(co_p_t *p) {
     __atomic_store_n(&p->timer0_when, p->timers_len ? p->timers[0].when : 0, __ATOMIC_SEQ_CST);
 }
 
-static void sift_up(co__theap_t *h, int i) {
+/* ---- the heap and its slots (timers_lock held for all of these) ---------
+ * A heap entry is {when, slot}; p->tslots[slot] holds the timer and the
+ * entry's position. Every move of an entry writes its slot's pos, so the
+ * position of any pending timer t is p->tslots[t->slot].pos. */
+
+static inline void heap_set(co_p_t *p, int i, co__theap_t e) {
+    p->timers[i] = e;
+    p->tslots[e.slot].pos = i;
+}
+
+static void sift_up(co_p_t *p, int i) {
+    co__theap_t *h = p->timers;
     co__theap_t e = h[i];
     while (i > 0) {
         int parent = (i - 1) / 4;
         if (h[parent].when <= e.when) break;
-        h[i] = h[parent];
-        h[i].t->idx = i;
+        heap_set(p, i, h[parent]);
         i = parent;
     }
-    h[i] = e;
-    e.t->idx = i;
+    heap_set(p, i, e);
 }
 
-static void sift_down(co__theap_t *h, int n, int i) {
+static void sift_down(co_p_t *p, int n, int i) {
+    co__theap_t *h = p->timers;
     co__theap_t e = h[i];
     for (;;) {
         int c = 4 * i + 1;
@@ -47,43 +57,65 @@ static void sift_down(co__theap_t *h, int n, int i) {
         for (int k = c + 1; k < end; k++)
             if (h[k].when < h[best].when) best = k;
         if (h[best].when >= e.when) break;
-        h[i] = h[best];
-        h[i].t->idx = i;
+        heap_set(p, i, h[best]);
         i = best;
     }
-    h[i] = e;
-    e.t->idx = i;
+    heap_set(p, i, e);
 }
 
-/* timers_lock held. */
+/* Remove the entry at position i (its slot stays allocated: the caller
+ * frees it). */
 static void heap_remove(co_p_t *p, int i) {
     int last = --p->timers_len;
     if (i != last) {
         co__theap_t *h = p->timers;
-        h[i] = h[last];
+        heap_set(p, i, h[last]);
         if (i > 0 && h[i].when < h[(i - 1) / 4].when)
-            sift_up(h, i);
+            sift_up(p, i);
         else
-            sift_down(h, last, i);
+            sift_down(p, last, i);
     }
 }
 
-/* timers_lock held. Room for one more entry, or die: a timer cannot be
+static void slot_free(co_p_t *p, uint32_t slot) {
+    p->tslots[slot].t = NULL;
+    p->tslots[slot].pos = p->tslot_free; /* the chain: next free + 1 */
+    p->tslot_free = (int)slot + 1;
+}
+
+/* Room for one more entry and one more slot, or die: a timer cannot be
  * refused (the caller is about to park on it). */
 static void heap_reserve(co_p_t *p) {
-    if (p->timers_len < p->timers_cap) return;
-    int ncap = p->timers_cap ? p->timers_cap * 2 : 64;
-    co__theap_t *nh = realloc(p->timers, (size_t)ncap * sizeof *nh);
-    if (!nh) co__fatal("out of memory growing the timer heap (%d timers)", ncap);
-    p->timers = nh;
-    p->timers_cap = ncap;
+    if (p->timers_len == p->timers_cap) {
+        int ncap = p->timers_cap ? p->timers_cap * 2 : 64;
+        co__theap_t *nh = realloc(p->timers, (size_t)ncap * sizeof *nh);
+        if (!nh) co__fatal("out of memory growing the timer heap (%d timers)", ncap);
+        p->timers = nh;
+        p->timers_cap = ncap;
+    }
+    if (p->tslot_free == 0 && p->tslots_hw == p->tslots_cap) {
+        int ncap = p->tslots_cap ? p->tslots_cap * 2 : 64;
+        co__tslot_t *ns = realloc(p->tslots, (size_t)ncap * sizeof *ns);
+        if (!ns) co__fatal("out of memory growing the timer slots (%d timers)", ncap);
+        p->tslots = ns;
+        p->tslots_cap = ncap;
+    }
 }
 
 static void heap_push(co_p_t *p, co__timer_t *t) {
     heap_reserve(p);
+    uint32_t slot;
+    if (p->tslot_free) {
+        slot = (uint32_t)(p->tslot_free - 1);
+        p->tslot_free = p->tslots[slot].pos;
+    } else {
+        slot = (uint32_t)p->tslots_hw++;
+    }
+    p->tslots[slot].t = t;
+    t->slot = (int32_t)slot;
     int i = p->timers_len++;
-    p->timers[i] = (co__theap_t){t->when, t};
-    sift_up(p->timers, i);
+    heap_set(p, i, (co__theap_t){.when = t->when, .slot = slot});
+    sift_up(p, i);
 }
 
 void co__timer_add(co__timer_t *t, int64_t when) {
@@ -96,7 +128,7 @@ void co__timer_add(co__timer_t *t, int64_t when) {
     __atomic_store_n(&t->p, p, __ATOMIC_RELEASE);
     heap_push(p, t);
     __atomic_store_n(&t->state, CO__TM_PENDING, __ATOMIC_RELAXED);
-    bool first = t->idx == 0;
+    bool first = p->tslots[t->slot].pos == 0;
     if (first) set_timer0(p);
     co__unlock(&p->timers_lock);
     if (!first) return;
@@ -121,9 +153,10 @@ bool co__timer_del(co__timer_t *t) {
             continue;
         }
         if (__atomic_load_n(&t->state, __ATOMIC_RELAXED) == CO__TM_PENDING) {
-            int i = t->idx;
+            int i = p->tslots[t->slot].pos;
             heap_remove(p, i);
-            t->idx = -1;
+            slot_free(p, (uint32_t)t->slot);
+            t->slot = -1;
             __atomic_store_n(&t->state, CO__TM_IDLE, __ATOMIC_RELAXED);
             if (i == 0) set_timer0(p);
             removed = true;
@@ -142,9 +175,11 @@ int co__timers_run(co_p_t *p, int64_t now) {
     int ran = 0;
     if (!co__trylock(&p->timers_lock)) return 0; /* someone else is at it */
     while (p->timers_len > 0 && p->timers[0].when <= now) {
-        co__timer_t *t = p->timers[0].t;
+        uint32_t slot = p->timers[0].slot;
+        co__timer_t *t = p->tslots[slot].t;
         heap_remove(p, 0);
-        t->idx = -1;
+        slot_free(p, slot);
+        t->slot = -1;
         __atomic_store_n(&t->state, CO__TM_IDLE, __ATOMIC_RELAXED);
         __atomic_add_fetch(&t->running, 1, __ATOMIC_RELAXED);
         set_timer0(p);
@@ -174,8 +209,11 @@ int64_t co__timers_next(void) {
 
 void co__timers_free(co_p_t *p) {
     free(p->timers);
+    free(p->tslots);
     p->timers = NULL;
+    p->tslots = NULL;
     p->timers_len = p->timers_cap = 0;
+    p->tslots_hw = p->tslots_cap = p->tslot_free = 0;
 }
 
 void co__timers_move(co_p_t *from, co_p_t *to) {
@@ -185,11 +223,12 @@ void co__timers_move(co_p_t *from, co_p_t *to) {
     co__lock(&from->timers_lock);
     co__lock(&to->timers_lock);
     for (int i = 0; i < from->timers_len; i++) {
-        co__timer_t *t = from->timers[i].t;
+        co__timer_t *t = from->tslots[from->timers[i].slot].t;
         __atomic_store_n(&t->p, to, __ATOMIC_RELEASE);
         heap_push(to, t);
     }
     from->timers_len = 0;
+    from->tslots_hw = from->tslot_free = 0; /* every slot is free again */
     set_timer0(from);
     set_timer0(to);
     co__unlock(&to->timers_lock);

@@ -124,7 +124,7 @@ static int park_until(co__parker_t *pk, int64_t deadline, void (*unlockf)(void *
             memset(&a.timer, 0, sizeof a.timer);
             a.timer.fn = park_timeout;
             a.timer.arg = pk;
-            a.timer.idx = -1;
+            a.timer.slot = -1;
         }
         co__park_current(post_park, &a, pk->wait_reason);
         if (deadline != CO_FOREVER) co__timer_del(&a.timer);

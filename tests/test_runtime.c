@@ -125,6 +125,53 @@ static void test_many_timers(void) {
     CHECK_EQ(atomic_load(&counter), n);
 }
 
+/* Timers deleted from anywhere in the heap: waiters on an unbuffered
+ * channel with deadlines spread over 1..20 ms; non-blocking sends hand a
+ * value to whoever waits longest, so their pending timers are removed
+ * early, in every order, while the rest fire. Every waiter either got a
+ * value or timed out at or after its deadline. */
+static co_chan_t *tdel_ch;
+static atomic_long tdel_got, tdel_timedout, tdel_bad;
+
+static void tdel_waiter(void *arg) {
+    int64_t dl = co_deadline_after((1 + (int64_t)((uintptr_t)arg % 20)) * 1000000);
+    int v = 0;
+    int rc = co_chan_recv(tdel_ch, &v, dl);
+    if (rc == 0 && v == 7)
+        atomic_fetch_add(&tdel_got, 1);
+    else if (rc == CO_ETIMEDOUT && co_now() >= dl)
+        atomic_fetch_add(&tdel_timedout, 1);
+    else
+        atomic_fetch_add(&tdel_bad, 1);
+    co_waitgroup_done(&wg);
+}
+
+static void test_timer_deletes(void) {
+    int n = sanitized() ? 2000 : 40000;
+    atomic_store(&tdel_got, 0);
+    atomic_store(&tdel_timedout, 0);
+    atomic_store(&tdel_bad, 0);
+    CHECK_EQ(co_chan_new(&tdel_ch, sizeof(int), 0), 0);
+    co_waitgroup_add(&wg, n);
+    for (int i = 0; i < n; i++) CHECK_EQ(co_go(tdel_waiter, (void *)(uintptr_t)(i * 7919u)), 0);
+    long sent = 0;
+    int v = 7;
+    for (int round = 0; round < 25; round++) { /* ~25 ms: past every deadline */
+        for (int k = 0; k < n / 50; k++)
+            if (co_chan_send(tdel_ch, &v, 0) == 0) sent++;
+        co_sleep(1000000);
+    }
+    co_waitgroup_wait(&wg);
+    fprintf(stderr, "timer deletes: %ld handed over, %ld timed out\n", atomic_load(&tdel_got),
+            atomic_load(&tdel_timedout));
+    CHECK_EQ(atomic_load(&tdel_bad), 0);
+    CHECK_EQ(atomic_load(&tdel_got), sent);
+    CHECK_EQ(atomic_load(&tdel_got) + atomic_load(&tdel_timedout), n);
+    CHECK(sent > 0);
+    CHECK(atomic_load(&tdel_timedout) > 0);
+    co_chan_free(tdel_ch);
+}
+
 static void test_waitgroup_timeout(void) {
     co_waitgroup_t w = CO_WAITGROUP_INIT;
     CHECK_EQ(co_waitgroup_wait_until(&w, 0), 0); /* zero counter: returns at once */
@@ -392,6 +439,7 @@ int main(void) {
     T_RUN(test_fp_control_words);
     T_RUN(test_sleep);
     T_RUN(test_many_timers);
+    T_RUN(test_timer_deletes);
     T_RUN(test_waitgroup_timeout);
     T_RUN(test_ids);
     T_RUN(test_sched_stats);
