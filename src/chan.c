@@ -85,8 +85,13 @@ static void chan_post_park(co_g_t *g, void *arg) {
 /* Block on q (sendq or recvq) until a waker fills in the result or the
  * deadline passes. Called with ch->lock held; returns with it released. */
 static int chan_block(co_chan_t *ch, co__waitq_t *q, void *data, int64_t deadline, int reason) {
+    co_m_t *m = co__getm(); /* NULL on a plain thread */
     co__parker_t pk;
-    co__parker_init(&pk, reason);
+    pk.state = CO__PK_WAITING; /* co__parker_init, with the M read once */
+    pk.futex = 0;
+    pk.g = m ? m->curg : NULL;
+    pk.winner = NULL;
+    pk.wait_reason = reason;
     co__waiter_t w;
     w.pk = &pk;
     w.data = data;
@@ -98,7 +103,7 @@ static int chan_block(co_chan_t *ch, co__waitq_t *q, void *data, int64_t deadlin
         /* co__park's no-deadline coroutine case, one layer shorter (the
          * ping-pong path): only a waker can claim pk, so we run again
          * only once it has set w.result. */
-        co__park_current(chan_post_park, ch, reason);
+        co__park_m(m, chan_post_park, ch, reason);
         return w.result;
     }
     int rc = co__park(&pk, deadline, chan_unlock_cb, ch);

@@ -220,6 +220,9 @@ static inline co_p_t *co__allp(int i) {
 CO_HIDDEN co_m_t *co__getm(void);         /* noinline; NULL on a plain thread */
 CO_HIDDEN void co__ready(co_g_t *g);      /* make a WAITING G runnable (runnext) */
 CO_HIDDEN void co__park_current(void (*post)(co_g_t *, void *), void *arg, int reason);
+/* co__park_current for a caller that already has co__getm() (its M, read
+ * after its last switch). */
+CO_HIDDEN void co__park_m(co_m_t *m, void (*post)(co_g_t *, void *), void *arg, int reason);
 CO_HIDDEN void co__wakep(void);
 CO_HIDDEN void co__startm(co_p_t *p, bool spinning);
 CO_HIDDEN void co__handoffp(co_p_t *p);
@@ -235,7 +238,12 @@ CO_HIDDEN uint32_t co__fastrand(void);
 CO_HIDDEN void co__stack_setup(void);
 CO_HIDDEN int co__stack_alloc(co__stack_t *s, size_t size);
 CO_HIDDEN void co__stack_free(co__stack_t *s);
-CO_HIDDEN void co__stack_check(co_g_t *g);
+CO_HIDDEN void co__stack_check_canary(co_g_t *g);
+/* Called when g switches away or exits: an unguarded stack's canary must
+ * still be zero (stack.c). Guarded stacks and g0 have nothing to check. */
+static inline void co__stack_check(co_g_t *g) {
+    if (!g->stack.guarded && !g->is_g0) co__stack_check_canary(g);
+}
 CO_HIDDEN void co__stack_m_init(co_m_t *m);
 CO_HIDDEN void co__stack_m_fini(co_m_t *m);
 /* timer.c */

@@ -948,7 +948,10 @@ void co__ready(co_g_t *g) {
 
 /* The running G switches away; post(g, arg) runs after the switch. */
 void co__park_current(void (*post)(co_g_t *, void *), void *arg, int reason) {
-    co_m_t *m = co__getm();
+    co__park_m(co__getm(), post, arg, reason);
+}
+
+void co__park_m(co_m_t *m, void (*post)(co_g_t *, void *), void *arg, int reason) {
     co_g_t *g = m->curg;
     g->wait_reason = reason;
     co__stack_check(g);

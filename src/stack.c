@@ -182,9 +182,8 @@ void co__stack_free(co__stack_t *s) {
     s->map = NULL;
 }
 
-/* Called when g switches away or exits, on g's M. */
-void co__stack_check(co_g_t *g) {
-    if (g->stack.guarded || g->is_g0) return;
+/* co__stack_check of an unguarded stack, on g's M. */
+void co__stack_check_canary(co_g_t *g) {
     const uint64_t *z = (const uint64_t *)g->stack.lo;
     uint64_t acc = 0;
     for (size_t i = 0; i < CO_CANARY_BYTES / 8; i++) acc |= z[i];
