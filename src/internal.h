@@ -180,8 +180,9 @@ enum { CO__TM_IDLE = 0, CO__TM_PENDING = 1 };
 CO_HIDDEN void co__timer_add(co__timer_t *t, int64_t when); /* t must not be pending */
 /* Remove a timer. Returns true if it was pending and will now never run.
  * If its callback is running on another M, waits until it returns, so the
- * timer's memory can be freed once this returns. Do not call it from the
- * timer's own callback. */
+ * timer's memory can be freed once this returns. Never call it from a
+ * timer callback: callbacks due together run one after another on one M,
+ * each counted as running until it returns (timer.c). */
 CO_HIDDEN bool co__timer_del(co__timer_t *t);
 
 /* ---- netpoll hooks (netpoll_epoll.c) ----------------------------------- */

@@ -171,26 +171,46 @@ bool co__timer_del(co__timer_t *t) {
     return removed;
 }
 
+/* Due timers are popped in batches: the timers live on parked coroutines'
+ * stacks (cold), so the whole batch is prefetched before the first one is
+ * written, one lock round and one timer0 update cover the batch, and the
+ * callbacks then run without the lock. Each popped timer counts as running
+ * until its callback returns, so co__timer_del (on another M) waits for it
+ * as before; callbacks never delete timers themselves (see co__timer_del). */
+enum { TIMER_BATCH = 16 };
+
 int co__timers_run(co_p_t *p, int64_t now) {
     int ran = 0;
     if (!co__trylock(&p->timers_lock)) return 0; /* someone else is at it */
-    while (p->timers_len > 0 && p->timers[0].when <= now) {
-        uint32_t slot = p->timers[0].slot;
-        co__timer_t *t = p->tslots[slot].t;
-        heap_remove(p, 0);
-        slot_free(p, slot);
-        t->slot = -1;
-        __atomic_store_n(&t->state, CO__TM_IDLE, __ATOMIC_RELAXED);
-        __atomic_add_fetch(&t->running, 1, __ATOMIC_RELAXED);
+    for (;;) {
+        co__timer_t *batch[TIMER_BATCH];
+        int n = 0;
+        while (n < TIMER_BATCH && p->timers_len > 0 && p->timers[0].when <= now) {
+            uint32_t slot = p->timers[0].slot;
+            co__timer_t *t = p->tslots[slot].t;
+            __builtin_prefetch(t, 1);
+            heap_remove(p, 0);
+            slot_free(p, slot);
+            batch[n++] = t;
+        }
+        if (n == 0) break;
+        for (int i = 0; i < n; i++) {
+            co__timer_t *t = batch[i];
+            t->slot = -1;
+            __atomic_store_n(&t->state, CO__TM_IDLE, __ATOMIC_RELAXED);
+            __atomic_add_fetch(&t->running, 1, __ATOMIC_RELAXED);
+            __builtin_prefetch(t->arg, 1); /* the callback's parker, usually */
+        }
         set_timer0(p);
-        void (*fn)(void *) = t->fn;
-        void *arg = t->arg;
         co__unlock(&p->timers_lock);
-        fn(arg);
-        /* release: last touch of t; the callback's effects happen before
-         * co__timer_del sees 0 */
-        __atomic_sub_fetch(&t->running, 1, __ATOMIC_RELEASE);
-        ran++;
+        for (int i = 0; i < n; i++) {
+            co__timer_t *t = batch[i];
+            t->fn(t->arg); /* fn and arg never change while a timer may run */
+            /* release: last touch of t; the callback's effects happen
+             * before co__timer_del sees 0 */
+            __atomic_sub_fetch(&t->running, 1, __ATOMIC_RELEASE);
+        }
+        ran += n;
         co__lock(&p->timers_lock);
     }
     co__unlock(&p->timers_lock);
