@@ -49,9 +49,9 @@
 
 co_sched_t co__sched;
 
-/* initial-exec: a fixed offset from the thread pointer, no __tls_get_addr
- * (libcolony.so is meant to be linked, not dlopen()ed late; glibc keeps
- * static TLS room for small variables like these either way). */
+/* initial-exec: a fixed offset from the thread pointer, no __tls_get_addr.
+ * A dlopen()ed libcolony.so still loads: glibc keeps static TLS room for
+ * a few words like these. */
 static __thread co_m_t *tls_m __attribute__((tls_model("initial-exec")));
 static __thread void *tls_panic_top; /* co__panic_slot for plain threads */
 

@@ -158,6 +158,8 @@ static bool sel_nothing_ready(const co_case_t *cases, int n) {
     for (int i = 0; i < n; i++) {
         const co_chan_t *c = cases[i].ch;
         if (!c) continue;
+        /* a malformed case: let co_select's checks report it */
+        if (cases[i].op != CO_SEND && cases[i].op != CO_RECV) return false;
         /* load-acquire: the state reads below are not hoisted above it;
          * pairs with the store-release in chan_unlock */
         ver[i] = __atomic_load_n(&c->ver, __ATOMIC_ACQUIRE);
