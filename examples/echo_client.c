@@ -68,22 +68,27 @@ static int dial(const opts_t *o, int64_t deadline) {
     return fd;
 }
 
-/* Read exactly n bytes: n, 0 on EOF first, or a negative code. */
-static ssize_t read_full(int fd, char *b, size_t n, int64_t deadline) {
+/* Read the n-byte echo into b (room for n + 1 bytes): n, 0 on EOF first,
+ * or a negative code (-EPROTO if the server sent more than it was sent).
+ * Each read asks for one byte more than is still due, so the last one comes
+ * back short and colony's co_read knows the socket is drained: the next
+ * read, after the next write, parks at once instead of first making a
+ * read(2) that fails with EAGAIN. */
+static ssize_t read_echo(int fd, char *b, size_t n, int64_t deadline) {
     size_t got = 0;
     while (got < n) {
-        ssize_t k = co_read(fd, b + got, n - got, deadline);
+        ssize_t k = co_read(fd, b + got, n + 1 - got, deadline);
         if (k <= 0)
             return k == 0 && got == 0 ? 0 : (k == 0 ? -EPIPE : k);
         got += (size_t)k;
     }
-    return (ssize_t)n;
+    return got == n ? (ssize_t)n : -EPROTO;
 }
 
 static void load_worker(void *arg) {
     worker_t *w = arg;
     const opts_t *o = w->o;
-    char *msg = malloc((size_t)o->size), *back = malloc((size_t)o->size);
+    char *msg = malloc((size_t)o->size), *back = malloc((size_t)o->size + 1);
     for (int i = 0; i < o->size; i++)
         msg[i] = (char)('a' + (w->id + i) % 26);
     int fd = dial(o, co_deadline_after(10000 * MS));
@@ -94,14 +99,17 @@ static void load_worker(void *arg) {
             fprintf(stderr, "echo_client: connect: %s\n", co_strerror(fd));
         goto out;
     }
-    while (co_now() < w->end) {
-        int64_t t0 = co_now();
-        if (co_write(fd, msg, (size_t)o->size, co_deadline_after(10000 * MS)) < 0 ||
-            read_full(fd, back, (size_t)o->size, co_deadline_after(10000 * MS)) != o->size) {
+    for (;;) {
+        int64_t t0 = co_now(); /* one clock read: loop test, deadline, latency start */
+        if (t0 >= w->end) break;
+        int64_t dl = t0 + 10000 * MS;
+        if (co_write(fd, msg, (size_t)o->size, dl) < 0 ||
+            read_echo(fd, back, (size_t)o->size, dl) != o->size ||
+            memcmp(back, msg, (size_t)o->size) != 0) {
             w->err = -EIO;
             static int reported_io; /* atomic */
             if (!__atomic_exchange_n(&reported_io, 1, __ATOMIC_RELAXED))
-                fprintf(stderr, "echo_client: connection %d failed mid-run\n", w->id);
+                fprintf(stderr, "echo_client: connection %d failed mid-run (error, timeout or a wrong echo)\n", w->id);
             break;
         }
         int64_t us10 = (co_now() - t0) / 10000;
@@ -118,7 +126,7 @@ out:
 static void flood_worker(void *arg) {
     worker_t *w = arg;
     const opts_t *o = w->o;
-    char msg[64], back[64];
+    char msg[64], back[65]; /* read_echo wants room for one more byte */
     int n = o->size < 64 ? o->size : 64;
     memset(msg, 'f', sizeof msg);
     int64_t dl = co_deadline_after(o->timeout_ms * MS);
@@ -130,7 +138,7 @@ static void flood_worker(void *arg) {
     }
     ssize_t r = co_write(fd, msg, (size_t)n, dl);
     if (r == n)
-        r = read_full(fd, back, (size_t)n, dl);
+        r = read_echo(fd, back, (size_t)n, dl);
     if (r == n)
         cls = F_SERVED;
     else if (r == 0 || r == -EPIPE)
