@@ -18,6 +18,8 @@
 #define _GNU_SOURCE 1
 #include <colony.h>
 
+#include "pooled_server.h"
+
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -50,70 +52,29 @@ typedef struct echo_stats {
     int64_t accepted, served, refused, bytes, timeouts, resets;
 } echo_stats_t;
 
-typedef struct echo_conn echo_conn_t;
 typedef struct echo_server {
+    psrv_t front;         /* first: the listener, pool, queue and live connections */
     echo_config_t cfg;
-    int lfd, port;
-    co_pool_t *pool;
-    co_chan_t *queue;     /* of echo_pending_t */
-    co_waitgroup_t loops; /* accept loop + dispatcher */
-    int stopping;         /* atomic: set once by echo_server_stop */
-    co_mutex_t mu;        /* protects active, closing */
-    echo_conn_t *active;
-    bool closing;
-    echo_stats_t st;      /* atomic counters */
+    echo_stats_t st;      /* atomic counters (accepted, refused: in front) */
 } echo_server_t;
 
-struct echo_conn {
-    echo_server_t *srv;
-    int fd;
-    echo_conn_t *prev, *next; /* in srv->active, under srv->mu */
-};
-
-typedef struct {
-    int fd;
-    int64_t since;
-} echo_pending_t;
+typedef struct echo_conn {
+    psrv_conn_t base;     /* first */
+} echo_conn_t;
 
 #define ECHO_INC(s, f, n) __atomic_add_fetch(&(s)->st.f, (n), __ATOMIC_RELAXED)
 
-static bool echo_register(echo_conn_t *c) {
-    echo_server_t *s = c->srv;
-    co_mutex_lock(&s->mu);
-    bool ok = !s->closing;
-    if (ok) {
-        c->prev = NULL;
-        c->next = s->active;
-        if (s->active)
-            s->active->prev = c;
-        s->active = c;
-    }
-    co_mutex_unlock(&s->mu);
-    return ok;
-}
-
-static void echo_unregister(echo_conn_t *c) {
-    echo_server_t *s = c->srv;
-    co_mutex_lock(&s->mu);
-    if (c->prev)
-        c->prev->next = c->next;
-    else
-        s->active = c->next;
-    if (c->next)
-        c->next->prev = c->prev;
-    co_mutex_unlock(&s->mu);
-}
-
 static void echo_conn_main(void *arg) {
     echo_conn_t *c = arg;
-    echo_server_t *s = c->srv;
+    echo_server_t *s = (echo_server_t *)c->base.srv;
+    int fd = c->base.fd;
     ECHO_INC(s, served, 1);
-    if (echo_register(c)) {
+    if (psrv_register(&c->base)) {
         int one = 1;
-        setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         char buf[ECHO_BUF];
         for (;;) {
-            ssize_t n = co_read(c->fd, buf, sizeof buf, co_deadline_after(s->cfg.idle_timeout_ns));
+            ssize_t n = co_read(fd, buf, sizeof buf, co_deadline_after(s->cfg.idle_timeout_ns));
             if (n <= 0) {
                 if (n == CO_ETIMEDOUT)
                     ECHO_INC(s, timeouts, 1);
@@ -121,7 +82,7 @@ static void echo_conn_main(void *arg) {
                     ECHO_INC(s, resets, 1);
                 break; /* EOF, stalled peer, reset, or shutdown */
             }
-            ssize_t w = co_write(c->fd, buf, (size_t)n, co_deadline_after(s->cfg.write_timeout_ns));
+            ssize_t w = co_write(fd, buf, (size_t)n, co_deadline_after(s->cfg.write_timeout_ns));
             if (w != n) {
                 if (w == CO_ETIMEDOUT)
                     ECHO_INC(s, timeouts, 1);
@@ -129,90 +90,10 @@ static void echo_conn_main(void *arg) {
             }
             ECHO_INC(s, bytes, n);
         }
-        echo_unregister(c);
+        psrv_unregister(&c->base);
     }
-    co_close(c->fd);
-    free(c);
-}
-
-/* Refuse: FIN with no data. Drain first so that the close is not a reset. */
-static void echo_refuse(echo_server_t *s, int fd) {
-    ECHO_INC(s, refused, 1);
-    char sink[1024];
-    while (co_read(fd, sink, sizeof sink, 0) > 0) {
-    }
-    shutdown(fd, SHUT_WR);
     co_close(fd);
-}
-
-static int echo_hand_to_pool(echo_server_t *s, int fd, int64_t deadline) {
-    echo_conn_t *c = malloc(sizeof *c);
-    if (!c)
-        return CO_ENOMEM;
-    c->srv = s;
-    c->fd = fd;
-    int rc = co_pool_submit_until(s->pool, echo_conn_main, c, deadline);
-    if (rc < 0)
-        free(c);
-    return rc;
-}
-
-static void echo_dispatcher(void *arg) {
-    echo_server_t *s = arg;
-    echo_pending_t p;
-    while (co_chan_recv(s->queue, &p, CO_FOREVER) == 0) {
-        if (__atomic_load_n(&s->stopping, __ATOMIC_ACQUIRE) ||
-            echo_hand_to_pool(s, p.fd, p.since + s->cfg.queue_wait_ns) < 0)
-            echo_refuse(s, p.fd);
-    }
-    co_waitgroup_done(&s->loops);
-}
-
-static void echo_accept_loop(void *arg) {
-    echo_server_t *s = arg;
-    int64_t backoff = 0;
-    for (;;) {
-        int fd = co_accept(s->lfd, NULL, NULL, CO_FOREVER);
-        if (fd < 0) {
-            if (fd == CO_ECLOSED || fd == -EBADF || __atomic_load_n(&s->stopping, __ATOMIC_ACQUIRE))
-                break;
-            backoff = backoff ? (backoff * 2 > 1000 * ECHO_MS ? 1000 * ECHO_MS : backoff * 2)
-                              : 5 * ECHO_MS;
-            co_sleep(backoff); /* EMFILE and friends */
-            continue;
-        }
-        backoff = 0;
-        ECHO_INC(s, accepted, 1);
-        if (echo_hand_to_pool(s, fd, 0) == 0)
-            continue;
-        echo_pending_t p = {.fd = fd, .since = co_now()};
-        if (co_chan_send(s->queue, &p, 0) < 0)
-            echo_refuse(s, fd);
-    }
-    co_chan_close(s->queue);
-    co_waitgroup_done(&s->loops);
-}
-
-static int echo_listen(const char *host, int port, int *bound) {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return -errno;
-    int one = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    if (inet_pton(AF_INET, host ? host : "127.0.0.1", &a.sin_addr) != 1) {
-        close(fd);
-        return CO_EINVAL;
-    }
-    if (bind(fd, (struct sockaddr *)&a, sizeof a) < 0 || listen(fd, 4096) < 0) {
-        int e = -errno;
-        close(fd);
-        return e;
-    }
-    socklen_t l = sizeof a;
-    getsockname(fd, (struct sockaddr *)&a, &l);
-    *bound = ntohs(a.sin_port);
-    return fd;
+    free(c);
 }
 
 static int echo_server_start(echo_server_t **out, const echo_config_t *cfg) {
@@ -220,66 +101,38 @@ static int echo_server_start(echo_server_t **out, const echo_config_t *cfg) {
     if (!s)
         return CO_ENOMEM;
     s->cfg = *cfg;
-    if (s->cfg.pool_size <= 0)
-        s->cfg.pool_size = 1000;
     if (s->cfg.idle_timeout_ns <= 0)
         s->cfg.idle_timeout_ns = 30000 * ECHO_MS;
     if (s->cfg.write_timeout_ns <= 0)
         s->cfg.write_timeout_ns = 10000 * ECHO_MS;
-    if (s->cfg.queue_wait_ns <= 0)
-        s->cfg.queue_wait_ns = 1000 * ECHO_MS;
-    if (s->cfg.queue_cap <= 0)
-        s->cfg.queue_cap = s->cfg.pool_size;
-    int rc = echo_listen(s->cfg.host, s->cfg.port, &s->port);
-    if (rc < 0)
-        goto fail;
-    s->lfd = rc;
-    co_pool_opts_t po = {.stack_size = 64 * 1024};
-    if ((rc = co_pool_new(&s->pool, s->cfg.pool_size, &po)) < 0)
-        goto fail_lfd;
-    if ((rc = co_chan_new(&s->queue, sizeof(echo_pending_t), (size_t)s->cfg.queue_cap)) < 0)
-        goto fail_pool;
-    co_waitgroup_add(&s->loops, 2);
-    if ((rc = co_go(echo_dispatcher, s)) < 0) {
-        co_waitgroup_add(&s->loops, -2);
-        goto fail_chan;
+    /* a refused connection gets no data: the client reads EOF */
+    psrv_config_t pc = {.host = s->cfg.host, .port = s->cfg.port, .pool_size = s->cfg.pool_size,
+                        .queue_wait_ns = s->cfg.queue_wait_ns, .queue_cap = s->cfg.queue_cap,
+                        .conn_size = sizeof(echo_conn_t), .serve = echo_conn_main};
+    int rc = psrv_start(&s->front, &pc);
+    if (rc < 0) {
+        free(s);
+        return rc;
     }
-    if ((rc = co_go(echo_accept_loop, s)) < 0) {
-        co_waitgroup_done(&s->loops);
-        co_chan_close(s->queue);
-        co_waitgroup_wait(&s->loops);
-        goto fail_chan;
-    }
+    s->cfg.pool_size = s->front.cfg.pool_size; /* the defaults psrv_start filled in */
+    s->cfg.queue_wait_ns = s->front.cfg.queue_wait_ns;
+    s->cfg.queue_cap = s->front.cfg.queue_cap;
     *out = s;
     return 0;
-fail_chan:
-    co_chan_free(s->queue);
-fail_pool:
-    co_pool_destroy(s->pool);
-fail_lfd:
-    co_close(s->lfd);
-fail:
-    free(s);
-    return rc;
 }
 
-static void echo_server_stop(echo_server_t *s) {
-    if (__atomic_exchange_n(&s->stopping, 1, __ATOMIC_ACQ_REL))
-        return;
-    co_close(s->lfd);
-}
+static int echo_server_port(const echo_server_t *s) { return s->front.port; }
 
+static void echo_server_stop(echo_server_t *s) { psrv_stop(&s->front); }
+
+/* Wait for the shutdown begun by echo_server_stop; frees s. */
 static void echo_server_wait(echo_server_t *s, echo_stats_t *stats) {
-    co_waitgroup_wait(&s->loops);
-    co_mutex_lock(&s->mu);
-    s->closing = true;
-    for (echo_conn_t *c = s->active; c; c = c->next)
-        shutdown(c->fd, SHUT_RDWR);
-    co_mutex_unlock(&s->mu);
-    co_pool_destroy(s->pool);
-    co_chan_free(s->queue);
-    if (stats)
+    psrv_wait(&s->front);
+    if (stats) {
         *stats = s->st;
+        stats->accepted = s->front.accepted;
+        stats->refused = s->front.refused;
+    }
     free(s);
 }
 
@@ -299,14 +152,10 @@ static int echo_run(void *arg) {
         return 1;
     }
     printf("echo_server: listening on %s:%d (pool %d, %d Ps)\n",
-           m->cfg.host ? m->cfg.host : "127.0.0.1", s->port, s->cfg.pool_size, co_procs());
+           m->cfg.host ? m->cfg.host : "127.0.0.1", echo_server_port(s), s->cfg.pool_size,
+           co_procs());
     fflush(stdout);
-    for (;;) {
-        rc = co_wait_fd(m->sigfd, CO_READABLE, CO_FOREVER);
-        struct signalfd_siginfo si;
-        if (rc < 0 || co_read(m->sigfd, &si, sizeof si, 0) == (ssize_t)sizeof si)
-            break;
-    }
+    psrv_wait_signal(m->sigfd);
     printf("echo_server: shutting down\n");
     echo_server_stop(s);
     echo_stats_t st;
@@ -334,18 +183,7 @@ int main(int argc, char **argv) {
     const char *h = getenv("ECHO_HOST");
     if (h)
         m.cfg.host = h;
-    struct rlimit rl;
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
-        rl.rlim_cur = rl.rlim_max;
-        setrlimit(RLIMIT_NOFILE, &rl);
-    }
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &set, NULL); /* before the runtime's threads exist */
-    signal(SIGPIPE, SIG_IGN);
-    m.sigfd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+    m.sigfd = psrv_main_signals(); /* before co_main starts threads */
     if (m.sigfd < 0) {
         perror("signalfd");
         return 1;

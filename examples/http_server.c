@@ -30,6 +30,8 @@
 #define _GNU_SOURCE 1
 #include <colony.h>
 
+#include "pooled_server.h"
+
 #include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
@@ -73,36 +75,25 @@ typedef struct http_stats {
     int64_t status_2xx, status_4xx, status_5xx, timeouts, resets;
 } http_stats_t;
 
-typedef struct http_conn http_conn_t;
 typedef struct http_server {
+    psrv_t front;          /* first: the listener, pool, queue and live connections */
     http_config_t cfg;
-    int lfd, port;
-    co_pool_t *pool;
-    co_chan_t *queue;      /* of http_pending_t: connections waiting for a worker */
-    co_waitgroup_t loops;  /* the accept loop and the dispatcher */
-    int stopping;          /* atomic: set once by http_server_stop */
-    co_mutex_t mu;         /* protects active, closing */
-    http_conn_t *active;   /* connections being served (for shutdown) */
-    bool closing;          /* under mu: no new connection may register */
-    http_stats_t st;       /* atomic counters */
+    http_stats_t st;       /* atomic counters (accepted, refused: in front) */
 } http_server_t;
 
-struct http_conn {
-    http_server_t *srv;
-    int fd;
-    http_conn_t *prev, *next; /* in srv->active, under srv->mu */
+typedef struct http_conn {
+    psrv_conn_t base;         /* first */
     time_t date_sec;
     char date[40];
     size_t have;              /* bytes in buf */
     char buf[HTTP_MAX_HEAD];
-};
-
-typedef struct http_pending {
-    int fd;
-    int64_t since;
-} http_pending_t;
+} http_conn_t;
 
 #define HTTP_INC(s, f) __atomic_add_fetch(&(s)->st.f, 1, __ATOMIC_RELAXED)
+
+static inline http_server_t *http_srv(const http_conn_t *c) {
+    return (http_server_t *)c->base.srv; /* front is its first member */
+}
 
 /* ---- responses ------------------------------------------------------------ */
 
@@ -138,7 +129,7 @@ static const char *http_date(http_conn_t *c) {
 static int http_respond(http_conn_t *c, int code, const char *ctype, const void *body, size_t len,
                         bool head_only, int conn_hdr /* 0 none, 1 close, 2 keep-alive */,
                         const char *extra) {
-    http_server_t *s = c->srv;
+    http_server_t *s = http_srv(c);
     char small[1024];
     int h = snprintf(small, sizeof small,
                      "HTTP/1.1 %d %s\r\nContent-Length: %zu\r\nContent-Type: %s\r\nDate: %s\r\n%s%s\r\n",
@@ -159,11 +150,11 @@ static int http_respond(http_conn_t *c, int code, const char *ctype, const void 
     if ((size_t)h + len <= sizeof small) { /* one write: header and body together */
         if (len)
             memcpy(small + h, body, len);
-        return co_write(c->fd, small, (size_t)h + len, dl) < 0 ? -1 : 0;
+        return co_write(c->base.fd, small, (size_t)h + len, dl) < 0 ? -1 : 0;
     }
-    if (co_write(c->fd, small, (size_t)h, dl) < 0)
+    if (co_write(c->base.fd, small, (size_t)h, dl) < 0)
         return -1;
-    return len && co_write(c->fd, body, len, dl) < 0 ? -1 : 0;
+    return len && co_write(c->base.fd, body, len, dl) < 0 ? -1 : 0;
 }
 
 /* Close after an error: stop sending, let the peer's pending bytes drain
@@ -355,37 +346,10 @@ static int http_parse(char *b, size_t head_len, http_req_t *r) {
 
 /* ---- one connection ------------------------------------------------------- */
 
-static bool http_register(http_conn_t *c) {
-    http_server_t *s = c->srv;
-    co_mutex_lock(&s->mu);
-    bool ok = !s->closing;
-    if (ok) {
-        c->prev = NULL;
-        c->next = s->active;
-        if (s->active)
-            s->active->prev = c;
-        s->active = c;
-    }
-    co_mutex_unlock(&s->mu);
-    return ok;
-}
-
-static void http_unregister(http_conn_t *c) {
-    http_server_t *s = c->srv;
-    co_mutex_lock(&s->mu);
-    if (c->prev)
-        c->prev->next = c->next;
-    else
-        s->active = c->next;
-    if (c->next)
-        c->next->prev = c->prev;
-    co_mutex_unlock(&s->mu);
-}
-
 /* Read until the buffer holds a complete head. Returns its length, 0 on a
  * clean EOF between requests, or -status to refuse, or -1 to just close. */
 static long http_read_head(http_conn_t *c) {
-    http_server_t *s = c->srv;
+    http_server_t *s = http_srv(c);
     int64_t dl = co_deadline_after(s->cfg.read_timeout_ns);
     for (;;) {
         char *e = c->have >= 4 ? memmem(c->buf, c->have, "\r\n\r\n", 4) : NULL;
@@ -396,7 +360,7 @@ static long http_read_head(http_conn_t *c) {
             return -pre;
         if (c->have == sizeof c->buf)
             return -431;
-        ssize_t n = co_read(c->fd, c->buf + c->have, sizeof c->buf - c->have, dl);
+        ssize_t n = co_read(c->base.fd, c->buf + c->have, sizeof c->buf - c->have, dl);
         if (n > 0) {
             c->have += (size_t)n;
             continue;
@@ -422,10 +386,10 @@ static int http_skip_body(http_conn_t *c, size_t head_len, long long len) {
     }
     len -= (long long)inbuf;
     c->have = 0;
-    int64_t dl = co_deadline_after(c->srv->cfg.read_timeout_ns);
+    int64_t dl = co_deadline_after(http_srv(c)->cfg.read_timeout_ns);
     while (len > 0) {
         size_t want = len < (long long)sizeof c->buf ? (size_t)len : sizeof c->buf;
-        ssize_t n = co_read(c->fd, c->buf, want, dl);
+        ssize_t n = co_read(c->base.fd, c->buf, want, dl);
         if (n <= 0)
             return -1;
         len -= n;
@@ -435,15 +399,15 @@ static int http_skip_body(http_conn_t *c, size_t head_len, long long len) {
 
 static void http_conn_main(void *arg) {
     http_conn_t *c = arg;
-    http_server_t *s = c->srv;
+    http_server_t *s = http_srv(c);
     HTTP_INC(s, served);
-    if (!http_register(c)) {
-        co_close(c->fd);
+    if (!psrv_register(&c->base)) {
+        co_close(c->base.fd);
         free(c);
         return;
     }
     int one = 1;
-    setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    setsockopt(c->base.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     bool linger = false;
     for (;;) {
         long hl = http_read_head(c);
@@ -465,7 +429,7 @@ static void http_conn_main(void *arg) {
         }
         HTTP_INC(s, requests);
         bool keep = r.minor >= 1 ? !r.conn_close : r.conn_keep && !r.conn_close;
-        if (__atomic_load_n(&s->stopping, __ATOMIC_ACQUIRE))
+        if (psrv_stopping(&s->front))
             keep = false;
         int conn_hdr = keep ? (r.minor == 0 ? 2 : 0) : 1;
         bool is_get = r.method_len == 3 && memcmp(r.method, "GET", 3) == 0;
@@ -502,104 +466,19 @@ static void http_conn_main(void *arg) {
         if (rc < 0 || !keep)
             break;
     }
-    http_unregister(c);
+    psrv_unregister(&c->base);
     if (linger)
-        http_linger_close(c->fd);
+        http_linger_close(c->base.fd);
     else
-        co_close(c->fd);
+        co_close(c->base.fd);
     free(c);
-}
-
-/* ---- accepting, queueing, refusing ------------------------------------------ */
-
-static void http_refuse(http_server_t *s, int fd) {
-    HTTP_INC(s, refused);
-    static const char busy[] = "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n"
-                               "Retry-After: 1\r\nConnection: close\r\n\r\n";
-    char sink[1024];
-    while (co_read(fd, sink, sizeof sink, 0) > 0) {
-    } /* drained: our close sends FIN, not RST */
-    (void)co_write(fd, busy, sizeof busy - 1, 0); /* try once: never stall the acceptor */
-    shutdown(fd, SHUT_WR);
-    co_close(fd);
-}
-
-static int http_hand_to_pool(http_server_t *s, int fd, int64_t deadline) {
-    http_conn_t *c = malloc(sizeof *c);
-    if (!c)
-        return CO_ENOMEM;
-    c->srv = s;
-    c->fd = fd;
-    c->have = 0;
-    c->date_sec = 0;
-    int rc = co_pool_submit_until(s->pool, http_conn_main, c, deadline);
-    if (rc < 0)
-        free(c);
-    return rc;
-}
-
-/* Takes waiting connections off the queue and waits (until each one's
- * own deadline) for a worker. */
-static void http_dispatcher(void *arg) {
-    http_server_t *s = arg;
-    http_pending_t p;
-    while (co_chan_recv(s->queue, &p, CO_FOREVER) == 0) {
-        if (__atomic_load_n(&s->stopping, __ATOMIC_ACQUIRE) ||
-            http_hand_to_pool(s, p.fd, p.since + s->cfg.queue_wait_ns) < 0)
-            http_refuse(s, p.fd);
-    }
-    co_waitgroup_done(&s->loops);
-}
-
-static void http_accept_loop(void *arg) {
-    http_server_t *s = arg;
-    int64_t backoff = 0;
-    for (;;) {
-        int fd = co_accept(s->lfd, NULL, NULL, CO_FOREVER);
-        if (fd < 0) {
-            if (fd == CO_ECLOSED || fd == -EBADF || __atomic_load_n(&s->stopping, __ATOMIC_ACQUIRE))
-                break;
-            /* EMFILE, ENOBUFS...: back off as Go's Serve does (5 ms .. 1 s) */
-            backoff = backoff ? (backoff * 2 > 1000 * HTTP_MS ? 1000 * HTTP_MS : backoff * 2)
-                              : 5 * HTTP_MS;
-            co_sleep(backoff);
-            continue;
-        }
-        backoff = 0;
-        HTTP_INC(s, accepted);
-        if (http_hand_to_pool(s, fd, 0) == 0)
-            continue; /* a worker took it */
-        http_pending_t p = {.fd = fd, .since = co_now()};
-        if (co_chan_send(s->queue, &p, 0) < 0)
-            http_refuse(s, fd); /* the waiting room is full too */
-    }
-    co_chan_close(s->queue); /* the dispatcher refuses what is left, then ends */
-    co_waitgroup_done(&s->loops);
 }
 
 /* ---- the library face ---------------------------------------------------------- */
 
-static int http_listen(const char *host, int port, int *bound) {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return -errno;
-    int one = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    if (inet_pton(AF_INET, host ? host : "127.0.0.1", &a.sin_addr) != 1) {
-        close(fd);
-        return CO_EINVAL;
-    }
-    if (bind(fd, (struct sockaddr *)&a, sizeof a) < 0 || listen(fd, 4096) < 0) {
-        int e = -errno;
-        close(fd);
-        return e;
-    }
-    socklen_t l = sizeof a;
-    getsockname(fd, (struct sockaddr *)&a, &l);
-    *bound = ntohs(a.sin_port);
-    return fd;
-}
+/* A refused connection (pool and waiting room full, or shutting down). */
+static const char http_busy[] = "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n"
+                                "Retry-After: 1\r\nConnection: close\r\n\r\n";
 
 /* Start serving (from a coroutine or a thread). 0 or a negative code. */
 static int http_server_start(http_server_t **out, const http_config_t *cfg) {
@@ -607,74 +486,44 @@ static int http_server_start(http_server_t **out, const http_config_t *cfg) {
     if (!s)
         return CO_ENOMEM;
     s->cfg = *cfg;
-    if (s->cfg.pool_size <= 0)
-        s->cfg.pool_size = 1000;
     if (s->cfg.read_timeout_ns <= 0)
         s->cfg.read_timeout_ns = 10000 * HTTP_MS;
     if (s->cfg.write_timeout_ns <= 0)
         s->cfg.write_timeout_ns = 10000 * HTTP_MS;
-    if (s->cfg.queue_wait_ns <= 0)
-        s->cfg.queue_wait_ns = 1000 * HTTP_MS;
-    if (s->cfg.queue_cap <= 0)
-        s->cfg.queue_cap = s->cfg.pool_size;
-    int rc = http_listen(s->cfg.host, s->cfg.port, &s->port);
-    if (rc < 0)
-        goto fail;
-    s->lfd = rc;
-    co_pool_opts_t po = {.stack_size = 64 * 1024, .disable_purge = false};
-    if ((rc = co_pool_new(&s->pool, s->cfg.pool_size, &po)) < 0)
-        goto fail_lfd;
-    if ((rc = co_chan_new(&s->queue, sizeof(http_pending_t), (size_t)s->cfg.queue_cap)) < 0)
-        goto fail_pool;
-    co_waitgroup_add(&s->loops, 2);
-    if ((rc = co_go(http_dispatcher, s)) < 0) {
-        co_waitgroup_add(&s->loops, -2);
-        goto fail_chan;
+    psrv_config_t pc = {.host = s->cfg.host, .port = s->cfg.port, .pool_size = s->cfg.pool_size,
+                        .queue_wait_ns = s->cfg.queue_wait_ns, .queue_cap = s->cfg.queue_cap,
+                        .conn_size = sizeof(http_conn_t), .serve = http_conn_main,
+                        .refuse_msg = http_busy};
+    int rc = psrv_start(&s->front, &pc);
+    if (rc < 0) {
+        free(s);
+        return rc;
     }
-    if ((rc = co_go(http_accept_loop, s)) < 0) {
-        co_waitgroup_done(&s->loops);
-        co_chan_close(s->queue);
-        co_waitgroup_wait(&s->loops);
-        goto fail_chan;
-    }
+    s->cfg.pool_size = s->front.cfg.pool_size; /* the defaults psrv_start filled in */
+    s->cfg.queue_wait_ns = s->front.cfg.queue_wait_ns;
+    s->cfg.queue_cap = s->front.cfg.queue_cap;
     *out = s;
     return 0;
-fail_chan:
-    co_chan_free(s->queue);
-fail_pool:
-    co_pool_destroy(s->pool);
-fail_lfd:
-    co_close(s->lfd);
-fail:
-    free(s);
-    return rc;
 }
 
 static int http_server_port(const http_server_t *s) {
-    return s->port;
+    return s->front.port;
 }
 
 /* Begin shutdown; callable once, from any coroutine or thread. */
 static void http_server_stop(http_server_t *s) {
-    if (__atomic_exchange_n(&s->stopping, 1, __ATOMIC_ACQ_REL))
-        return;
-    co_close(s->lfd); /* wakes the accept loop with CO_ECLOSED */
+    psrv_stop(&s->front);
 }
 
 /* Wait for the shutdown begun by http_server_stop to finish: every
  * connection ended, every worker returned. Frees s. */
 static void http_server_wait(http_server_t *s, http_stats_t *stats) {
-    co_waitgroup_wait(&s->loops);
-    /* End the connections still served: their reads see EOF. */
-    co_mutex_lock(&s->mu);
-    s->closing = true;
-    for (http_conn_t *c = s->active; c; c = c->next)
-        shutdown(c->fd, SHUT_RDWR);
-    co_mutex_unlock(&s->mu);
-    co_pool_destroy(s->pool); /* waits for the workers */
-    co_chan_free(s->queue);
-    if (stats)
+    psrv_wait(&s->front);
+    if (stats) {
         *stats = s->st;
+        stats->accepted = s->front.accepted;
+        stats->refused = s->front.refused;
+    }
     free(s);
 }
 
@@ -710,12 +559,7 @@ static int http_run(void *arg) {
            m->cfg.host ? m->cfg.host : "127.0.0.1", http_server_port(s), s->cfg.pool_size,
            co_procs());
     fflush(stdout);
-    for (;;) { /* wait for SIGINT or SIGTERM */
-        rc = co_wait_fd(m->sigfd, CO_READABLE, CO_FOREVER);
-        struct signalfd_siginfo si;
-        if (rc < 0 || co_read(m->sigfd, &si, sizeof si, 0) == (ssize_t)sizeof si)
-            break;
-    }
+    psrv_wait_signal(m->sigfd); /* SIGINT or SIGTERM */
     printf("http_server: shutting down\n");
     http_server_stop(s);
     http_stats_t st;
@@ -740,21 +584,7 @@ int main(int argc, char **argv) {
     const char *h = getenv("HTTP_HOST");
     if (h)
         m.cfg.host = h;
-    /* Let the pool's connections use the whole fd allowance. */
-    struct rlimit rl;
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
-        rl.rlim_cur = rl.rlim_max;
-        setrlimit(RLIMIT_NOFILE, &rl);
-    }
-    /* Block the signals before the runtime starts its threads (they
-     * inherit the mask), then receive them through a signalfd. */
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &set, NULL);
-    signal(SIGPIPE, SIG_IGN);
-    m.sigfd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+    m.sigfd = psrv_main_signals(); /* before co_main starts threads */
     if (m.sigfd < 0) {
         perror("signalfd");
         return 1;

@@ -414,7 +414,7 @@ static void echo_client_co(void *arg) {
 static void test_echo(void) {
     int fds0 = count_fds(), cos0 = co_count();
     echo_server_t *s = start_echo(64, 0, 300 * MS, 0);
-    int port = s->port;
+    int port = echo_server_port(s);
     enum { N = 100 };
     eclient_t cs[N];
     co_waitgroup_t wg = CO_WAITGROUP_INIT;
@@ -462,7 +462,7 @@ static void test_echo(void) {
 static void test_echo_overload_and_shutdown(void) {
     int fds0 = count_fds(), cos0 = co_count();
     echo_server_t *s = start_echo(4, 4, 30000 * MS, 100 * MS);
-    int port = s->port;
+    int port = echo_server_port(s);
     enum { N = 30 };
     int fd[N];
     for (int i = 0; i < N; i++)
