@@ -52,8 +52,10 @@
 
 static size_t page_size;
 static int64_t guard_budget;      /* atomic: guarded stacks we may still create */
+#ifndef CO_ASAN /* ASan reports overflows itself: no handler of ours then */
 static struct sigaction prev_segv;
 static bool segv_installed;
+#endif
 
 static void overflow_report(co_g_t *g, const char *how) {
     char buf[256];
@@ -63,6 +65,7 @@ static void overflow_report(co_g_t *g, const char *how) {
     if (n > 0) (void)!write(2, buf, (size_t)n < sizeof buf ? (size_t)n : sizeof buf - 1);
 }
 
+#ifndef CO_ASAN
 static void segv_handler(int sig, siginfo_t *si, void *uctx) {
     co_m_t *m = co__getm();
     co_g_t *g = m ? m->curg : NULL;
@@ -99,6 +102,7 @@ static void segv_handler(int sig, siginfo_t *si, void *uctx) {
     signal(sig, SIG_DFL);
     raise(sig);
 }
+#endif
 
 void co__stack_setup(void) {
     page_size = (size_t)sysconf(_SC_PAGESIZE);

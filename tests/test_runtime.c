@@ -146,6 +146,55 @@ static void tdel_waiter(void *arg) {
     co_waitgroup_done(&wg);
 }
 
+/* The same with one deadline for all: their timers fire in batches while
+ * values are still being handed over, so a waiter woken by a value may
+ * delete its timer while the batch that popped it has not run it yet (the
+ * delete waits for that callback, which must find the parker claimed). How
+ * many get a value depends on timing (none, on a starved machine); the
+ * checks hold either way: nothing lost, nothing early, nothing twice. */
+static int64_t tdel_same_dl; /* set before the gate opens */
+static co_waitgroup_t tdel_gate = CO_WAITGROUP_INIT;
+static void tdel_same_waiter(void *arg) {
+    (void)arg;
+    co_waitgroup_wait(&tdel_gate);
+    int v = 0;
+    int rc = co_chan_recv(tdel_ch, &v, tdel_same_dl);
+    if (rc == 0 && v == 7)
+        atomic_fetch_add(&tdel_got, 1);
+    else if (rc == CO_ETIMEDOUT && co_now() >= tdel_same_dl)
+        atomic_fetch_add(&tdel_timedout, 1);
+    else
+        atomic_fetch_add(&tdel_bad, 1);
+    co_waitgroup_done(&wg);
+}
+
+static void test_timer_batch_races(void) {
+    int n = sanitized() ? 2000 : 20000;
+    atomic_store(&tdel_got, 0);
+    atomic_store(&tdel_timedout, 0);
+    atomic_store(&tdel_bad, 0);
+    CHECK_EQ(co_chan_new(&tdel_ch, sizeof(int), 0), 0);
+    co_waitgroup_add(&tdel_gate, 1);
+    co_waitgroup_add(&wg, n);
+    for (int i = 0; i < n; i++) CHECK_EQ(co_go(tdel_same_waiter, NULL), 0);
+    tdel_same_dl = co_deadline_after(20 * 1000000);
+    co_waitgroup_done(&tdel_gate); /* publishes the deadline to every waiter */
+    long sent = 0;
+    int v = 7;
+    /* hand values over from a little before the deadline until well after */
+    while (co_now() < tdel_same_dl - 2 * 1000000) co_sleep(500000);
+    int64_t until = tdel_same_dl + 5 * 1000000;
+    while (co_now() < until)
+        if (co_chan_send(tdel_ch, &v, 0) == 0) sent++;
+    co_waitgroup_wait(&wg);
+    fprintf(stderr, "timer batch races: %ld handed over, %ld timed out\n", atomic_load(&tdel_got),
+            atomic_load(&tdel_timedout));
+    CHECK_EQ(atomic_load(&tdel_bad), 0);
+    CHECK_EQ(atomic_load(&tdel_got), sent);
+    CHECK_EQ(atomic_load(&tdel_got) + atomic_load(&tdel_timedout), n);
+    co_chan_free(tdel_ch);
+}
+
 static void test_timer_deletes(void) {
     int n = sanitized() ? 2000 : 40000;
     atomic_store(&tdel_got, 0);
@@ -440,6 +489,7 @@ int main(void) {
     T_RUN(test_sleep);
     T_RUN(test_many_timers);
     T_RUN(test_timer_deletes);
+    T_RUN(test_timer_batch_races);
     T_RUN(test_waitgroup_timeout);
     T_RUN(test_ids);
     T_RUN(test_sched_stats);
