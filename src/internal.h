@@ -193,8 +193,10 @@ CO_HIDDEN void co__netpoll_fini(void);
 CO_HIDDEN int co__netpoll(int64_t delay_ns);
 CO_HIDDEN void co__netpoll_break(void); /* wake an M blocked in co__netpoll */
 CO_HIDDEN bool co__netpoll_has_waiters(void);
-/* sched.c: an M is blocked in co__netpoll (or about to be), so a new edge
- * is seen at once. A hint (may be stale). */
-CO_HIDDEN bool co__netpoll_watched(void);
+/* sched.c: a new edge will be seen soon: an M is blocked in co__netpoll
+ * (or about to be), or one polled less than CO__POLL_RECENT_NS before
+ * `now` (Ms poll whenever they run out of work). A hint (may be stale). */
+#define CO__POLL_RECENT_NS 1000000
+CO_HIDDEN bool co__netpoll_soon(int64_t now);
 
 #endif

@@ -377,6 +377,16 @@ static bool again(ssize_t e) {
     return e == -EAGAIN || e == -EWOULDBLOCK;
 }
 
+/* co_read's skip of a read(2) that would fail with EAGAIN: the deadline
+ * is not past (a past one is a try, and tries read) and a new edge will be
+ * seen soon (co__netpoll_soon). */
+static bool edge_wait_pays(int64_t deadline) {
+    if (deadline != CO_FOREVER && deadline <= 0) return false;
+    int64_t now = co_now();
+    if (deadline != CO_FOREVER && deadline <= now) return false;
+    return co__netpoll_soon(now);
+}
+
 /* ---- the operations ------------------------------------------------------ */
 
 ssize_t co_read(int fd, void *buf, size_t len, int64_t deadline) {
@@ -393,17 +403,15 @@ ssize_t co_read(int fd, void *buf, size_t len, int64_t deadline) {
         uint32_t seq = __atomic_load_n(&pd->rseq, __ATOMIC_ACQUIRE);
         /* The last read of this stream came back short at this very edge
          * count, so it was empty then and any byte since brings a new edge.
-         * While an M watches the poller, that edge is seen at once: wait
-         * for it instead of spending a read(2) on EAGAIN (a request/response
+         * While the poller is watched, or polled lately (busy Ms poll each
+         * time they run out of work), that edge is seen soon: wait for it
+         * instead of spending a read(2) on EAGAIN (a request/response
          * connection saves one syscall per message). Never for a deadline
          * that has passed: that is a try, and tries read. Never after a
          * hang-up or error edge: EOF and errors stay pending with no edge to
          * come (seq was loaded with acquire after the hup store it covers). */
         if (seq + 1 != 0 && __atomic_load_n(&pd->rdrained, __ATOMIC_RELAXED) == seq + 1 &&
-            len > 0 &&
-            !__atomic_load_n(&pd->hup, __ATOMIC_RELAXED) &&
-            (deadline == CO_FOREVER || (deadline > 0 && deadline > co_now())) &&
-            co__netpoll_watched()) {
+            len > 0 && !__atomic_load_n(&pd->hup, __ATOMIC_RELAXED) && edge_wait_pays(deadline)) {
             __atomic_store_n(&pd->rdrained, 0, __ATOMIC_RELAXED); /* one skip per short read */
             int w = pd_wait(pd, CO__PD_READ, seq, 0, deadline);
             if (w < 0) {

@@ -673,10 +673,11 @@ static co_g_t *findrunnable(co_m_t *m) {
         /* Lent away just now: runq_next_fast gave up without looking at the
          * queue, which may be full. Retire at the top; never steal into it. */
         if (CO_UNLIKELY(__atomic_load_n(&p->retire, __ATOMIC_ACQUIRE))) continue;
-        if (co__netpoll_has_waiters() && __atomic_load_n(&s->polling, __ATOMIC_ACQUIRE) == 0 &&
-            co__netpoll(0) > 0) {
+        if (co__netpoll_has_waiters() && __atomic_load_n(&s->polling, __ATOMIC_ACQUIRE) == 0) {
+            int ready = co__netpoll(0);
+            /* relaxed: a hint for co__netpoll_soon and sysmon */
             __atomic_store_n(&s->lastpoll, co_now(), __ATOMIC_RELAXED);
-            continue;
+            if (ready > 0) continue;
         }
         /* Steal, if not too many Ms are spinning already. */
         uint32_t busy = (uint32_t)s->nprocs - __atomic_load_n(&s->npidle, __ATOMIC_SEQ_CST);
@@ -1269,9 +1270,12 @@ int co_shutdown(void) {
     return 0;
 }
 
-bool co__netpoll_watched(void) {
+bool co__netpoll_soon(int64_t now) {
     /* acquire: pairs with block_idle's seq_cst store before it polls */
-    return __atomic_load_n(&co__sched.poll_until, __ATOMIC_ACQUIRE) != 0;
+    if (__atomic_load_n(&co__sched.poll_until, __ATOMIC_ACQUIRE) != 0) return true;
+    /* Ms that run out of work poll on their way to sleep: one did lately,
+     * so one will again soon (sysmon polls after 10 ms without one). */
+    return now - __atomic_load_n(&co__sched.lastpoll, __ATOMIC_RELAXED) < CO__POLL_RECENT_NS;
 }
 
 int co_procs(void) {
