@@ -113,6 +113,12 @@ __attribute__((unused)) static int t_sanitized(void) {
     return 0;
 }
 
+/* Sanitized, or in CI (COLONY_CI set): the heavier stress tests run
+ * smaller there. */
+__attribute__((unused)) static int t_small(void) {
+    return t_sanitized() || getenv("COLONY_CI") != NULL;
+}
+
 /* Under TSan only (its shadow memory makes the resident set meaningless). */
 __attribute__((unused)) static int t_tsan(void) {
 #if defined(__SANITIZE_THREAD__)

@@ -11,13 +11,6 @@
 #include <pthread.h>
 #include <sched.h>
 
-#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
-#define SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer) || __has_feature(address_sanitizer)
-#define SANITIZED 1
-#endif
-#endif
 
 #define NPROD 8
 #define NCONS 8
@@ -292,11 +285,7 @@ int main(void) {
     /* The issue's figure: 1,000,000 values through the three capacities
      * (more than a third of a million each), under TSan and ASan too; a
      * million through each in the plain build. */
-#ifdef SANITIZED
-    n_values = 340000;
-#else
-    n_values = 1000000;
-#endif
+    n_values = t_sanitized() ? 340000 : 1000000;
     t_begin(580);
     CHECK_EQ(co_main(run, NULL), 0);
     return t_end();

@@ -11,17 +11,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
-#define T_SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer) || __has_feature(address_sanitizer)
-#define T_SANITIZED 1
-#endif
-#endif
-#ifndef T_SANITIZED
-#define T_SANITIZED 0
-#endif
-static int small(void) { return T_SANITIZED || getenv("COLONY_CI") != NULL; }
 
 #define MS (1000 * 1000LL)
 
@@ -351,7 +340,7 @@ static void test_free_random(void) {
 
 /* A deep chain: canceling the root walks 20,000 levels without recursion. */
 static void deep_body(void *a) {
-    int depth = small() ? 2000 : 20000;
+    int depth = t_small() ? 2000 : 20000;
     co_ctx_t **chain = malloc(sizeof *chain * (size_t)depth);
     CHECK_EQ(co_ctx_with_cancel(&chain[0], co_ctx_background()), 0);
     for (int i = 1; i < depth; i++) CHECK_EQ(co_ctx_with_cancel(&chain[i], chain[i - 1]), 0);
@@ -408,7 +397,7 @@ static void *churn_th(void *a) {
 }
 static void test_stress(void) {
     CHECK_EQ(co_ctx_with_cancel(&cs.root, co_ctx_background()), 0);
-    cs.iters = small() ? 300 : 3000;
+    cs.iters = t_small() ? 300 : 3000;
     co_waitgroup_add(&cs_wg, 8);
     for (int i = 0; i < 8; i++) CHECK_EQ(co_go(churn_co, (void *)(intptr_t)(i + 1)), 0);
     pthread_t th[2];
@@ -429,7 +418,7 @@ static void *race_adder(void *a) {
     return NULL;
 }
 static void test_cancel_while_adding(void) {
-    for (int round = 0; round < (small() ? 5 : 30); round++) {
+    for (int round = 0; round < (t_small() ? 5 : 30); round++) {
         CHECK_EQ(co_ctx_with_cancel(&race_root, co_ctx_background()), 0);
         co_ctx_t *kept;
         CHECK_EQ(co_ctx_with_cancel(&kept, race_root), 0);
@@ -445,7 +434,7 @@ static void test_cancel_while_adding(void) {
 
 int main(int argc, char **argv) {
     if (argc == 3 && !strcmp(argv[1], "--misuse")) return run_misuse(argv[2]);
-    t_begin(small() ? 240 : 120);
+    t_begin(t_small() ? 240 : 120);
     T_RUN(test_background);
     T_RUN(test_einval);
     T_RUN(test_cancel);

@@ -11,17 +11,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
-#define T_SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer) || __has_feature(address_sanitizer)
-#define T_SANITIZED 1
-#endif
-#endif
-#ifndef T_SANITIZED
-#define T_SANITIZED 0
-#endif
-static int small(void) { return T_SANITIZED || getenv("COLONY_CI") != NULL; }
 
 #define MS (1000 * 1000LL)
 
@@ -275,7 +264,7 @@ static void *gstress_th(void *a) {
     return NULL;
 }
 static void test_stress(void) {
-    int n = small() ? 20 : 200;
+    int n = t_small() ? 20 : 200;
     gs_t s[6];
     for (int i = 0; i < 6; i++) s[i] = (gs_t){n, (unsigned)i * 31u + 7u};
     co_waitgroup_add(&gs_wg, 4);
@@ -288,7 +277,7 @@ static void test_stress(void) {
 
 int main(int argc, char **argv) {
     if (argc == 3 && !strcmp(argv[1], "--misuse")) return run_misuse(argv[2]);
-    t_begin(small() ? 240 : 120);
+    t_begin(t_small() ? 240 : 120);
     T_RUN(test_einval);
     T_RUN(test_all_ok);
     T_RUN(test_first_error);

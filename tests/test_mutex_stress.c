@@ -10,17 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
-#define T_SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer) || __has_feature(address_sanitizer)
-#define T_SANITIZED 1
-#endif
-#endif
-#ifndef T_SANITIZED
-#define T_SANITIZED 0
-#endif
-static int small(void) { return T_SANITIZED || getenv("COLONY_CI") != NULL; }
 
 /* hidden counter in src/sync.c: times any mutex entered starvation mode */
 extern uint64_t co__mutex_starvation_count;
@@ -172,7 +161,7 @@ static void *slow_holder_th(void *a) {
     return NULL;
 }
 static void test_starvation_many(void) {
-    int n = small() ? 100 : 500;
+    int n = t_small() ? 100 : 500;
     co_waitgroup_add(&wg, 8);
     for (int i = 0; i < 8; i++) CHECK_EQ(co_go(slow_holder, &n), 0);
     pthread_t th;
@@ -185,7 +174,7 @@ static void test_starvation_many(void) {
 }
 
 int main(void) {
-    t_begin(small() ? 280 : 200);
+    t_begin(t_small() ? 280 : 200);
     T_RUN(test_counter);
     T_RUN(test_starvation_victim_coroutine);
     T_RUN(test_starvation_victim_thread);

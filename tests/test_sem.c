@@ -11,17 +11,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
-#define T_SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer) || __has_feature(address_sanitizer)
-#define T_SANITIZED 1
-#endif
-#endif
-#ifndef T_SANITIZED
-#define T_SANITIZED 0
-#endif
-static int small(void) { return T_SANITIZED || getenv("COLONY_CI") != NULL; }
 
 #define MS (1000 * 1000LL)
 
@@ -254,7 +243,7 @@ static void *stress_th(void *a) {
 static void test_stress(void) {
     st.size = 7;
     co_sem_init(&st.s, st.size);
-    st.iters = small() ? 1000 : 10000;
+    st.iters = t_small() ? 1000 : 10000;
     co_waitgroup_add(&st_wg, 8);
     for (int i = 0; i < 8; i++) CHECK_EQ(co_go(stress_co, (void *)(intptr_t)(i + 1)), 0);
     pthread_t th[2];
@@ -268,7 +257,7 @@ static void test_stress(void) {
 
 int main(int argc, char **argv) {
     if (argc == 3 && !strcmp(argv[1], "--misuse")) return run_misuse(argv[2]);
-    t_begin(small() ? 240 : 120);
+    t_begin(t_small() ? 240 : 120);
     T_RUN(test_basic);
     T_RUN(test_large_not_starved);
     T_RUN(test_head_timeout_unblocks);

@@ -11,17 +11,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
-#define T_SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer) || __has_feature(address_sanitizer)
-#define T_SANITIZED 1
-#endif
-#endif
-#ifndef T_SANITIZED
-#define T_SANITIZED 0
-#endif
-static int small(void) { return T_SANITIZED || getenv("COLONY_CI") != NULL; }
 
 /* hidden test hook in src/sync.c */
 int32_t co__rwmutex_reader_count(co_rwmutex_t *rw);
@@ -251,7 +240,7 @@ static void rw_worker(void *p, int idx) {
 }
 static void test_rwmutex_stress(void) {
     rwx_t *x = calloc(1, sizeof *x);
-    x->iters = small() ? 2000 : 20000;
+    x->iters = t_small() ? 2000 : 20000;
     run_mixed(8, 2, rw_worker, x);
     CHECK_EQ(x->a, x->b);
     CHECK_EQ(x->a, (long)10 * x->iters / 4);
@@ -469,7 +458,7 @@ static void tk_body(void *p, int idx) {
     }
 }
 static void test_cond_stress(void) {
-    tk_t t = {CO_MUTEX_INIT, CO_COND_INIT, 0, 0, small() ? 4000 : 40000, 0};
+    tk_t t = {CO_MUTEX_INIT, CO_COND_INIT, 0, 0, t_small() ? 4000 : 40000, 0};
     run_mixed(6, 2, tk_body, &t); /* 4 producers (even idx), 4 consumers */
     CHECK_EQ(t.consumed, t.produced_total);
     CHECK_EQ(t.tokens, 0);
@@ -545,7 +534,7 @@ static void spin_body(void *p, int idx) {
     }
 }
 static void test_spinlock(void) {
-    sp_t s = {CO_SPINLOCK_INIT, 0, small() ? 2000 : 20000};
+    sp_t s = {CO_SPINLOCK_INIT, 0, t_small() ? 2000 : 20000};
     run_mixed(8, 2, spin_body, &s);
     CHECK_EQ(s.count, 10L * s.iters);
     co_spinlock_lock(&s.l); /* before and without any coroutine involvement */
@@ -554,7 +543,7 @@ static void test_spinlock(void) {
 
 int main(int argc, char **argv) {
     if (argc == 3 && !strcmp(argv[1], "--misuse")) return run_misuse(argv[2]);
-    t_begin(small() ? 240 : 120);
+    t_begin(t_small() ? 240 : 120);
     T_RUN(test_mutex_init);
     T_RUN(test_mutex_trylock);
     T_RUN(test_mutex_handoff);
