@@ -1274,7 +1274,9 @@ bool co__netpoll_soon(int64_t now) {
     /* acquire: pairs with block_idle's seq_cst store before it polls */
     if (__atomic_load_n(&co__sched.poll_until, __ATOMIC_ACQUIRE) != 0) return true;
     /* Ms that run out of work poll on their way to sleep: one did lately,
-     * so one will again soon (sysmon polls after 10 ms without one). */
+     * so one will again soon (sysmon polls after 10 ms without one).
+     * relaxed: a hint; pairs with nothing (a stale value costs a read(2) or
+     * a wait for the next poll, never a lost wake-up: the edge stays). */
     return now - __atomic_load_n(&co__sched.lastpoll, __ATOMIC_RELAXED) < CO__POLL_RECENT_NS;
 }
 
