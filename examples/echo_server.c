@@ -114,9 +114,6 @@ static int echo_server_start(echo_server_t **out, const echo_config_t *cfg) {
         free(s);
         return rc;
     }
-    s->cfg.pool_size = s->front.cfg.pool_size; /* the defaults psrv_start filled in */
-    s->cfg.queue_wait_ns = s->front.cfg.queue_wait_ns;
-    s->cfg.queue_cap = s->front.cfg.queue_cap;
     *out = s;
     return 0;
 }
@@ -152,7 +149,7 @@ static int echo_run(void *arg) {
         return 1;
     }
     printf("echo_server: listening on %s:%d (pool %d, %d Ps)\n",
-           m->cfg.host ? m->cfg.host : "127.0.0.1", echo_server_port(s), s->cfg.pool_size,
+           m->cfg.host ? m->cfg.host : "127.0.0.1", echo_server_port(s), s->front.cfg.pool_size,
            co_procs());
     fflush(stdout);
     psrv_wait_signal(m->sigfd);

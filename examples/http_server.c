@@ -499,9 +499,6 @@ static int http_server_start(http_server_t **out, const http_config_t *cfg) {
         free(s);
         return rc;
     }
-    s->cfg.pool_size = s->front.cfg.pool_size; /* the defaults psrv_start filled in */
-    s->cfg.queue_wait_ns = s->front.cfg.queue_wait_ns;
-    s->cfg.queue_cap = s->front.cfg.queue_cap;
     *out = s;
     return 0;
 }
@@ -556,7 +553,7 @@ static int http_run(void *arg) {
         return 1;
     }
     printf("http_server: listening on http://%s:%d/ (pool %d, %d Ps)\n",
-           m->cfg.host ? m->cfg.host : "127.0.0.1", http_server_port(s), s->cfg.pool_size,
+           m->cfg.host ? m->cfg.host : "127.0.0.1", http_server_port(s), s->front.cfg.pool_size,
            co_procs());
     fflush(stdout);
     psrv_wait_signal(m->sigfd); /* SIGINT or SIGTERM */

@@ -87,11 +87,7 @@ static void chan_post_park(co_g_t *g, void *arg) {
 static int chan_block(co_chan_t *ch, co__waitq_t *q, void *data, int64_t deadline, int reason) {
     co_m_t *m = co__getm(); /* NULL on a plain thread */
     co__parker_t pk;
-    pk.state = CO__PK_WAITING; /* co__parker_init, with the M read once */
-    pk.futex = 0;
-    pk.g = m ? m->curg : NULL;
-    pk.winner = NULL;
-    pk.wait_reason = reason;
+    co__parker_init_g(&pk, m ? m->curg : NULL, reason); /* the M read once */
     co__waiter_t w;
     w.pk = &pk;
     w.data = data;

@@ -101,13 +101,17 @@ enum {
     CO__WR_POOL, CO__WR_IO, CO__WR_MAIN, CO__WR_GROUP, CO__WR_COUNT_
 };
 
-/* Prepare a parker for the calling coroutine or thread. */
-static inline void co__parker_init(co__parker_t *pk, int wait_reason) {
+/* Prepare a parker for coroutine g (NULL: the calling plain thread). */
+static inline void co__parker_init_g(co__parker_t *pk, struct co_g *g, int wait_reason) {
     pk->state = CO__PK_WAITING;
     pk->futex = 0;
-    pk->g = co__cur_g();
+    pk->g = g;
     pk->winner = NULL;
     pk->wait_reason = wait_reason;
+}
+/* Prepare a parker for the calling coroutine or thread. */
+static inline void co__parker_init(co__parker_t *pk, int wait_reason) {
+    co__parker_init_g(pk, co__cur_g(), wait_reason);
 }
 
 /* Block until claimed. `unlockf(arg)` (may be NULL) is called exactly once

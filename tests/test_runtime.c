@@ -133,8 +133,9 @@ static void test_many_timers(void) {
 static co_chan_t *tdel_ch;
 static atomic_long tdel_got, tdel_timedout, tdel_bad;
 
-static void tdel_waiter(void *arg) {
-    int64_t dl = co_deadline_after((1 + (int64_t)((uintptr_t)arg % 20)) * 1000000);
+/* Receive with deadline dl and count the outcome: a value, a timeout at or
+ * after dl, or anything else (bad). */
+static void tdel_recv(int64_t dl) {
     int v = 0;
     int rc = co_chan_recv(tdel_ch, &v, dl);
     if (rc == 0 && v == 7)
@@ -144,6 +145,30 @@ static void tdel_waiter(void *arg) {
     else
         atomic_fetch_add(&tdel_bad, 1);
     co_waitgroup_done(&wg);
+}
+
+static void tdel_waiter(void *arg) {
+    tdel_recv(co_deadline_after((1 + (int64_t)((uintptr_t)arg % 20)) * 1000000));
+}
+
+/* Fresh counters and channel; n waiters to come. */
+static void tdel_begin(int n) {
+    atomic_store(&tdel_got, 0);
+    atomic_store(&tdel_timedout, 0);
+    atomic_store(&tdel_bad, 0);
+    CHECK_EQ(co_chan_new(&tdel_ch, sizeof(int), 0), 0);
+    co_waitgroup_add(&wg, n);
+}
+
+/* Wait for the n waiters; every value sent was received exactly once and
+ * every other waiter timed out, none early. */
+static void tdel_end(const char *what, int n, long sent) {
+    co_waitgroup_wait(&wg);
+    fprintf(stderr, "%s: %ld handed over, %ld timed out\n", what, atomic_load(&tdel_got),
+            atomic_load(&tdel_timedout));
+    CHECK_EQ(atomic_load(&tdel_bad), 0);
+    CHECK_EQ(atomic_load(&tdel_got), sent);
+    CHECK_EQ(atomic_load(&tdel_got) + atomic_load(&tdel_timedout), n);
 }
 
 /* The same with one deadline for all: their timers fire in batches while
@@ -157,25 +182,13 @@ static co_waitgroup_t tdel_gate = CO_WAITGROUP_INIT;
 static void tdel_same_waiter(void *arg) {
     (void)arg;
     co_waitgroup_wait(&tdel_gate);
-    int v = 0;
-    int rc = co_chan_recv(tdel_ch, &v, tdel_same_dl);
-    if (rc == 0 && v == 7)
-        atomic_fetch_add(&tdel_got, 1);
-    else if (rc == CO_ETIMEDOUT && co_now() >= tdel_same_dl)
-        atomic_fetch_add(&tdel_timedout, 1);
-    else
-        atomic_fetch_add(&tdel_bad, 1);
-    co_waitgroup_done(&wg);
+    tdel_recv(tdel_same_dl);
 }
 
 static void test_timer_batch_races(void) {
     int n = sanitized() ? 2000 : 20000;
-    atomic_store(&tdel_got, 0);
-    atomic_store(&tdel_timedout, 0);
-    atomic_store(&tdel_bad, 0);
-    CHECK_EQ(co_chan_new(&tdel_ch, sizeof(int), 0), 0);
+    tdel_begin(n);
     co_waitgroup_add(&tdel_gate, 1);
-    co_waitgroup_add(&wg, n);
     for (int i = 0; i < n; i++) CHECK_EQ(co_go(tdel_same_waiter, NULL), 0);
     tdel_same_dl = co_deadline_after(20 * 1000000);
     co_waitgroup_done(&tdel_gate); /* publishes the deadline to every waiter */
@@ -186,22 +199,13 @@ static void test_timer_batch_races(void) {
     int64_t until = tdel_same_dl + 5 * 1000000;
     while (co_now() < until)
         if (co_chan_send(tdel_ch, &v, 0) == 0) sent++;
-    co_waitgroup_wait(&wg);
-    fprintf(stderr, "timer batch races: %ld handed over, %ld timed out\n", atomic_load(&tdel_got),
-            atomic_load(&tdel_timedout));
-    CHECK_EQ(atomic_load(&tdel_bad), 0);
-    CHECK_EQ(atomic_load(&tdel_got), sent);
-    CHECK_EQ(atomic_load(&tdel_got) + atomic_load(&tdel_timedout), n);
+    tdel_end("timer batch races", n, sent);
     co_chan_free(tdel_ch);
 }
 
 static void test_timer_deletes(void) {
     int n = sanitized() ? 2000 : 40000;
-    atomic_store(&tdel_got, 0);
-    atomic_store(&tdel_timedout, 0);
-    atomic_store(&tdel_bad, 0);
-    CHECK_EQ(co_chan_new(&tdel_ch, sizeof(int), 0), 0);
-    co_waitgroup_add(&wg, n);
+    tdel_begin(n);
     for (int i = 0; i < n; i++) CHECK_EQ(co_go(tdel_waiter, (void *)(uintptr_t)(i * 7919u)), 0);
     long sent = 0;
     int v = 7;
@@ -210,12 +214,7 @@ static void test_timer_deletes(void) {
             if (co_chan_send(tdel_ch, &v, 0) == 0) sent++;
         co_sleep(1000000);
     }
-    co_waitgroup_wait(&wg);
-    fprintf(stderr, "timer deletes: %ld handed over, %ld timed out\n", atomic_load(&tdel_got),
-            atomic_load(&tdel_timedout));
-    CHECK_EQ(atomic_load(&tdel_bad), 0);
-    CHECK_EQ(atomic_load(&tdel_got), sent);
-    CHECK_EQ(atomic_load(&tdel_got) + atomic_load(&tdel_timedout), n);
+    tdel_end("timer deletes", n, sent);
     CHECK(sent > 0);
     CHECK(atomic_load(&tdel_timedout) > 0);
     co_chan_free(tdel_ch);
