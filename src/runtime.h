@@ -14,6 +14,7 @@
 
 #define CO_RUNQ_SIZE 256   /* per-P ring, as Go's runq [256]guintptr */
 #define CO_GFREE_LOCAL 64  /* dead Gs cached per P before spilling half to global */
+#define CO_SFREE_LOCAL 32  /* free stacks cached per P before spilling half to global */
 #define CO_MAX_PROCS 1024
 #define CO_DEFAULT_STACK ((size_t)256 * 1024)
 
@@ -45,7 +46,10 @@ typedef struct co_g {
     int wait_reason;           /* CO__WR_*, written by the G itself before parking */
     void (*fn)(void *);
     void *arg;
+    /* Empty (map NULL) until the G first runs: a default-size stack is
+     * attached then (gcache.c). Other sizes are allocated at spawn. */
     co__stack_t stack;
+    uint64_t fpenv;            /* its creator's FP control words, to start with */
     struct co_g *schedlink;    /* global run queue / free lists; owned by the list's lock */
     struct co_g *alllink_next, *alllink_prev; /* all-G list, under sched.allg_lock */
     void *panic_top;           /* co__panic_slot; only the G itself */
@@ -94,9 +98,12 @@ typedef struct co_p {
     co_g_t *runq[CO_RUNQ_SIZE];
     co_g_t *runnext;
 
-    /* Dead Gs with default-size stacks, owner only. */
+    /* gcache.c, owner only: dead Gs (bare: no stack) and free stacks of
+     * the runtime's default size. */
     co_g_t *gfree;
     int gfree_n;
+    int sfree_n;
+    co__stack_t sfree[CO_SFREE_LOCAL];
 
     /* Timers: 4-ary min-heap on `when`. timers_lock protects timers,
      * timers_len, timers_cap, the tslots fields and every pending
@@ -164,7 +171,8 @@ typedef struct co_sched {
 
     /* lock protects: pidle, npidle writes, midle, nmidle, allm, mcount,
      * runq (the global queue), runqsize, gfree_global, ngfree_global,
-     * gfree_low, pspare, pretiring. */
+     * gfree_low, sfree_global, nsfree_global, sfree_cap, sfree_low,
+     * stackwait, nstackwait, pspare, pretiring. */
     _Alignas(64) co__lock_t lock;
     co_p_t *pidle;
     co_m_t *midle;
@@ -183,6 +191,12 @@ typedef struct co_sched {
     co_g_t *gfree_global;
     int ngfree_global;         /* atomic (written under lock, read lock-free) */
     int gfree_low;             /* fewest Gs on gfree_global since sysmon's last trim */
+    co__stack_t *sfree_global; /* free default-size stacks: an array of sfree_cap */
+    int nsfree_global;         /* atomic (written under lock, read lock-free) */
+    int sfree_cap;
+    int sfree_low;             /* fewest stacks on sfree_global since the last trim */
+    co_g_t *stackwait;         /* Gs that found no stack to start on (gcache.c) */
+    int nstackwait;            /* atomic (written under lock, read lock-free) */
     co_p_t *pspare;            /* retired Ps, ready to be lent again */
     co_p_t *pretiring;         /* Ps lent away whose M has not retired them yet */
 
@@ -226,14 +240,22 @@ CO_HIDDEN void co__park_m(co_m_t *m, void (*post)(co_g_t *, void *), void *arg, 
 CO_HIDDEN void co__wakep(void);
 CO_HIDDEN void co__startm(co_p_t *p, bool spinning);
 CO_HIDDEN void co__handoffp(co_p_t *p);
-CO_HIDDEN int co__gfree_trim(int keep);
-CO_HIDDEN bool co__runq_room(void); /* the caller's P can take another G without spilling */                      /* sysmon: free cold dead Gs */
+CO_HIDDEN bool co__runq_room(void); /* the caller's P can take another G without spilling */
 CO_HIDDEN co_p_t *co__pidleget(void);
 CO_HIDDEN void co__globrunqput(co_g_t **gs, int n); /* n Gs, in order, to the global queue */
 CO_HIDDEN void co__globrunq_free(void);              /* shutdown: the chunks */
 CO_HIDDEN bool co__runq_empty(co_p_t *p);
 CO_HIDDEN int co__runq_len(co_p_t *p);
 CO_HIDDEN uint32_t co__fastrand(void);
+/* gcache.c: dead Gs and free stacks */
+CO_HIDDEN co_g_t *co__gfget(co_p_t *p);           /* a bare G, or NULL; p may be NULL */
+CO_HIDDEN void co__gfput(co_p_t *p, co_g_t *g);   /* a dead G: it and its stack to the caches */
+CO_HIDDEN void co__g_release(co_g_t *g);          /* free a G that is on no list */
+CO_HIDDEN bool co__stack_attach(co_m_t *m, co_g_t *g); /* false: g waits on stackwait */
+CO_HIDDEN int co__stackwait_retry(void);          /* sysmon: requeue them; returns how many */
+CO_HIDDEN int co__gfree_trim(int keep);           /* sysmon: free cold Gs and stacks */
+CO_HIDDEN void co__gcache_free_p(co_p_t *p);      /* shutdown */
+CO_HIDDEN void co__gcache_free_global(void);      /* shutdown */
 /* stack.c */
 CO_HIDDEN void co__stack_setup(void);
 CO_HIDDEN int co__stack_alloc(co__stack_t *s, size_t size);

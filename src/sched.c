@@ -115,6 +115,12 @@ static void run_post(co_m_t *m) {
 /* Switch from `from` (running on m) to `to`. Returns when `from` is
  * resumed, possibly on another M; runs that M's post-switch action. */
 static void gogo(co_m_t *m, co_g_t *from, co_g_t *to, bool from_exiting) {
+    if (CO_UNLIKELY(!to->stack.map) && !to->is_g0 && !co__stack_attach(m, to)) {
+        /* No stack for its first run: `to` waits on stackwait (gcache.c).
+         * g0 looks for other work; a G switches to g0, which does. */
+        if (from->is_g0) return;
+        to = &m->g0;
+    }
     m->curg = to->is_g0 ? NULL : to;
     if (!to->is_g0) __atomic_store_n(&to->status, CO_G_RUNNING, __ATOMIC_RELAXED);
 #ifdef CO_ASAN
@@ -724,123 +730,10 @@ static co_g_t *findrunnable(co_m_t *m) {
 
 /* ---- Gs ------------------------------------------------------------------- */
 
-static void gfree_release(co_g_t *g) {
-    co__stack_free(&g->stack);
-#ifdef CO_TSAN
-    if (g->tsan_fiber) __tsan_destroy_fiber(g->tsan_fiber);
-#endif
-    co__lock(&co__sched.allg_lock);
-    if (g->alllink_prev)
-        g->alllink_prev->alllink_next = g->alllink_next;
-    else
-        co__sched.allg = g->alllink_next;
-    if (g->alllink_next) g->alllink_next->alllink_prev = g->alllink_prev;
-    co__unlock(&co__sched.allg_lock);
-    free(g);
-}
-
-/* Owner of p (p may be NULL). Cache a dead G and its stack. The global
- * list is unbounded here: a burst of exits must not turn into a burst of
- * munmaps (each one takes the mm lock and shoots down TLBs on every CPU
- * running us). sysmon gives back, in the background, the Gs that stayed
- * unused for a whole trim period (co__gfree_trim), as Go's GC frees the
- * stacks of dead Gs. */
-static void gfput(co_p_t *p, co_g_t *g) {
-    co_sched_t *s = &co__sched;
-    if (g->stack.size != s->stack_size || !p) {
-        gfree_release(g);
-        return;
-    }
-    g->schedlink = p->gfree;
-    p->gfree = g;
-    if (++p->gfree_n < CO_GFREE_LOCAL) return;
-    /* Spill half to the global list. */
-    co_g_t *first = p->gfree, *last = first;
-    int n = 1;
-    while (p->gfree_n - n > CO_GFREE_LOCAL / 2) {
-        last = last->schedlink;
-        n++;
-    }
-    p->gfree = last->schedlink;
-    p->gfree_n -= n;
-    co__lock(&s->lock);
-    last->schedlink = s->gfree_global;
-    s->gfree_global = first;
-    __atomic_store_n(&s->ngfree_global, s->ngfree_global + n, __ATOMIC_RELAXED);
-    co__unlock(&s->lock);
-}
-
-static co_g_t *gfget(co_p_t *p) {
-    co_sched_t *s = &co__sched;
-    if (p && p->gfree) {
-        co_g_t *g = p->gfree;
-        p->gfree = g->schedlink;
-        p->gfree_n--;
-        return g;
-    }
-    if (__atomic_load_n(&s->ngfree_global, __ATOMIC_RELAXED) == 0) return NULL;
-    co__lock(&s->lock);
-    co_g_t *g = s->gfree_global;
-    if (g) {
-        s->gfree_global = g->schedlink;
-        int n = s->ngfree_global - 1;
-        /* refill the local cache with a batch */
-        while (p && p->gfree_n < CO_GFREE_LOCAL / 2 && s->gfree_global) {
-            co_g_t *x = s->gfree_global;
-            s->gfree_global = x->schedlink;
-            n--;
-            x->schedlink = p->gfree;
-            p->gfree = x;
-            p->gfree_n++;
-        }
-        __atomic_store_n(&s->ngfree_global, n, __ATOMIC_RELAXED);
-        if (n < s->gfree_low) s->gfree_low = n;
-    }
-    co__unlock(&s->lock);
-    return g;
-}
-
-/* sysmon, every trim period: free as many dead Gs as stayed on the global
- * list through the whole period (its low watermark), keeping `keep`. Which
- * ones does not matter (none was used for a period); they are popped from
- * the top in small batches, so the scheduler lock is never held for long,
- * and unmapped outside it. */
-int co__gfree_trim(int keep) {
-    co_sched_t *s = &co__sched;
-    co__lock(&s->lock);
-    int cold = s->gfree_low - keep;
-    s->gfree_low = s->ngfree_global;
-    co__unlock(&s->lock);
-    int freed = 0;
-    while (freed < cold) {
-        co_g_t *batch = NULL;
-        int n = 0;
-        co__lock(&s->lock);
-        while (n < 256 && freed + n < cold && s->ngfree_global - n > keep && s->gfree_global) {
-            co_g_t *x = s->gfree_global;
-            s->gfree_global = x->schedlink;
-            x->schedlink = batch;
-            batch = x;
-            n++;
-        }
-        __atomic_store_n(&s->ngfree_global, s->ngfree_global - n, __ATOMIC_RELAXED);
-        if (s->gfree_low > s->ngfree_global) s->gfree_low = s->ngfree_global;
-        co__unlock(&s->lock);
-        if (n == 0) break;
-        while (batch) {
-            co_g_t *x = batch;
-            batch = x->schedlink;
-            gfree_release(x);
-        }
-        freed += n;
-    }
-    return freed;
-}
-
 static void post_gfree(co_g_t *g, void *arg) {
     (void)arg;
     co_m_t *m = co__getm();
-    gfput(m->p, g);
+    co__gfput(m->p, g);
 }
 
 static void goexit(co_g_t *g) __attribute__((noreturn));
@@ -875,15 +768,10 @@ int co__spawn(void (*fn)(void *), void *arg, size_t stack_size, const char *name
     if (stack_size == 0) stack_size = s->stack_size;
     co_m_t *m = co__getm();
     co_p_t *p = m ? m->p : NULL;
-    co_g_t *g = NULL;
-    if (stack_size == s->stack_size) g = gfget(p);
+    co_g_t *g = co__gfget(p);
     if (!g) {
         g = calloc(1, sizeof *g);
         if (!g) return CO_ENOMEM;
-        if (co__stack_alloc(&g->stack, stack_size) < 0) {
-            free(g);
-            return CO_ENOMEM;
-        }
 #ifdef CO_TSAN
         g->tsan_fiber = __tsan_create_fiber(0);
 #endif
@@ -892,6 +780,17 @@ int co__spawn(void (*fn)(void *), void *arg, size_t stack_size, const char *name
         if (s->allg) s->allg->alllink_prev = g;
         s->allg = g;
         co__unlock(&s->allg_lock);
+    }
+    /* A default-size stack comes when the G first runs (gcache.c); any
+     * other size now, so that running out is this call's CO_ENOMEM. */
+    g->fpenv = co__fpenv_save();
+    if (stack_size != s->stack_size) {
+        if (co__stack_alloc(&g->stack, stack_size) < 0) {
+            g->stack.map = NULL;
+            co__gfput(p, g);
+            return CO_ENOMEM;
+        }
+        co__ctx_make(&g->ctx, g->stack.lo, g->stack.size, g, g->fpenv);
     }
     g->fn = fn;
     g->arg = arg;
@@ -912,7 +811,6 @@ int co__spawn(void (*fn)(void *), void *arg, size_t stack_size, const char *name
     } else {
         g->name[0] = 0;
     }
-    co__ctx_make(&g->ctx, g->stack.lo, g->stack.size, g);
     __atomic_add_fetch(&s->ngoroutines, 1, __ATOMIC_ACQ_REL);
     __atomic_store_n(&g->status, CO_G_RUNNABLE, __ATOMIC_RELAXED);
     if (p) {
@@ -1229,11 +1127,7 @@ int co_shutdown(void) {
     }
     for (int i = 0; i < s->nprocs; i++) {
         co_p_t *p = s->allp[i];
-        while (p->gfree) {
-            co_g_t *g = p->gfree;
-            p->gfree = g->schedlink;
-            gfree_release(g);
-        }
+        co__gcache_free_p(p);
         co__timers_free(p);
         free(p);
     }
@@ -1248,19 +1142,11 @@ int co_shutdown(void) {
     while (s->pspare) {
         co_p_t *p = s->pspare;
         s->pspare = p->link;
-        while (p->gfree) {
-            co_g_t *g = p->gfree;
-            p->gfree = g->schedlink;
-            gfree_release(g);
-        }
+        co__gcache_free_p(p);
         co__timers_free(p);
         free(p);
     }
-    while (s->gfree_global) {
-        co_g_t *g = s->gfree_global;
-        s->gfree_global = g->schedlink;
-        gfree_release(g);
-    }
+    co__gcache_free_global();
     free(s->allp);
     s->allp = NULL;
     co__globrunq_free();

@@ -10,8 +10,10 @@
  *    another M to run it (see lend_spare);
  *  - polls the network if nobody has for 10 ms;
  *  - runs timers that are more than 1 ms overdue (their P is busy);
- *  - once a second frees the dead Gs (and stacks) nobody reused since the
- *    last second, beyond a reserve of GFREE_KEEP;
+ *  - once a second frees the dead Gs and stacks nobody reused since the
+ *    last second, beyond a reserve of GFREE_KEEP of each;
+ *  - every 10 ms requeues the Gs that found no memory for a stack to start
+ *    on (gcache.c), so they start once there is some;
  *  - prints the schedtrace line when COLONY_DEBUG=schedtrace=MS asks.
  * It sleeps 20 us, doubling after 50 idle rounds up to 10 ms, on a futex so
  * co_blocking and co_shutdown can kick it awake.
@@ -26,6 +28,7 @@
 #define FORCE_PREEMPT_NS 10000000
 #define GFREE_TRIM_NS 1000000000 /* dead Gs unused this long are freed... */
 #define GFREE_KEEP 1024          /* ...beyond this many kept for the next burst */
+#define STACKWAIT_RETRY_NS 10000000 /* Gs that found no stack to start on retry this often */
 
 static bool retake_syscall(co_p_t *p, int64_t now) {
     co_sched_t *s = &co__sched;
@@ -145,7 +148,7 @@ static void *sysmon_main(void *arg) {
     int64_t delay = SYSMON_MIN_NS;
     int idle = 0;
     int64_t last_trace = co_now();
-    int64_t last_trim = last_trace;
+    int64_t last_trim = last_trace, last_stackwait = last_trace;
     while (!__atomic_load_n(&s->stopping, __ATOMIC_ACQUIRE)) {
         bool long_sleep = delay > 1000000;
         if (long_sleep) __atomic_store_n(&s->sysmon_sleeping, 1, __ATOMIC_SEQ_CST);
@@ -172,6 +175,11 @@ static void *sysmon_main(void *arg) {
                 tick == p->sysmon_timertick)
                 work += co__timers_run(p, now);
             p->sysmon_timertick = tick;
+        }
+        if (__atomic_load_n(&s->nstackwait, __ATOMIC_RELAXED) &&
+            now - last_stackwait >= STACKWAIT_RETRY_NS) {
+            last_stackwait = now;
+            work += co__stackwait_retry();
         }
         if (now - last_trim >= GFREE_TRIM_NS) {
             last_trim = now;

@@ -456,6 +456,101 @@ static void test_fp_control_words(void) {
     CHECK_EQ(fegetround(), FE_TONEAREST); /* the plain thread's own mode is untouched */
 }
 
+/* A new coroutine starts with its creator's FP control words, as of the
+ * co_go call, whoever switches to it first (its stack and first context
+ * are made only then). */
+static atomic_int fp_child_mode;
+
+static void fp_child(void *arg) {
+    (void)arg;
+    atomic_store(&fp_child_mode, fegetround());
+    co_waitgroup_done(&fp_wg);
+}
+
+static int fp_parent(void *arg) {
+    (void)arg;
+    const int modes[] = {FE_UPWARD, FE_DOWNWARD, FE_TOWARDZERO};
+    for (int i = 0; i < 3; i++) {
+        atomic_store(&fp_child_mode, -1);
+        co_waitgroup_add(&fp_wg, 1);
+        fesetround(modes[i]);
+        if (co_go(fp_child, NULL) != 0) return -1;
+        /* switch to the child in another mode (or let another M start it) */
+        fesetround(modes[(i + 1) % 3]);
+        co_yield();
+        fesetround(FE_TONEAREST);
+        co_waitgroup_wait(&fp_wg);
+        CHECK_EQ(atomic_load(&fp_child_mode), modes[i]);
+    }
+    return 0;
+}
+
+static void test_fp_inherited(void) {
+    CHECK_EQ(co_main(fp_parent, NULL), 0);
+    CHECK_EQ(fegetround(), FE_TONEAREST);
+}
+
+/* A coroutine that cannot get memory for its stack when it first runs is
+ * not lost: it waits and starts once stacks come back. In a child with a
+ * small address-space limit, 400 coroutines hold their 256 KiB stacks at a
+ * gate: fewer than 400 can start. Opening the gate frees stacks, and every
+ * one of the 400 runs to its end. */
+static atomic_int sw_started, sw_done;
+static co_waitgroup_t sw_gate = CO_WAITGROUP_INIT, sw_wg = CO_WAITGROUP_INIT;
+
+static void sw_worker(void *arg) {
+    (void)arg;
+    atomic_fetch_add(&sw_started, 1);
+    co_waitgroup_wait(&sw_gate);
+    atomic_fetch_add(&sw_done, 1);
+    co_waitgroup_done(&sw_wg);
+}
+
+static void test_stack_wait(void) {
+    if (sanitized()) return; /* sanitizers reserve huge shadow mappings */
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        extern int co__test_reset_after_fork(void);
+        co__test_reset_after_fork();
+        co_config_t c = {.procs = 1};
+        if (co_shutdown() != 0 || co_init(&c) != 0) _exit(2);
+        co_waitgroup_add(&wg, 1);
+        if (co_go(incr, NULL) != 0) _exit(2); /* starts the M before the limit */
+        co_waitgroup_wait(&wg);
+        long pages = 0;
+        FILE *f = fopen("/proc/self/statm", "r");
+        if (!f || fscanf(f, "%ld", &pages) != 1) _exit(2);
+        fclose(f);
+        struct rlimit cur;
+        getrlimit(RLIMIT_AS, &cur);
+        struct rlimit lim = {(rlim_t)pages * 4096 + ((rlim_t)40 << 20), cur.rlim_max};
+        if (setrlimit(RLIMIT_AS, &lim) != 0) _exit(2);
+        enum { N = 400 };
+        co_waitgroup_add(&sw_gate, 1);
+        co_waitgroup_add(&sw_wg, N);
+        for (int i = 0; i < N; i++)
+            if (co_go(sw_worker, NULL) != 0) _exit(3); /* spawning needs no stack */
+        /* wait until no more start (bounded: the test's timeout is the limit) */
+        int last = -1, same = 0;
+        while (same < 20) {
+            struct timespec ts = {0, 10 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+            int now = atomic_load(&sw_started);
+            same = now == last ? same + 1 : 0;
+            last = now;
+        }
+        int started = atomic_load(&sw_started);
+        co_waitgroup_done(&sw_gate);
+        co_waitgroup_wait(&sw_wg);
+        _exit(started > 0 && started < N && atomic_load(&sw_done) == N ? 0 : 4);
+    }
+    int st;
+    waitpid(pid, &st, 0);
+    CHECK(WIFEXITED(st));
+    CHECK_EQ(WEXITSTATUS(st), 0);
+}
+
 /* co_sched_stats and co_sched_runq_lens: bad input is ignored, good input
  * gives figures within their ranges. */
 static void test_sched_stats(void) {
@@ -485,6 +580,7 @@ int main(void) {
     T_RUN(test_co_main_nested);
     T_RUN(test_yield);
     T_RUN(test_fp_control_words);
+    T_RUN(test_fp_inherited);
     T_RUN(test_sleep);
     T_RUN(test_many_timers);
     T_RUN(test_timer_deletes);
@@ -497,6 +593,7 @@ int main(void) {
     T_RUN(test_overflow_guard);
     T_RUN(test_overflow_canary);
     T_RUN(test_enomem);
+    T_RUN(test_stack_wait);
     T_RUN(test_shutdown_restart);
     return t_end();
 }

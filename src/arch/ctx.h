@@ -11,6 +11,7 @@
 #ifndef COLONY_ARCH_CTX_H
 #define COLONY_ARCH_CTX_H
 #include <stddef.h>
+#include <stdint.h>
 #ifdef COLONY_UCONTEXT
 #include <ucontext.h>
 #endif
@@ -25,9 +26,29 @@ typedef struct co__ctx {
 struct co_g;
 /* Entry point of every coroutine (sched.c); never returns. */
 __attribute__((visibility("hidden"), noreturn)) void co__g_entry(struct co_g *g);
-/* Prepare ctx so that switching to it runs co__g_entry(g) on [lo, lo+size). */
+/* Prepare ctx so that switching to it runs co__g_entry(g) on [lo, lo+size),
+ * with the FP control words fpenv (from co__fpenv_save). */
 __attribute__((visibility("hidden"))) void co__ctx_make(co__ctx_t *ctx, void *lo, size_t size,
-                                                        struct co_g *g);
+                                                        struct co_g *g, uint64_t fpenv);
+
+/* The caller's FP control words, as a new context should start with them:
+ * x86-64: MXCSR in the low 32 bits, the x87 control word above; AArch64:
+ * FPCR. 0 (nothing kept) elsewhere. */
+static inline uint64_t co__fpenv_save(void) {
+#if defined(__x86_64__)
+    uint32_t mxcsr;
+    uint16_t fpcw;
+    __asm__ volatile("stmxcsr %0" : "=m"(mxcsr));
+    __asm__ volatile("fnstcw %0" : "=m"(fpcw));
+    return mxcsr | (uint64_t)fpcw << 32;
+#elif defined(__aarch64__)
+    uint64_t fpcr;
+    __asm__ volatile("mrs %0, fpcr" : "=r"(fpcr));
+    return fpcr;
+#else
+    return 0;
+#endif
+}
 #ifdef COLONY_UCONTEXT
 __attribute__((visibility("hidden"))) void co__ctx_switch(co__ctx_t *from, co__ctx_t *to);
 #else

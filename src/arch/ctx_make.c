@@ -7,17 +7,15 @@
 
 extern void co__trampoline(void) __attribute__((visibility("hidden")));
 
-void co__ctx_make(co__ctx_t *ctx, void *lo, size_t size, struct co_g *g) {
+void co__ctx_make(co__ctx_t *ctx, void *lo, size_t size, struct co_g *g, uint64_t fpenv) {
     uintptr_t top = ((uintptr_t)lo + size) & ~(uintptr_t)15;
 #if defined(__x86_64__)
     /* Frame of 72 bytes (see the .S diagram); after `ret` pops the return
      * address rsp = top, 16-byte aligned, as co__trampoline expects. */
     uint64_t *sp = (uint64_t *)(top - 72);
     memset(sp, 0, 72);
-    uint32_t mxcsr;
-    uint16_t fpcw;
-    __asm__ volatile("stmxcsr %0" : "=m"(mxcsr));
-    __asm__ volatile("fnstcw %0" : "=m"(fpcw));
+    uint32_t mxcsr = (uint32_t)fpenv;
+    uint16_t fpcw = (uint16_t)(fpenv >> 32);
     memcpy((char *)sp + 8, &mxcsr, 4);
     memcpy((char *)sp + 12, &fpcw, 2);
     sp[5] = (uint64_t)(uintptr_t)g;                      /* r12 */
@@ -26,11 +24,9 @@ void co__ctx_make(co__ctx_t *ctx, void *lo, size_t size, struct co_g *g) {
 #elif defined(__aarch64__)
     uint64_t *sp = (uint64_t *)(top - 176);
     memset(sp, 0, 176);
-    uint64_t fpcr;
-    __asm__ volatile("mrs %0, fpcr" : "=r"(fpcr));
     sp[0] = (uint64_t)(uintptr_t)g;                      /* x19 */
     sp[11] = (uint64_t)(uintptr_t)&co__trampoline;       /* x30 */
-    sp[20] = fpcr;
+    sp[20] = fpenv; /* FPCR */
     ctx->sp = sp;
 #else
 #error "no assembly context switch for this ISA: build with -DCOLONY_UCONTEXT=ON"

@@ -7,18 +7,35 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-static void uc_entry(unsigned hi, unsigned lo) {
+/* The new context's FP control words: setcontext loaded those of whoever
+ * called co__ctx_make; the coroutine starts with its creator's. */
+static void fpenv_load(uint64_t fpenv) {
+#if defined(__x86_64__)
+    uint32_t mxcsr = (uint32_t)fpenv;
+    uint16_t fpcw = (uint16_t)(fpenv >> 32);
+    __asm__ volatile("ldmxcsr %0" : : "m"(mxcsr));
+    __asm__ volatile("fldcw %0" : : "m"(fpcw));
+#elif defined(__aarch64__)
+    __asm__ volatile("msr fpcr, %0" : : "r"(fpenv));
+#else
+    (void)fpenv;
+#endif
+}
+
+static void uc_entry(unsigned hi, unsigned lo, unsigned fhi, unsigned flo) {
     struct co_g *g = (struct co_g *)(((uintptr_t)hi << 32) | (uintptr_t)lo);
+    fpenv_load(((uint64_t)fhi << 32) | flo);
     co__g_entry(g);
 }
 
-void co__ctx_make(co__ctx_t *ctx, void *lo, size_t size, struct co_g *g) {
+void co__ctx_make(co__ctx_t *ctx, void *lo, size_t size, struct co_g *g, uint64_t fpenv) {
     if (getcontext(&ctx->uc) != 0) abort();
     ctx->uc.uc_stack.ss_sp = lo;
     ctx->uc.uc_stack.ss_size = size;
     ctx->uc.uc_link = NULL;
     uintptr_t v = (uintptr_t)g;
-    makecontext(&ctx->uc, (void (*)(void))uc_entry, 2, (unsigned)(v >> 32), (unsigned)v);
+    makecontext(&ctx->uc, (void (*)(void))uc_entry, 4, (unsigned)(v >> 32), (unsigned)v,
+                (unsigned)(fpenv >> 32), (unsigned)fpenv);
 }
 
 void co__ctx_switch(co__ctx_t *from, co__ctx_t *to) {
