@@ -31,8 +31,131 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
-/* ---- Gs ----------------------------------------------------------------- */
+/* ---- the two caches ------------------------------------------------------ */
+
+/* Items of esz bytes: a per-P array loc[*locn] of max (owner only) over a
+ * global co__freevec_t (sched.lock). The last item put is the first taken:
+ * the hottest. */
+typedef struct {
+    char *loc;
+    int *locn;
+    int max;
+    co__freevec_t *gv;
+    size_t esz;
+    void (*drop)(void *item); /* frees an item the global array has no room for */
+} cache_t;
+
+#define AT(base, i, esz) ((base) + (size_t)(i) * (esz))
+_Static_assert(CO_SFREE_LOCAL <= CO_GFREE_LOCAL && sizeof(co_g_t *) <= sizeof(co__stack_t),
+               "cache_put's batch holds half a local array of either kind");
+
+/* sched.lock held. Room for k more items on gv. */
+static bool vec_room_locked(co__freevec_t *gv, int k, size_t esz) {
+    if (gv->n + k <= gv->cap) return true;
+    int cap = gv->cap ? 2 * gv->cap : 256;
+    while (cap < gv->n + k) cap *= 2;
+    char *a = realloc(gv->a, (size_t)cap * esz);
+    if (!a) return false;
+    gv->a = a;
+    gv->cap = cap;
+    return true;
+}
+
+/* Owner of the local array (or loc NULL: straight to the global one). */
+static void cache_put(const cache_t *c, const void *item) {
+    co_sched_t *s = &co__sched;
+    char batch[CO_GFREE_LOCAL / 2 * sizeof(co__stack_t)];
+    int k = 1;
+    if (c->loc) {
+        if (*c->locn < c->max) {
+            memcpy(AT(c->loc, (*c->locn)++, c->esz), item, c->esz);
+            return;
+        }
+        /* Full: the older half goes global, the newest stay (hot). */
+        k = c->max / 2;
+        memcpy(batch, c->loc, (size_t)k * c->esz);
+        memmove(c->loc, AT(c->loc, k, c->esz), (size_t)(c->max - k) * c->esz);
+        *c->locn -= k;
+        memcpy(AT(c->loc, (*c->locn)++, c->esz), item, c->esz);
+    } else {
+        memcpy(batch, item, c->esz);
+    }
+    co__lock(&s->lock);
+    bool room = vec_room_locked(c->gv, k, c->esz);
+    if (room) {
+        memcpy(AT(c->gv->a, c->gv->n, c->esz), batch, (size_t)k * c->esz);
+        __atomic_store_n(&c->gv->n, c->gv->n + k, __ATOMIC_RELAXED);
+    }
+    co__unlock(&s->lock);
+    if (!room) /* no memory to grow the array: free the items instead */
+        for (int i = 0; i < k; i++) c->drop(AT(batch, i, c->esz));
+}
+
+/* Owner of the local array (or loc NULL). An item into *item; a global
+ * batch refills the local array. */
+static bool cache_get(const cache_t *c, void *item) {
+    co_sched_t *s = &co__sched;
+    if (c->loc && *c->locn) {
+        memcpy(item, AT(c->loc, --*c->locn, c->esz), c->esz);
+        return true;
+    }
+    /* relaxed: a hint; the array is read under the lock */
+    if (__atomic_load_n(&c->gv->n, __ATOMIC_RELAXED) == 0) return false;
+    bool got = false;
+    co__lock(&s->lock);
+    int n = c->gv->n;
+    if (n > 0) {
+        memcpy(item, AT(c->gv->a, --n, c->esz), c->esz);
+        got = true;
+        if (c->loc) {
+            int k = c->max / 2 - *c->locn;
+            if (k > n) k = n;
+            if (k > 0) {
+                n -= k;
+                memcpy(AT(c->loc, *c->locn, c->esz), AT(c->gv->a, n, c->esz),
+                       (size_t)k * c->esz);
+                *c->locn += k;
+            }
+        }
+        __atomic_store_n(&c->gv->n, n, __ATOMIC_RELAXED);
+        if (n < c->gv->low) c->gv->low = n;
+    }
+    co__unlock(&s->lock);
+    return got;
+}
+
+/* sysmon: free as many items as stayed on gv through a whole period (its
+ * low watermark), keeping `keep`, in small batches: sched.lock is never
+ * held for long, and items are freed outside it. */
+static int cache_trim(const cache_t *c, int keep) {
+    co_sched_t *s = &co__sched;
+    co__lock(&s->lock);
+    int cold = c->gv->low - keep;
+    c->gv->low = c->gv->n;
+    co__unlock(&s->lock);
+    int freed = 0;
+    while (freed < cold) {
+        char batch[32 * sizeof(co__stack_t)];
+        int k = 0;
+        co__lock(&s->lock);
+        int n = c->gv->n;
+        while (k < 32 && freed + k < cold && n > keep) {
+            memcpy(AT(batch, k, c->esz), AT(c->gv->a, --n, c->esz), c->esz);
+            k++;
+        }
+        __atomic_store_n(&c->gv->n, n, __ATOMIC_RELAXED);
+        if (c->gv->low > n) c->gv->low = n;
+        co__unlock(&s->lock);
+        if (k == 0) break;
+        for (int i = 0; i < k; i++) c->drop(AT(batch, i, c->esz));
+        freed += k;
+    }
+    return freed;
+}
+
+/* ---- Gs and stacks ------------------------------------------------------ */
 
 void co__g_release(co_g_t *g) {
     co_sched_t *s = &co__sched;
@@ -50,146 +173,50 @@ void co__g_release(co_g_t *g) {
     free(g);
 }
 
-/* Owner of p (or p NULL). A bare G onto the caches. */
-static void gput(co_p_t *p, co_g_t *g) {
-    co_sched_t *s = &co__sched;
-    co_g_t *first = g, *last = g;
-    int n = 1;
-    if (p) {
-        g->schedlink = p->gfree;
-        p->gfree = g;
-        if (++p->gfree_n < CO_GFREE_LOCAL) return;
-        /* Spill half to the global list. */
-        first = last = p->gfree;
-        while (p->gfree_n - n > CO_GFREE_LOCAL / 2) {
-            last = last->schedlink;
-            n++;
-        }
-        p->gfree = last->schedlink;
-        p->gfree_n -= n;
-    }
-    co__lock(&s->lock);
-    last->schedlink = s->gfree_global;
-    s->gfree_global = first;
-    __atomic_store_n(&s->ngfree_global, s->ngfree_global + n, __ATOMIC_RELAXED);
-    co__unlock(&s->lock);
+static void drop_g(void *item) { co__g_release(*(co_g_t **)item); }
+static void drop_stack(void *item) { co__stack_free(item); }
+
+static cache_t gcache(co_p_t *p) {
+    return (cache_t){p ? (char *)p->gfree : NULL, p ? &p->gfree_n : NULL, CO_GFREE_LOCAL,
+                     &co__sched.gfree, sizeof(co_g_t *), drop_g};
+}
+
+static cache_t scache(co_p_t *p) {
+    return (cache_t){p ? (char *)p->sfree : NULL, p ? &p->sfree_n : NULL, CO_SFREE_LOCAL,
+                     &co__sched.sfree, sizeof(co__stack_t), drop_stack};
 }
 
 co_g_t *co__gfget(co_p_t *p) {
-    co_sched_t *s = &co__sched;
-    if (p && p->gfree) {
-        co_g_t *g = p->gfree;
-        p->gfree = g->schedlink;
-        p->gfree_n--;
+    co_g_t *g;
+    if (p && p->gfree_n) { /* the common case, inline */
+        g = p->gfree[--p->gfree_n];
+        /* the next spawn's G: start its (likely cold) first line coming */
+        if (p->gfree_n) __builtin_prefetch(p->gfree[p->gfree_n - 1], 1);
         return g;
     }
-    /* relaxed: a hint; the list is read under the lock */
-    if (__atomic_load_n(&s->ngfree_global, __ATOMIC_RELAXED) == 0) return NULL;
-    co__lock(&s->lock);
-    co_g_t *g = s->gfree_global;
-    if (g) {
-        s->gfree_global = g->schedlink;
-        int n = s->ngfree_global - 1;
-        /* refill the local cache with a batch */
-        while (p && p->gfree_n < CO_GFREE_LOCAL / 2 && s->gfree_global) {
-            co_g_t *x = s->gfree_global;
-            s->gfree_global = x->schedlink;
-            n--;
-            x->schedlink = p->gfree;
-            p->gfree = x;
-            p->gfree_n++;
-        }
-        __atomic_store_n(&s->ngfree_global, n, __ATOMIC_RELAXED);
-        if (n < s->gfree_low) s->gfree_low = n;
-    }
-    co__unlock(&s->lock);
-    return g;
-}
-
-/* ---- stacks ------------------------------------------------------------- */
-
-/* sched.lock held. Room for n more stacks on the global array. */
-static bool sfree_room_locked(int n) {
-    co_sched_t *s = &co__sched;
-    if (s->nsfree_global + n <= s->sfree_cap) return true;
-    int cap = s->sfree_cap ? 2 * s->sfree_cap : 256;
-    while (cap < s->nsfree_global + n) cap *= 2;
-    co__stack_t *a = realloc(s->sfree_global, (size_t)cap * sizeof *a);
-    if (!a) return false;
-    s->sfree_global = a;
-    s->sfree_cap = cap;
-    return true;
-}
-
-/* Owner of p (or p NULL). Keeps the default-size stack *st. */
-static void stackput(co_p_t *p, const co__stack_t *st) {
-    co_sched_t *s = &co__sched;
-    co__stack_t batch[CO_SFREE_LOCAL / 2 + 1];
-    int n = 0;
-    if (p) {
-        if (p->sfree_n < CO_SFREE_LOCAL) {
-            p->sfree[p->sfree_n++] = *st;
-            return;
-        }
-        /* Full: the older half goes global, the newest stay (hot). */
-        n = CO_SFREE_LOCAL / 2;
-        for (int i = 0; i < n; i++) batch[i] = p->sfree[i];
-        for (int i = n; i < CO_SFREE_LOCAL; i++) p->sfree[i - n] = p->sfree[i];
-        p->sfree_n -= n;
-        p->sfree[p->sfree_n++] = *st;
-    } else {
-        batch[n++] = *st;
-    }
-    co__lock(&s->lock);
-    bool room = sfree_room_locked(n);
-    if (room) {
-        for (int i = 0; i < n; i++) s->sfree_global[s->nsfree_global + i] = batch[i];
-        __atomic_store_n(&s->nsfree_global, s->nsfree_global + n, __ATOMIC_RELAXED);
-    }
-    co__unlock(&s->lock);
-    if (!room) /* no memory for the array: give the stacks back instead */
-        for (int i = 0; i < n; i++) co__stack_free(&batch[i]);
-}
-
-/* Owner of p (or p NULL). A cached default-size stack into *st. */
-static bool stackget(co_p_t *p, co__stack_t *st) {
-    co_sched_t *s = &co__sched;
-    if (p && p->sfree_n) {
-        *st = p->sfree[--p->sfree_n];
-        return true;
-    }
-    /* relaxed: a hint; the array is read under the lock */
-    if (__atomic_load_n(&s->nsfree_global, __ATOMIC_RELAXED) == 0) return false;
-    bool got = false;
-    co__lock(&s->lock);
-    int n = s->nsfree_global;
-    if (n > 0) {
-        *st = s->sfree_global[--n];
-        got = true;
-        while (p && n > 0 && p->sfree_n < CO_SFREE_LOCAL / 2)
-            p->sfree[p->sfree_n++] = s->sfree_global[--n];
-        __atomic_store_n(&s->nsfree_global, n, __ATOMIC_RELAXED);
-        if (n < s->sfree_low) s->sfree_low = n;
-    }
-    co__unlock(&s->lock);
-    return got;
+    cache_t c = gcache(p);
+    return cache_get(&c, &g) ? g : NULL;
 }
 
 void co__gfput(co_p_t *p, co_g_t *g) {
     co_sched_t *s = &co__sched;
     if (g->stack.map) {
-        if (g->stack.size == s->stack_size)
-            stackput(p, &g->stack);
-        else
+        if (g->stack.size == s->stack_size) {
+            cache_t c = scache(p);
+            cache_put(&c, &g->stack);
+        } else {
             co__stack_free(&g->stack);
+        }
         g->stack.map = NULL;
     }
-    gput(p, g);
+    cache_t c = gcache(p);
+    cache_put(&c, &g);
 }
 
 bool co__stack_attach(co_m_t *m, co_g_t *g) {
     co_sched_t *s = &co__sched;
-    if (!stackget(m->p, &g->stack) && co__stack_alloc(&g->stack, s->stack_size) < 0) {
+    cache_t c = scache(m->p);
+    if (!cache_get(&c, &g->stack) && co__stack_alloc(&g->stack, s->stack_size) < 0) {
         g->stack.map = NULL;
         static uint32_t warned; /* atomic: say it once per process */
         if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
@@ -227,80 +254,27 @@ int co__stackwait_retry(void) {
 
 /* ---- trimming and shutdown ---------------------------------------------- */
 
-/* sysmon, every trim period: free as many dead Gs and stacks as stayed on
- * the global caches through the whole period (their low watermarks),
- * keeping `keep` of each. Which ones does not matter (none was used for a
- * period); they are taken in small batches, so sched.lock is never held
- * for long, and freed outside it. */
+/* sysmon, every trim period: free the dead Gs and the stacks that nobody
+ * took from the global caches during the whole period, keeping `keep` of
+ * each. Which ones does not matter: none was used for a period. */
 int co__gfree_trim(int keep) {
-    co_sched_t *s = &co__sched;
-    co__lock(&s->lock);
-    int gcold = s->gfree_low - keep;
-    int scold = s->sfree_low - keep;
-    s->gfree_low = s->ngfree_global;
-    s->sfree_low = s->nsfree_global;
-    co__unlock(&s->lock);
-    int freed = 0;
-    for (int done = 0; done < gcold;) {
-        co_g_t *batch = NULL;
-        int n = 0;
-        co__lock(&s->lock);
-        while (n < 256 && done + n < gcold && s->ngfree_global - n > keep && s->gfree_global) {
-            co_g_t *x = s->gfree_global;
-            s->gfree_global = x->schedlink;
-            x->schedlink = batch;
-            batch = x;
-            n++;
-        }
-        __atomic_store_n(&s->ngfree_global, s->ngfree_global - n, __ATOMIC_RELAXED);
-        if (s->gfree_low > s->ngfree_global) s->gfree_low = s->ngfree_global;
-        co__unlock(&s->lock);
-        if (n == 0) break;
-        while (batch) {
-            co_g_t *x = batch;
-            batch = x->schedlink;
-            co__g_release(x);
-        }
-        done += n;
-        freed += n;
-    }
-    for (int done = 0; done < scold;) {
-        co__stack_t batch[64];
-        int n = 0;
-        co__lock(&s->lock);
-        int left = s->nsfree_global;
-        while (n < 64 && done + n < scold && left > keep) batch[n++] = s->sfree_global[--left];
-        __atomic_store_n(&s->nsfree_global, left, __ATOMIC_RELAXED);
-        if (s->sfree_low > left) s->sfree_low = left;
-        co__unlock(&s->lock);
-        if (n == 0) break;
-        for (int i = 0; i < n; i++) co__stack_free(&batch[i]);
-        done += n;
-        freed += n;
-    }
-    return freed;
+    cache_t g = gcache(NULL), st = scache(NULL);
+    return cache_trim(&g, keep) + cache_trim(&st, keep);
 }
 
 void co__gcache_free_p(co_p_t *p) {
-    while (p->gfree) {
-        co_g_t *g = p->gfree;
-        p->gfree = g->schedlink;
-        co__g_release(g);
-    }
-    p->gfree_n = 0;
+    while (p->gfree_n) co__g_release(p->gfree[--p->gfree_n]);
     while (p->sfree_n) co__stack_free(&p->sfree[--p->sfree_n]);
 }
 
 void co__gcache_free_global(void) {
     co_sched_t *s = &co__sched;
-    while (s->gfree_global) {
-        co_g_t *g = s->gfree_global;
-        s->gfree_global = g->schedlink;
-        co__g_release(g);
+    cache_t g = gcache(NULL), st = scache(NULL);
+    co__freevec_t *v[2] = {&s->gfree, &s->sfree};
+    const cache_t *c[2] = {&g, &st};
+    for (int i = 0; i < 2; i++) {
+        while (v[i]->n) c[i]->drop(AT(v[i]->a, --v[i]->n, c[i]->esz));
+        free(v[i]->a);
+        *v[i] = (co__freevec_t){0};
     }
-    s->ngfree_global = 0;
-    while (s->nsfree_global) co__stack_free(&s->sfree_global[--s->nsfree_global]);
-    free(s->sfree_global);
-    s->sfree_global = NULL;
-    s->sfree_cap = 0;
 }

@@ -39,26 +39,44 @@ typedef struct co__stack {
 
 #define CO_CANARY_BYTES 64 /* zero bytes at the bottom of an unguarded stack */
 
+/* Laid out for the cache: what a spawn writes and a first run reads
+ * (context, status, entry, id, FP words, whether it has a stack) sits in
+ * the first 64 bytes. A queued G is usually cold: these cost one or two
+ * misses to spawn it and to start it, not three or four. */
 typedef struct co_g {
     co__ctx_t ctx;             /* saved context; valid while not RUNNING */
-    uint64_t id;
     uint32_t status;           /* atomic; CO_G_* (see above) */
-    int wait_reason;           /* CO__WR_*, written by the G itself before parking */
+    int16_t wait_reason;       /* CO__WR_*, written by the G itself before parking */
+    bool is_g0;
+    bool named;                /* name[] holds a name (else name[0] == 0) */
     void (*fn)(void *);
     void *arg;
+    uint64_t id;
+    void *panic_top;           /* co__panic_slot; only the G itself */
+    uint64_t fpenv;            /* its creator's FP control words, to start with */
     /* Empty (map NULL) until the G first runs: a default-size stack is
      * attached then (gcache.c). Other sizes are allocated at spawn. */
     co__stack_t stack;
-    uint64_t fpenv;            /* its creator's FP control words, to start with */
-    struct co_g *schedlink;    /* global run queue / free lists; owned by the list's lock */
+    struct co_g *schedlink;    /* global run queue / stackwait lists; owned by the list's lock */
     struct co_g *alllink_next, *alllink_prev; /* all-G list, under sched.allg_lock */
-    void *panic_top;           /* co__panic_slot; only the G itself */
+    struct co_m *lockedm;      /* unused: no LockOSThread yet */
     char name[32];
     void *asan_fake;           /* ASan fake stack of this fiber while switched out */
     void *tsan_fiber;          /* TSan fiber handle */
-    struct co_m *lockedm;      /* unused: no LockOSThread yet */
-    bool is_g0;
 } co_g_t;
+#ifndef COLONY_UCONTEXT
+_Static_assert(offsetof(co_g_t, stack.map) + sizeof(char *) <= 64,
+               "a G's spawn and first-run fields fit its first cache line");
+#endif
+
+/* A global cache of free items (gcache.c): an array, so moving a batch in
+ * or out under sched.lock copies pointers and never touches a cold G.
+ * n: atomic (written under sched.lock, read lock-free as a hint). low:
+ * the fewest items held since sysmon's last trim. */
+typedef struct co__freevec {
+    char *a;
+    int n, cap, low;
+} co__freevec_t;
 
 /* P status. RUNNING: owned by an M (p->m); only that M changes it, except
  * SYSCALL -> IDLE by sysmon's retake (a CAS). IDLE: on the idle list, under
@@ -100,12 +118,11 @@ typedef struct co_p {
 
     /* gcache.c, owner only: dead Gs (bare: no stack) and free stacks of
      * the runtime's default size. */
-    co_g_t *gfree;
-    int gfree_n;
-    int sfree_n;
+    int gfree_n, sfree_n;
+    co_g_t *gfree[CO_GFREE_LOCAL];
     co__stack_t sfree[CO_SFREE_LOCAL];
 
-    /* Timers: 4-ary min-heap on `when`. timers_lock protects timers,
+    /* Timers: 4-ary min-heap on `when`. timers_lock protects timers_closed, timers,
      * timers_len, timers_cap, the tslots fields and every pending
      * co__timer_t's slot/p. timer0_when mirrors timers[0].when (0 if
      * empty); written under the lock with release, read lock-free with
@@ -117,6 +134,7 @@ typedef struct co_p {
     int tslots_hw, tslots_cap; /* slots ever handed out; allocated */
     int tslot_free;            /* first free slot + 1 (0: none) */
     int64_t timer0_when;
+    bool timers_closed;        /* retired (on pspare): timers go to allp[id] instead */
 
     /* Set by sysmon when it lent a spare P in place of this one because its
      * coroutine ran > 10 ms without yielding; the owner M retires the P at
@@ -170,9 +188,8 @@ typedef struct co_sched {
     int chaos;                 /* COLONY_DEBUG=chaos: widen race windows (tests) */
 
     /* lock protects: pidle, npidle writes, midle, nmidle, allm, mcount,
-     * runq (the global queue), runqsize, gfree_global, ngfree_global,
-     * gfree_low, sfree_global, nsfree_global, sfree_cap, sfree_low,
-     * stackwait, nstackwait, pspare, pretiring. */
+     * runq (the global queue), runqsize, gfree, sfree, stackwait,
+     * nstackwait, pspare, pretiring. */
     _Alignas(64) co__lock_t lock;
     co_p_t *pidle;
     co_m_t *midle;
@@ -188,13 +205,8 @@ typedef struct co_sched {
     int rq_nspare;
     co_g_t *runqhead, *runqtail;
     int64_t runqsize;          /* atomic for lock-free emptiness checks: all Gs queued */
-    co_g_t *gfree_global;
-    int ngfree_global;         /* atomic (written under lock, read lock-free) */
-    int gfree_low;             /* fewest Gs on gfree_global since sysmon's last trim */
-    co__stack_t *sfree_global; /* free default-size stacks: an array of sfree_cap */
-    int nsfree_global;         /* atomic (written under lock, read lock-free) */
-    int sfree_cap;
-    int sfree_low;             /* fewest stacks on sfree_global since the last trim */
+    co__freevec_t gfree;       /* dead Gs (co_g_t *), gcache.c */
+    co__freevec_t sfree;       /* free default-size stacks (co__stack_t), gcache.c */
     co_g_t *stackwait;         /* Gs that found no stack to start on (gcache.c) */
     int nstackwait;            /* atomic (written under lock, read lock-free) */
     co_p_t *pspare;            /* retired Ps, ready to be lent again */
@@ -272,7 +284,9 @@ CO_HIDDEN void co__stack_m_fini(co_m_t *m);
 CO_HIDDEN int co__timers_run(co_p_t *p, int64_t now);  /* run due timers; returns how many */
 CO_HIDDEN int64_t co__timers_next(void);               /* earliest timer over all Ps, 0 if none */
 CO_HIDDEN void co__timers_free(co_p_t *p);
-CO_HIDDEN void co__timers_move(co_p_t *from, co_p_t *to); /* every timer of from onto to */
+/* Every timer of from onto to (or onto to's replacement in allp, if to has
+ * retired). close: from is retiring and takes no timer again until lent. */
+CO_HIDDEN void co__timers_move(co_p_t *from, co_p_t *to, bool close);
 CO_HIDDEN void co__retire_p(co_m_t *m);                   /* sched.c: drop a lent-away P */
 CO_HIDDEN void co__runq_drain_global(co_p_t *p);          /* move p's queued Gs to the global queue */
 /* sysmon.c */

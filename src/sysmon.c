@@ -85,6 +85,7 @@ static bool lend_spare(co_p_t *p, int i, int64_t now) {
     }
     np->id = p->id;
     np->m = NULL;
+    np->timers_closed = false; /* retired earlier; nobody else sees np yet */
     np->link = NULL;
     np->sysmon_schedtick = 0;
     np->sysmon_schedwhen = now;
@@ -111,7 +112,7 @@ static bool lend_spare(co_p_t *p, int i, int64_t now) {
     co__unlock(&s->lock);
     /* p's timers to np. The owner may be retiring p at the same time and
      * moving them too: both move p -> np under both heap locks. */
-    co__timers_move(p, np);
+    co__timers_move(p, np, false);
     co__runq_drain_global(p);
     co__handoffp(np);
     return true;

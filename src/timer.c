@@ -124,6 +124,11 @@ void co__timer_add(co__timer_t *t, int64_t when) {
     co_p_t *p = (m && m->p) ? m->p : NULL;
     if (!p) p = co__allp((int)(co__fastrand() % (uint32_t)s->nprocs));
     co__lock(&p->timers_lock);
+    while (p->timers_closed) { /* retired since we read allp: take its replacement */
+        co__unlock(&p->timers_lock);
+        p = co__allp(p->id);
+        co__lock(&p->timers_lock);
+    }
     t->when = when;
     __atomic_store_n(&t->p, p, __ATOMIC_RELEASE);
     heap_push(p, t);
@@ -236,12 +241,21 @@ void co__timers_free(co_p_t *p) {
     p->tslots_hw = p->tslots_cap = p->tslot_free = 0;
 }
 
-void co__timers_move(co_p_t *from, co_p_t *to) {
+void co__timers_move(co_p_t *from, co_p_t *to, bool close) {
     if (from == to) return;
     /* Lock order: the P being emptied, then the receiving one. Only sysmon
-     * and a retiring M move timers, always away from a lent P. */
+     * and a retiring M move timers, always away from a lent P to a newer P
+     * of the same slot of allp: no cycle. */
     co__lock(&from->timers_lock);
     co__lock(&to->timers_lock);
+    while (to->timers_closed) {
+        /* `to` retired meanwhile (it was lent away too): a timer left on it
+         * would never fire. Its replacement in allp takes them. */
+        co__unlock(&to->timers_lock);
+        to = co__allp(from->id);
+        co__lock(&to->timers_lock);
+    }
+    if (close) from->timers_closed = true;
     for (int i = 0; i < from->timers_len; i++) {
         co__timer_t *t = from->tslots[from->timers[i].slot].t;
         __atomic_store_n(&t->p, to, __ATOMIC_RELEASE);
