@@ -2,9 +2,10 @@
  * Coroutine stacks.
  *
  * A stack is a private anonymous mapping (MAP_NORESERVE): virtual address
- * space only, pages committed by the kernel when first touched. Dead Gs keep
- * their stacks and are reused through per-P free lists (sched.c), so steady
- * state does no mmap/munmap.
+ * space only, pages committed by the kernel when first touched. A G takes
+ * one when it first runs and gives it back when it dies; free stacks are
+ * cached per P and globally (gcache.c), so steady state does no
+ * mmap/munmap.
  *
  * Overflow is always reported, never silent:
  *  - guarded stacks have a PROT_NONE page below them; a fault there lands in
