@@ -102,6 +102,12 @@ typedef struct co__tslot {
 typedef struct co_p {
     int id;
     uint64_t goidcache, goidcacheend; /* owner only: ids [cache, end) are this P's to hand out */
+    /* Coroutines spawned on this P minus those that exited on it (may be
+     * negative). Written by the owner only (relaxed atomic stores), read
+     * by co_count; folded into sched.ngoroutines when the P retires. Each
+     * spawn and exit once bumped one shared counter, a cache line that
+     * bounced between the spawning and the exiting M. */
+    int64_t ngo;
     uint32_t status;           /* atomic; CO_P_* */
     struct co_m *m;            /* owner M while RUNNING/SYSCALL */
     struct co_p *link;         /* idle list, under sched.lock */
@@ -215,7 +221,7 @@ typedef struct co_sched {
     _Alignas(64) uint32_t npidle; /* atomic (written under lock, read lock-free) */
     uint32_t nmspinning;       /* atomic; Ms spinning (see sched.c's essay) */
 
-    _Alignas(64) int64_t ngoroutines; /* atomic: live coroutines */
+    _Alignas(64) int64_t ngoroutines; /* atomic: live coroutines not counted on a P's ngo */
     uint64_t goidgen;          /* atomic: id generator; Ps take ids in batches */
 
     /* One M at a time blocks in co__netpoll with a timeout (the poller).

@@ -114,7 +114,8 @@ static void run_post(co_m_t *m) {
 
 /* Switch from `from` (running on m) to `to`. Returns when `from` is
  * resumed, possibly on another M; runs that M's post-switch action. */
-static void gogo(co_m_t *m, co_g_t *from, co_g_t *to, bool from_exiting) {
+static inline __attribute__((always_inline)) void gogo(co_m_t *m, co_g_t *from, co_g_t *to,
+                                                       bool from_exiting) {
     if (CO_UNLIKELY(!to->stack.map) && !to->is_g0 && !co__stack_attach(m, to)) {
         /* No stack for its first run: `to` waits on stackwait (gcache.c).
          * g0 looks for other work; a G switches to g0, which does. */
@@ -745,8 +746,11 @@ static void goexit(co_g_t *g) __attribute__((noreturn));
 static void goexit(co_g_t *g) {
     co__stack_check(g);
     __atomic_store_n(&g->status, CO_G_DEAD, __ATOMIC_RELAXED);
-    __atomic_sub_fetch(&co__sched.ngoroutines, 1, __ATOMIC_ACQ_REL);
     co_m_t *m = co__getm();
+    if (m->p) /* relaxed: only this M writes it; co_count reads it */
+        __atomic_store_n(&m->p->ngo, m->p->ngo - 1, __ATOMIC_RELAXED);
+    else
+        __atomic_sub_fetch(&co__sched.ngoroutines, 1, __ATOMIC_ACQ_REL);
     m->post_fn = post_gfree;
     m->post_g = g;
     co_g_t *next = runq_next_fast(m->p);
@@ -820,7 +824,10 @@ int co__spawn(void (*fn)(void *), void *arg, size_t stack_size, const char *name
         g->name[0] = 0;
         g->named = false;
     }
-    __atomic_add_fetch(&s->ngoroutines, 1, __ATOMIC_ACQ_REL);
+    if (p) /* relaxed: only this M writes it; co_count reads it */
+        __atomic_store_n(&p->ngo, p->ngo + 1, __ATOMIC_RELAXED);
+    else
+        __atomic_add_fetch(&s->ngoroutines, 1, __ATOMIC_ACQ_REL);
     __atomic_store_n(&g->status, CO_G_RUNNABLE, __ATOMIC_RELAXED);
     if (p) {
         runqput(p, g, true);
@@ -922,7 +929,12 @@ static void retire_p_nowake(co_m_t *m) {
     co_p_t *p = m->p;
     m->p = NULL;
     co__runq_drain_global(p);
-    co__timers_move(p, co__allp(p->id), true);
+    co_p_t *dst = co__allp(p->id);
+    if (CO_UNLIKELY(s->chaos) && co__fastrand() % 4 == 0) { /* COLONY_DEBUG=chaos: */
+        struct timespec ts = {0, 2000000}; /* dst may retire meanwhile */
+        nanosleep(&ts, NULL);
+    }
+    co__timers_move(p, dst, true);
     co__lock(&s->lock);
     for (co_p_t **pp = &s->pretiring; *pp; pp = &(*pp)->link)
         if (*pp == p) {
@@ -930,6 +942,10 @@ static void retire_p_nowake(co_m_t *m) {
             break;
         }
     p->m = NULL;
+    /* A spare P carries no count: co_count cannot see a spare that sysmon
+     * is lending (off every list for a moment). */
+    __atomic_add_fetch(&s->ngoroutines, p->ngo, __ATOMIC_ACQ_REL);
+    __atomic_store_n(&p->ngo, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&p->status, CO_P_DEAD, __ATOMIC_RELEASE);
     __atomic_store_n(&p->retire, 0, __ATOMIC_RELAXED);
     p->link = s->pspare;
@@ -1078,6 +1094,33 @@ int co__ensure_init(void) {
     return co_init(NULL);
 }
 
+/* The sum of the Ps' counts and the global one, under sched.lock (which
+ * holds allp, pretiring and pspare still). Exact when nothing spawns or
+ * exits meanwhile; otherwise a moment's approximation, as Go's. */
+static int64_t count_live(void) {
+    co_sched_t *s = &co__sched;
+    co__lock(&s->lock);
+    int64_t n = __atomic_load_n(&s->ngoroutines, __ATOMIC_ACQUIRE);
+    for (int i = 0; i < s->nprocs; i++) n += __atomic_load_n(&s->allp[i]->ngo, __ATOMIC_RELAXED);
+    for (co_p_t *q = s->pretiring; q; q = q->link) n += __atomic_load_n(&q->ngo, __ATOMIC_RELAXED);
+    co__unlock(&s->lock);
+    return n < 0 ? 0 : n;
+}
+
+/* co_shutdown's check: a coroutine alive all along is found for sure (its
+ * status leaves DEAD/IDLE only at spawn and returns there only at exit). */
+static bool any_alive(void) {
+    co_sched_t *s = &co__sched;
+    bool alive = false;
+    co__lock(&s->allg_lock);
+    for (co_g_t *g = s->allg; g && !alive; g = g->alllink_next) {
+        uint32_t st = __atomic_load_n(&g->status, __ATOMIC_ACQUIRE);
+        alive = st != CO_G_DEAD && st != CO_G_IDLE;
+    }
+    co__unlock(&s->allg_lock);
+    return alive;
+}
+
 int co_shutdown(void) {
     co_sched_t *s = &co__sched;
     if (__atomic_load_n(&rt_state, __ATOMIC_ACQUIRE) != RT_UP) return 0;
@@ -1088,12 +1131,12 @@ int co_shutdown(void) {
     for (int i = 0; i < n; i++) shutdown_hooks[i]();
     /* A coroutine that just signalled its waiter may still be returning:
      * give stragglers up to 100 ms before calling them alive. */
-    for (int i = 0; i < 100 && __atomic_load_n(&s->ngoroutines, __ATOMIC_ACQUIRE) != 0; i++) {
+    for (int i = 0; i < 100 && count_live() != 0; i++) {
         struct timespec ts = {0, 1000000};
         nanosleep(&ts, NULL);
     }
     co__lock(&init_lock);
-    if (__atomic_load_n(&s->ngoroutines, __ATOMIC_ACQUIRE) != 0) {
+    if (count_live() != 0 || any_alive()) {
         co__unlock(&init_lock);
         return CO_EBUSY;
     }
@@ -1180,7 +1223,13 @@ int co_procs(void) {
     return co__sched.nprocs;
 }
 
-int co_count(void) { return (int)__atomic_load_n(&co__sched.ngoroutines, __ATOMIC_ACQUIRE); }
+int co_count(void) {
+    /* init_lock: co_shutdown frees the Ps under it */
+    co__lock(&init_lock);
+    int64_t n = __atomic_load_n(&rt_state, __ATOMIC_ACQUIRE) == RT_UP ? count_live() : 0;
+    co__unlock(&init_lock);
+    return (int)n;
+}
 
 uint64_t co_id(void) {
     co_g_t *g = co__cur_g();

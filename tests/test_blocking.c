@@ -10,7 +10,9 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -144,6 +146,47 @@ static void test_lend_while_going_idle(void) {
     CHECK(st.idle_procs >= 0 && st.idle_procs <= st.procs);
 }
 
+/* ---- lending chains keep every timer ----------------------------------------
+ * Three coroutines compute 12 ms at a time without yielding, so sysmon
+ * lends a spare P in place of the one they hold, then lends a spare in
+ * place of that spare, and so on: a retiring P hands its timers to the P
+ * now in its slot of allp, which may be retiring itself. Meanwhile sleepers
+ * park on short timers, and so do the hogs between rounds. A timer left on
+ * a retired P would never fire: every coroutine must finish (a deadline,
+ * not a hang, reports it). In chaos mode (1 ms threshold, and a pause
+ * before a retiring P hands its timers over) this failed about one run in
+ * two before retired Ps were closed to timers. */
+static void hog(void *arg) {
+    co_waitgroup_t *wg = arg;
+    /* just past sysmon's threshold (10 ms, or 1 ms in chaos mode), so the
+     * Ps lent one after another also retire close together */
+    const char *dbg = getenv("COLONY_DEBUG");
+    bool chaos = dbg && strstr(dbg, "chaos");
+    int rounds = chaos ? 150 : 25;
+    for (int i = 0; i < rounds; i++) {
+        int64_t end = co_now() + (chaos ? 1500000 : 12 * MS);
+        volatile uint64_t x = 0;
+        while (co_now() < end)
+            x++;
+        co_sleep(300000);
+    }
+    co_waitgroup_done(wg);
+}
+
+static void short_sleeper(void *arg) {
+    co_waitgroup_t *wg = arg;
+    for (int i = 0; i < 100; i++) co_sleep(200000 + (i % 7) * 100000);
+    co_waitgroup_done(wg);
+}
+
+static void test_lend_chain_keeps_timers(void) {
+    co_waitgroup_t wg = CO_WAITGROUP_INIT;
+    co_waitgroup_add(&wg, 3 + 40);
+    for (int i = 0; i < 3; i++) CHECK_EQ(co_go(hog, &wg), 0);
+    for (int i = 0; i < 40; i++) CHECK_EQ(co_go(short_sleeper, &wg), 0);
+    CHECK_EQ(co_waitgroup_wait_until(&wg, co_deadline_after(60000 * MS)), 0);
+}
+
 /* ---- errors and the plain-thread path ------------------------------------- */
 
 static void set_flag(void *arg) {
@@ -224,5 +267,6 @@ int main(void) {
     T_RUN(test_cpu_loop_keeps_p_running);
     T_RUN(test_many_blocking_calls);
     T_RUN(test_lend_while_going_idle);
+    T_RUN(test_lend_chain_keeps_timers);
     return t_end();
 }
