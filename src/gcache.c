@@ -63,8 +63,9 @@ static bool vec_room_locked(co__freevec_t *gv, int k, size_t esz) {
     return true;
 }
 
-/* Owner of the local array (or loc NULL: straight to the global one). */
-static void cache_put(const cache_t *c, const void *item) {
+/* Owner of the local array (or loc NULL: straight to the global one).
+ * Inlined where c is a constant, so the item copies are plain moves. */
+static inline __attribute__((always_inline)) void cache_put(const cache_t *c, const void *item) {
     co_sched_t *s = &co__sched;
     char batch[CO_GFREE_LOCAL / 2 * sizeof(co__stack_t)];
     int k = 1;
@@ -95,7 +96,7 @@ static void cache_put(const cache_t *c, const void *item) {
 
 /* Owner of the local array (or loc NULL). An item into *item; a global
  * batch refills the local array. */
-static bool cache_get(const cache_t *c, void *item) {
+static inline __attribute__((always_inline)) bool cache_get(const cache_t *c, void *item) {
     co_sched_t *s = &co__sched;
     if (c->loc && *c->locn) {
         memcpy(item, AT(c->loc, --*c->locn, c->esz), c->esz);
