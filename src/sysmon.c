@@ -85,7 +85,11 @@ static bool lend_spare(co_p_t *p, int i, int64_t now) {
     }
     np->id = p->id;
     np->m = NULL;
-    np->timers_closed = false; /* retired earlier; nobody else sees np yet */
+    /* Open to timers again. Under its lock: a thread that read np from
+     * allp before it retired may be about to look. */
+    co__lock(&np->timers_lock);
+    np->timers_closed = false;
+    co__unlock(&np->timers_lock);
     np->link = NULL;
     np->sysmon_schedtick = 0;
     np->sysmon_schedwhen = now;
