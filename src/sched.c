@@ -98,11 +98,17 @@ uint32_t co__fastrand(void) {
 /* Runs on the context that was switched to, first thing: the previous
  * G's post-switch action, then any due timers of the P (only now: a timer
  * callback may need a lock the previous G released in its action). */
+static void post_yield(co_g_t *g, void *arg);
+static inline __attribute__((always_inline)) void yield_requeue(co_m_t *m, co_g_t *g);
+
 static void run_post(co_m_t *m) {
     void (*f)(co_g_t *, void *) = m->post_fn;
     if (f) {
         m->post_fn = NULL;
-        f(m->post_g, m->post_arg);
+        if (f == post_yield) /* the yield path, inline: no call, m at hand */
+            yield_requeue(m, m->post_g);
+        else
+            f(m->post_g, m->post_arg);
     }
     co_p_t *p = m->p;
     if (p && CO_UNLIKELY(__atomic_load_n(&p->timer0_when, __ATOMIC_RELAXED) != 0)) {
@@ -199,7 +205,7 @@ static inline __attribute__((always_inline)) co_g_t *runqget(co_p_t *p) {
             /* The G after it is likely cold (queued long ago): start its
              * first line coming. The slot may be stale; a prefetch of any
              * address is harmless. */
-            __builtin_prefetch(__atomic_load_n(&p->runq[(h + 1) % CO_RUNQ_SIZE], __ATOMIC_RELAXED));
+            __builtin_prefetch(__atomic_load_n(&p->runq[(h + 2) % CO_RUNQ_SIZE], __ATOMIC_RELAXED));
             return g;
         }
     }
@@ -877,15 +883,20 @@ void co__park_m(co_m_t *m, void (*post)(co_g_t *, void *), void *arg, int reason
     gogo(m, g, next ? next : &m->g0, false);
 }
 
-static void post_yield(co_g_t *g, void *arg) {
-    (void)arg;
-    co_m_t *m = co__getm();
+/* After a yield, on the M that switched away from g: g goes behind the
+ * others. run_post does it inline; post_yield is its name for m->post_fn. */
+static inline __attribute__((always_inline)) void yield_requeue(co_m_t *m, co_g_t *g) {
     __atomic_store_n(&g->status, CO_G_RUNNABLE, __ATOMIC_RELAXED);
     if (m->p && !__atomic_load_n(&m->p->retire, __ATOMIC_ACQUIRE)) {
         runqput(m->p, g, false);
     } else {
         co__globrunqput(&g, 1);
     }
+}
+
+static void post_yield(co_g_t *g, void *arg) {
+    (void)arg;
+    yield_requeue(co__getm(), g);
 }
 
 void co_yield(void) {
