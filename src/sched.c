@@ -1112,7 +1112,8 @@ static int64_t count_live(void) {
     co_sched_t *s = &co__sched;
     co__lock(&s->lock);
     int64_t n = __atomic_load_n(&s->ngoroutines, __ATOMIC_ACQUIRE);
-    for (int i = 0; i < s->nprocs; i++) n += __atomic_load_n(&s->allp[i]->ngo, __ATOMIC_RELAXED);
+    for (int i = 0; s->allp && i < s->nprocs; i++)
+        n += __atomic_load_n(&s->allp[i]->ngo, __ATOMIC_RELAXED);
     for (co_p_t *q = s->pretiring; q; q = q->link) n += __atomic_load_n(&q->ngo, __ATOMIC_RELAXED);
     co__unlock(&s->lock);
     return n < 0 ? 0 : n;
@@ -1188,30 +1189,36 @@ int co_shutdown(void) {
         free(all);
         all = next;
     }
-    for (int i = 0; i < s->nprocs; i++) {
-        co_p_t *p = s->allp[i];
-        co__gcache_free_p(p);
-        co__timers_free(p);
-        free(p);
-    }
+    /* Detach the Ps under sched.lock: co_count, from any thread, looks at
+     * them under it. */
+    co__lock(&s->lock);
+    co_p_t **allp = s->allp, *spare = s->pspare;
+    s->allp = NULL;
+    s->pspare = NULL;
     /* Every M has exited and retired its lent P; none is left pretiring.
      * Should one be, it is freed with the spares rather than leaked. */
     while (s->pretiring) {
         co_p_t *p = s->pretiring;
         s->pretiring = p->link;
-        p->link = s->pspare;
-        s->pspare = p;
+        p->link = spare;
+        spare = p;
     }
-    while (s->pspare) {
-        co_p_t *p = s->pspare;
-        s->pspare = p->link;
+    co__unlock(&s->lock);
+    for (int i = 0; i < s->nprocs; i++) {
+        co_p_t *p = allp[i];
+        co__gcache_free_p(p);
+        co__timers_free(p);
+        free(p);
+    }
+    while (spare) {
+        co_p_t *p = spare;
+        spare = p->link;
         co__gcache_free_p(p);
         co__timers_free(p);
         free(p);
     }
     co__gcache_free_global();
-    free(s->allp);
-    s->allp = NULL;
+    free(allp);
     co__globrunq_free();
     co__netpoll_fini();
     __atomic_store_n(&rt_state, RT_DOWN, __ATOMIC_RELEASE);
@@ -1235,11 +1242,10 @@ int co_procs(void) {
 }
 
 int co_count(void) {
-    /* init_lock: co_shutdown frees the Ps under it */
-    co__lock(&init_lock);
-    int64_t n = __atomic_load_n(&rt_state, __ATOMIC_ACQUIRE) == RT_UP ? count_live() : 0;
-    co__unlock(&init_lock);
-    return (int)n;
+    /* Not under init_lock: co_shutdown holds it while it joins sysmon,
+     * whose schedtrace line counts coroutines. */
+    if (__atomic_load_n(&rt_state, __ATOMIC_ACQUIRE) != RT_UP) return 0;
+    return (int)count_live();
 }
 
 uint64_t co_id(void) {

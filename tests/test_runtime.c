@@ -5,7 +5,9 @@
 #include <errno.h>
 #include <fenv.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 
@@ -414,6 +416,42 @@ static void test_enomem(void) {
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 }
 
+/* co_shutdown while sysmon prints schedtrace lines (which count the
+ * coroutines) returns: it waits for sysmon to stop, so nothing sysmon
+ * does may wait for co_shutdown. In a child, so a hang can be reported. */
+static void test_shutdown_with_schedtrace(void) {
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (!freopen("/dev/null", "w", stderr)) _exit(2);
+        setenv("COLONY_DEBUG", "schedtrace=1", 1);
+        extern int co__test_reset_after_fork(void);
+        co__test_reset_after_fork();
+        for (int round = 0; round < 5; round++) {
+            co_waitgroup_add(&wg, 100);
+            for (int i = 0; i < 100; i++)
+                if (co_go(incr, NULL) != 0) _exit(3);
+            co_waitgroup_wait(&wg);
+            struct timespec ts = {0, 5 * 1000 * 1000}; /* a few trace lines */
+            nanosleep(&ts, NULL);
+            if (co_shutdown() != 0) _exit(4);
+        }
+        _exit(0);
+    }
+    int st = 0;
+    pid_t got = 0;
+    for (int i = 0; i < 3000 && (got = waitpid(pid, &st, WNOHANG)) == 0; i++) {
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    if (got == 0) { /* 30 s: hung */
+        kill(pid, SIGKILL);
+        waitpid(pid, &st, 0);
+    }
+    CHECK(got == pid);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
 static void test_shutdown_restart(void) {
     CHECK_EQ(co_shutdown(), 0);
     CHECK_EQ(co_count(), 0);
@@ -594,6 +632,7 @@ int main(void) {
     T_RUN(test_overflow_canary);
     T_RUN(test_enomem);
     T_RUN(test_stack_wait);
+    T_RUN(test_shutdown_with_schedtrace);
     T_RUN(test_shutdown_restart);
     return t_end();
 }
