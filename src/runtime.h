@@ -9,6 +9,7 @@
 
 #include "internal.h"
 #include "arch/ctx.h"
+#include "san.h"
 
 #include <pthread.h>
 
@@ -59,10 +60,13 @@ typedef struct co_g {
     co__stack_t stack;
     struct co_g *schedlink;    /* global run queue / stackwait lists; owned by the list's lock */
     struct co_g *alllink_next, *alllink_prev; /* all-G list, under sched.allg_lock */
-    struct co_m *lockedm;      /* unused: no LockOSThread yet */
     char name[32];
+#ifdef CO_ASAN
     void *asan_fake;           /* ASan fake stack of this fiber while switched out */
+#endif
+#ifdef CO_TSAN
     void *tsan_fiber;          /* TSan fiber handle */
+#endif
 } co_g_t;
 #ifndef COLONY_UCONTEXT
 _Static_assert(offsetof(co_g_t, stack.map) + sizeof(char *) <= 64,

@@ -420,6 +420,7 @@ static void test_enomem(void) {
  * coroutines) returns: it waits for sysmon to stop, so nothing sysmon
  * does may wait for co_shutdown. In a child, so a hang can be reported. */
 static void test_shutdown_with_schedtrace(void) {
+    if (t_tsan()) return; /* TSan cannot start threads in a forked child */
     fflush(NULL);
     pid_t pid = fork();
     if (pid == 0) {
