@@ -214,10 +214,25 @@ void co__gfput(co_p_t *p, co_g_t *g) {
     cache_put(&c, &g);
 }
 
+/* Stacks mapped at once when the caches are empty (stack.c): a burst of
+ * first runs (a pool filling up) then costs one mmap per 8 stacks. */
+#define STACK_BATCH 8
+
+/* The caches are empty: map a batch, keep one for g, cache the rest. */
+static bool stack_map_batch(co_p_t *p, co__stack_t *st) {
+    co__stack_t batch[STACK_BATCH];
+    int n = co__stack_alloc_n(batch, STACK_BATCH, co__sched.stack_size);
+    if (n < 0) return false;
+    *st = batch[0];
+    cache_t c = scache(p);
+    for (int i = 1; i < n; i++) cache_put(&c, &batch[i]);
+    return true;
+}
+
 bool co__stack_attach(co_m_t *m, co_g_t *g) {
     co_sched_t *s = &co__sched;
     cache_t c = scache(m->p);
-    if (!cache_get(&c, &g->stack) && co__stack_alloc(&g->stack, s->stack_size) < 0) {
+    if (!cache_get(&c, &g->stack) && !stack_map_batch(m->p, &g->stack)) {
         g->stack.map = NULL;
         static uint32_t warned; /* atomic: say it once per process */
         if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))

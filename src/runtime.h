@@ -281,6 +281,7 @@ CO_HIDDEN void co__gcache_free_global(void);      /* shutdown */
 /* stack.c */
 CO_HIDDEN void co__stack_setup(void);
 CO_HIDDEN int co__stack_alloc(co__stack_t *s, size_t size);
+CO_HIDDEN int co__stack_alloc_n(co__stack_t *out, int n, size_t size); /* >= 1 made, or error */
 CO_HIDDEN void co__stack_free(co__stack_t *s);
 CO_HIDDEN void co__stack_check_canary(co_g_t *g);
 /* Called when g switches away or exits: an unguarded stack's canary must

@@ -147,36 +147,46 @@ void co__stack_m_fini(co_m_t *m) {
     m->altstack = NULL;
 }
 
-int co__stack_alloc(co__stack_t *s, size_t size) {
+/* Up to n stacks of `size` bytes in one mapping: one mmap, and one
+ * mprotect per guard page. A burst of first runs then maps stacks in
+ * batches; each mmap takes the address space's write lock, which the other
+ * Ms' page faults wait on. Each stack remains its own range (map,
+ * map_size), which co__stack_free unmaps alone. Returns how many were made
+ * (>= 1), or CO_ENOMEM. */
+int co__stack_alloc_n(co__stack_t *out, int n, size_t size) {
     size = (size + page_size - 1) & ~(page_size - 1);
-    /* relaxed: the budget is a soft limit; a race costs at most one extra guard */
-    bool guard = __atomic_sub_fetch(&guard_budget, 1, __ATOMIC_RELAXED) >= 0;
-    if (!guard) __atomic_add_fetch(&guard_budget, 1, __ATOMIC_RELAXED);
-    size_t map_size = size + (guard ? page_size : 0);
-    char *p = mmap(NULL, map_size, PROT_READ | PROT_WRITE,
+    /* relaxed: the budget is a soft limit; a race costs at most a few guards */
+    bool guard = __atomic_sub_fetch(&guard_budget, n, __ATOMIC_RELAXED) >= 0;
+    if (!guard) __atomic_add_fetch(&guard_budget, n, __ATOMIC_RELAXED);
+    size_t one = size + page_size; /* a guard page, or a spare one below lo */
+    char *p = mmap(NULL, one * (size_t)n, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) {
-        if (guard) __atomic_add_fetch(&guard_budget, 1, __ATOMIC_RELAXED);
-        return CO_ENOMEM;
+        if (guard) __atomic_add_fetch(&guard_budget, n, __ATOMIC_RELAXED);
+        return n > 1 ? co__stack_alloc_n(out, 1, size) : CO_ENOMEM;
     }
-    if (guard && mprotect(p, page_size, PROT_NONE) != 0) {
-        /* out of map entries: fall back to an unguarded stack */
-        munmap(p, map_size);
-        __atomic_add_fetch(&guard_budget, 1, __ATOMIC_RELAXED);
-        __atomic_store_n(&guard_budget, 0, __ATOMIC_RELAXED);
-        guard = false;
-        map_size = size;
-        p = mmap(NULL, map_size, PROT_READ | PROT_WRITE,
-                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-        if (p == MAP_FAILED) return CO_ENOMEM;
+    for (int i = 0; i < n; i++) {
+        char *base = p + (size_t)i * one;
+        if (guard && mprotect(base, page_size, PROT_NONE) != 0) {
+            /* out of map entries: the rest go unguarded */
+            __atomic_add_fetch(&guard_budget, n - i, __ATOMIC_RELAXED);
+            __atomic_store_n(&guard_budget, 0, __ATOMIC_RELAXED);
+            guard = false;
+        }
+        co__stack_t *s = &out[i];
+        s->map = base;
+        s->map_size = one;
+        s->guarded = guard;
+        s->lo = base + page_size; /* unguarded: zero bytes there are the canary */
+        s->size = size;
+        s->vg_id = VALGRIND_STACK_REGISTER(s->lo, s->lo + s->size);
     }
-    s->map = p;
-    s->map_size = map_size;
-    s->guarded = guard;
-    s->lo = guard ? p + page_size : p;
-    s->size = size;
-    s->vg_id = VALGRIND_STACK_REGISTER(s->lo, s->lo + s->size);
-    return 0;
+    return n;
+}
+
+int co__stack_alloc(co__stack_t *s, size_t size) {
+    int rc = co__stack_alloc_n(s, 1, size);
+    return rc < 0 ? rc : 0;
 }
 
 void co__stack_free(co__stack_t *s) {
