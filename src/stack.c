@@ -5,7 +5,9 @@
  * space only, pages committed by the kernel when first touched. A G takes
  * one when it first runs and gives it back when it dies; free stacks are
  * cached per P and globally (gcache.c), so steady state does no
- * mmap/munmap.
+ * mmap/munmap. When the caches are empty, stacks are mapped 8 per mmap
+ * (co__stack_alloc_n); each keeps a page below it (the guard, or a spare
+ * page when unguarded) and is unmapped on its own.
  *
  * Overflow is always reported, never silent:
  *  - guarded stacks have a PROT_NONE page below them; a fault there lands in
