@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "t.h"
 
@@ -384,6 +385,21 @@ static void test_overflow_canary(void) {
     expect_overflow("noguard");
 }
 
+/* Limit this process's address space to what it uses now plus `extra`
+ * bytes (for a forked child). 0, or -1. */
+static int limit_address_space(rlim_t extra) {
+    long pages = 0;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (!f) return -1;
+    int got = fscanf(f, "%ld", &pages);
+    fclose(f);
+    if (got != 1) return -1;
+    struct rlimit cur;
+    if (getrlimit(RLIMIT_AS, &cur) != 0) return -1;
+    struct rlimit lim = {(rlim_t)pages * (rlim_t)sysconf(_SC_PAGESIZE) + extra, cur.rlim_max};
+    return setrlimit(RLIMIT_AS, &lim);
+}
+
 /* ENOMEM: in a child with a small address-space limit, co_go fails cleanly. */
 static void test_enomem(void) {
     if (sanitized()) return; /* sanitizers reserve huge shadow mappings */
@@ -393,15 +409,7 @@ static void test_enomem(void) {
         extern int co__test_reset_after_fork(void);
         co__test_reset_after_fork();
         co_attr_t big = {.stack_size = (size_t)512 * 1024 * 1024};
-        /* limit the address space to what we use now plus 2 GiB */
-        long pages = 0;
-        FILE *f = fopen("/proc/self/statm", "r");
-        if (!f || fscanf(f, "%ld", &pages) != 1) _exit(2);
-        fclose(f);
-        struct rlimit cur;
-        getrlimit(RLIMIT_AS, &cur);
-        struct rlimit lim = {(rlim_t)pages * 4096 + ((rlim_t)2 << 30), cur.rlim_max};
-        setrlimit(RLIMIT_AS, &lim);
+        if (limit_address_space((rlim_t)2 << 30) != 0) _exit(2);
         int fails = 0;
         for (int i = 0; i < 20; i++)
             if (co_go_with(&big, nop, NULL) == CO_ENOMEM) fails++;
@@ -557,14 +565,7 @@ static void test_stack_wait(void) {
         co_waitgroup_add(&wg, 1);
         if (co_go(incr, NULL) != 0) _exit(2); /* starts the M before the limit */
         co_waitgroup_wait(&wg);
-        long pages = 0;
-        FILE *f = fopen("/proc/self/statm", "r");
-        if (!f || fscanf(f, "%ld", &pages) != 1) _exit(2);
-        fclose(f);
-        struct rlimit cur;
-        getrlimit(RLIMIT_AS, &cur);
-        struct rlimit lim = {(rlim_t)pages * 4096 + ((rlim_t)40 << 20), cur.rlim_max};
-        if (setrlimit(RLIMIT_AS, &lim) != 0) _exit(2);
+        if (limit_address_space((rlim_t)40 << 20) != 0) _exit(2);
         enum { N = 400 };
         co_waitgroup_add(&sw_gate, 1);
         co_waitgroup_add(&sw_wg, N);
