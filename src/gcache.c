@@ -3,7 +3,7 @@
  * cache).
  *
  * A G gets its stack when it first runs, not when it is spawned. A burst of
- * co_go calls queues bare Gs of about 200 bytes. They then run one after
+ * co_go calls queues bare Gs of about 160 bytes. They then run one after
  * another on the same few stacks, which stay hot in the caches and the TLB.
  * Before, every queued G held a stack of its own: each spawn wrote a fresh
  * stack page, and each first run missed on it again. A dead G gives its
