@@ -67,7 +67,7 @@ static bool vec_room_locked(co__freevec_t *gv, int k, size_t esz) {
  * Inlined where c is a constant, so the item copies are plain moves. */
 static inline __attribute__((always_inline)) void cache_put(const cache_t *c, const void *item) {
     co_sched_t *s = &co__sched;
-    char batch[CO_GFREE_LOCAL / 2 * sizeof(co__stack_t)];
+    _Alignas(co__stack_t) char batch[CO_GFREE_LOCAL / 2 * sizeof(co__stack_t)]; /* items are read in place */
     int k = 1;
     if (c->loc) {
         if (*c->locn < c->max) {
@@ -138,7 +138,7 @@ static int cache_trim(const cache_t *c, int keep) {
     co__unlock(&s->lock);
     int freed = 0;
     while (freed < cold) {
-        char batch[32 * sizeof(co__stack_t)];
+        _Alignas(co__stack_t) char batch[32 * sizeof(co__stack_t)];
         int k = 0;
         co__lock(&s->lock);
         int n = c->gv->n;
