@@ -180,11 +180,17 @@ static void short_sleeper(void *arg) {
 }
 
 static void test_lend_chain_keeps_timers(void) {
+    int count0 = co_count();
     co_waitgroup_t wg = CO_WAITGROUP_INIT;
     co_waitgroup_add(&wg, 3 + 40);
     for (int i = 0; i < 3; i++) CHECK_EQ(co_go(hog, &wg), 0);
     for (int i = 0; i < 40; i++) CHECK_EQ(co_go(short_sleeper, &wg), 0);
+    CHECK(co_count() >= 1);
     CHECK_EQ(co_waitgroup_wait_until(&wg, co_deadline_after(60000 * MS)), 0);
+    /* Coroutines are counted per P, and a retiring P hands its count on:
+     * once the last ones have returned, the count is back where it was. */
+    for (int i = 0; i < 1000 && co_count() != count0; i++) co_sleep(MS);
+    CHECK_EQ(co_count(), count0);
 }
 
 /* ---- errors and the plain-thread path ------------------------------------- */
