@@ -10,7 +10,7 @@
  * stack back at once, so the next G to start takes it.
  *
  * Bare Gs and default-size stacks are cached per P (owner only, no lock),
- * then globally under sched.lock, in batches. The global caches are
+ * then globally under sched.gcache_lock, in batches. The global caches are
  * unbounded: a burst of exits must not become a burst of munmaps (each
  * takes the mm lock and shoots down TLBs on every CPU running us). Once a
  * period, sysmon frees what nobody took during the whole period
@@ -36,7 +36,7 @@
 /* ---- the two caches ------------------------------------------------------ */
 
 /* Items of esz bytes: a per-P array loc[*locn] of max (owner only) over a
- * global co__freevec_t (sched.lock). The last item put is the first taken:
+ * global co__freevec_t (sched.gcache_lock). The last item put is the first taken:
  * the hottest. */
 typedef struct {
     char *loc;
@@ -51,7 +51,7 @@ typedef struct {
 _Static_assert(CO_SFREE_LOCAL <= CO_GFREE_LOCAL && sizeof(co_g_t *) <= sizeof(co__stack_t),
                "cache_put's batch holds half a local array of either kind");
 
-/* sched.lock held. Room for k more items on gv. */
+/* gcache_lock held. Room for k more items on gv. */
 static bool vec_room_locked(co__freevec_t *gv, int k, size_t esz) {
     if (gv->n + k <= gv->cap) return true;
     int cap = gv->cap ? 2 * gv->cap : 256;
@@ -83,13 +83,13 @@ static inline __attribute__((always_inline)) void cache_put(const cache_t *c, co
     } else {
         memcpy(batch, item, c->esz);
     }
-    co__lock(&s->lock);
+    co__lock(&s->gcache_lock);
     bool room = vec_room_locked(c->gv, k, c->esz);
     if (room) {
         memcpy(AT(c->gv->a, c->gv->n, c->esz), batch, (size_t)k * c->esz);
         __atomic_store_n(&c->gv->n, c->gv->n + k, __ATOMIC_RELAXED);
     }
-    co__unlock(&s->lock);
+    co__unlock(&s->gcache_lock);
     if (!room) /* no memory to grow the array: free the items instead */
         for (int i = 0; i < k; i++) c->drop(AT(batch, i, c->esz));
 }
@@ -105,7 +105,7 @@ static inline __attribute__((always_inline)) bool cache_get(const cache_t *c, vo
     /* relaxed: a hint; the array is read under the lock */
     if (__atomic_load_n(&c->gv->n, __ATOMIC_RELAXED) == 0) return false;
     bool got = false;
-    co__lock(&s->lock);
+    co__lock(&s->gcache_lock);
     int n = c->gv->n;
     if (n > 0) {
         memcpy(item, AT(c->gv->a, --n, c->esz), c->esz);
@@ -123,24 +123,24 @@ static inline __attribute__((always_inline)) bool cache_get(const cache_t *c, vo
         __atomic_store_n(&c->gv->n, n, __ATOMIC_RELAXED);
         if (n < c->gv->low) c->gv->low = n;
     }
-    co__unlock(&s->lock);
+    co__unlock(&s->gcache_lock);
     return got;
 }
 
 /* sysmon: free as many items as stayed on gv through a whole period (its
- * low watermark), keeping `keep`, in small batches: sched.lock is never
+ * low watermark), keeping `keep`, in small batches: the lock is never
  * held for long, and items are freed outside it. */
 static int cache_trim(const cache_t *c, int keep) {
     co_sched_t *s = &co__sched;
-    co__lock(&s->lock);
+    co__lock(&s->gcache_lock);
     int cold = c->gv->low - keep;
     c->gv->low = c->gv->n;
-    co__unlock(&s->lock);
+    co__unlock(&s->gcache_lock);
     int freed = 0;
     while (freed < cold) {
         _Alignas(co__stack_t) char batch[32 * sizeof(co__stack_t)];
         int k = 0;
-        co__lock(&s->lock);
+        co__lock(&s->gcache_lock);
         int n = c->gv->n;
         while (k < 32 && freed + k < cold && n > keep) {
             memcpy(AT(batch, k, c->esz), AT(c->gv->a, --n, c->esz), c->esz);
@@ -148,7 +148,7 @@ static int cache_trim(const cache_t *c, int keep) {
         }
         __atomic_store_n(&c->gv->n, n, __ATOMIC_RELAXED);
         if (c->gv->low > n) c->gv->low = n;
-        co__unlock(&s->lock);
+        co__unlock(&s->gcache_lock);
         if (k == 0) break;
         for (int i = 0; i < k; i++) c->drop(AT(batch, i, c->esz));
         freed += k;
@@ -240,11 +240,11 @@ bool co__stack_attach(co_m_t *m, co_g_t *g) {
                     "colony: no memory for the stack of coroutine %llu: it waits to start "
                     "(so may others)\n",
                     (unsigned long long)g->id);
-        co__lock(&s->lock);
+        co__lock(&s->gcache_lock);
         g->schedlink = s->stackwait;
         s->stackwait = g;
         __atomic_store_n(&s->nstackwait, s->nstackwait + 1, __ATOMIC_RELAXED);
-        co__unlock(&s->lock);
+        co__unlock(&s->gcache_lock);
         return false;
     }
     co__ctx_make(&g->ctx, g->stack.lo, g->stack.size, g, g->fpenv);
@@ -253,12 +253,12 @@ bool co__stack_attach(co_m_t *m, co_g_t *g) {
 
 int co__stackwait_retry(void) {
     co_sched_t *s = &co__sched;
-    co__lock(&s->lock);
+    co__lock(&s->gcache_lock);
     co_g_t *list = s->stackwait;
     int n = s->nstackwait;
     s->stackwait = NULL;
     __atomic_store_n(&s->nstackwait, 0, __ATOMIC_RELAXED);
-    co__unlock(&s->lock);
+    co__unlock(&s->gcache_lock);
     while (list) {
         co_g_t *g = list;
         list = g->schedlink;

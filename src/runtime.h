@@ -74,8 +74,8 @@ _Static_assert(offsetof(co_g_t, stack.map) + sizeof(char *) <= 64,
 #endif
 
 /* A global cache of free items (gcache.c): an array, so moving a batch in
- * or out under sched.lock copies pointers and never touches a cold G.
- * n: atomic (written under sched.lock, read lock-free as a hint). low:
+ * or out under sched.gcache_lock copies pointers and never touches a cold G.
+ * n: atomic (written under sched.gcache_lock, read lock-free as a hint). low:
  * the fewest items held since sysmon's last trim. */
 typedef struct co__freevec {
     char *a;
@@ -198,8 +198,7 @@ typedef struct co_sched {
     int chaos;                 /* COLONY_DEBUG=chaos: widen race windows (tests) */
 
     /* lock protects: pidle, npidle writes, midle, nmidle, allm, mcount,
-     * runq (the global queue), runqsize, gfree, sfree, stackwait,
-     * nstackwait, pspare, pretiring. */
+     * runq (the global queue), runqsize, pspare, pretiring. */
     _Alignas(64) co__lock_t lock;
     co_p_t *pidle;
     co_m_t *midle;
@@ -215,12 +214,17 @@ typedef struct co_sched {
     int rq_nspare;
     co_g_t *runqhead, *runqtail;
     int64_t runqsize;          /* atomic for lock-free emptiness checks: all Gs queued */
-    co__freevec_t gfree;       /* dead Gs (co_g_t *), gcache.c */
-    co__freevec_t sfree;       /* free default-size stacks (co__stack_t), gcache.c */
-    co_g_t *stackwait;         /* Gs that found no stack to start on (gcache.c) */
-    int nstackwait;            /* atomic (written under lock, read lock-free) */
     co_p_t *pspare;            /* retired Ps, ready to be lent again */
     co_p_t *pretiring;         /* Ps lent away whose M has not retired them yet */
+
+    /* gcache_lock protects the caches of gcache.c: gfree, sfree,
+     * stackwait, nstackwait. Not sched.lock: dead Gs spilled by one M and
+     * taken by another would contend with the global run queue. */
+    _Alignas(64) co__lock_t gcache_lock;
+    co__freevec_t gfree;       /* dead Gs (co_g_t *) */
+    co__freevec_t sfree;       /* free default-size stacks (co__stack_t) */
+    co_g_t *stackwait;         /* Gs that found no stack to start on */
+    int nstackwait;            /* atomic (written under gcache_lock, read lock-free) */
 
     _Alignas(64) uint32_t npidle; /* atomic (written under lock, read lock-free) */
     uint32_t nmspinning;       /* atomic; Ms spinning (see sched.c's essay) */
