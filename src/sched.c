@@ -101,7 +101,7 @@ uint32_t co__fastrand(void) {
 static void post_yield(co_g_t *g, void *arg);
 static inline __attribute__((always_inline)) void yield_requeue(co_m_t *m, co_g_t *g);
 
-static void run_post(co_m_t *m) {
+static inline __attribute__((always_inline)) void run_post(co_m_t *m) {
     void (*f)(co_g_t *, void *) = m->post_fn;
     if (f) {
         m->post_fn = NULL;
@@ -395,7 +395,7 @@ static co_g_t *globrunqget(co_p_t *p, int max) {
 
 /* The next G for p without blocking or stealing: due timers, 1-in-61 global,
  * runnext, local ring, global. p's owner only; p may be NULL. */
-static co_g_t *runq_next_fast(co_p_t *p) {
+static inline __attribute__((always_inline)) co_g_t *runq_next_fast(co_p_t *p) {
     if (!p) return NULL;
     /* A lent-away P: go to g0, which retires it. */
     if (CO_UNLIKELY(__atomic_load_n(&p->retire, __ATOMIC_RELAXED))) return NULL;
