@@ -67,7 +67,8 @@ static bool vec_room_locked(co__freevec_t *gv, int k, size_t esz) {
  * Inlined where c is a constant, so the item copies are plain moves. */
 static inline __attribute__((always_inline)) void cache_put(const cache_t *c, const void *item) {
     co_sched_t *s = &co__sched;
-    _Alignas(co__stack_t) char batch[CO_GFREE_LOCAL / 2 * sizeof(co__stack_t)]; /* items are read in place */
+    /* aligned: a dropped item is read in place */
+    _Alignas(co__stack_t) char batch[CO_GFREE_LOCAL / 2 * sizeof(co__stack_t)];
     int k = 1;
     if (c->loc) {
         if (*c->locn < c->max) {
