@@ -248,6 +248,12 @@ bool co__stack_attach(co_m_t *m, co_g_t *g) {
         co__unlock(&s->gcache_lock);
         return false;
     }
+#ifdef CO_ASAN
+    /* A cached stack still carries the shadow of its last coroutine's
+     * frames (scopes it left poisoned, as it never returned from them):
+     * the new one starts on clean memory. */
+    __asan_unpoison_memory_region(g->stack.lo, g->stack.size);
+#endif
     co__ctx_make(&g->ctx, g->stack.lo, g->stack.size, g, g->fpenv);
     return true;
 }
