@@ -385,6 +385,18 @@ static void test_overflow_canary(void) {
     expect_overflow("noguard");
 }
 
+/* fork(); the child forgets the parent's runtime (its threads do not exist
+ * there) and starts a fresh one. */
+static pid_t fork_fresh(void) {
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        extern int co__test_reset_after_fork(void);
+        co__test_reset_after_fork();
+    }
+    return pid;
+}
+
 /* Limit this process's address space to what it uses now plus `extra`
  * bytes (for a forked child). 0, or -1. */
 static int limit_address_space(rlim_t extra) {
@@ -403,11 +415,8 @@ static int limit_address_space(rlim_t extra) {
 /* ENOMEM: in a child with a small address-space limit, co_go fails cleanly. */
 static void test_enomem(void) {
     if (sanitized()) return; /* sanitizers reserve huge shadow mappings */
-    fflush(NULL);
-    pid_t pid = fork();
+    pid_t pid = fork_fresh();
     if (pid == 0) {
-        extern int co__test_reset_after_fork(void);
-        co__test_reset_after_fork();
         co_attr_t big = {.stack_size = (size_t)512 * 1024 * 1024};
         if (limit_address_space((rlim_t)2 << 30) != 0) _exit(2);
         int fails = 0;
@@ -555,11 +564,8 @@ static void sw_worker(void *arg) {
 
 static void test_stack_wait(void) {
     if (sanitized()) return; /* sanitizers reserve huge shadow mappings */
-    fflush(NULL);
-    pid_t pid = fork();
+    pid_t pid = fork_fresh();
     if (pid == 0) {
-        extern int co__test_reset_after_fork(void);
-        co__test_reset_after_fork();
         co_config_t c = {.procs = 1};
         if (co_shutdown() != 0 || co_init(&c) != 0) _exit(2);
         co_waitgroup_add(&wg, 1);
