@@ -203,7 +203,8 @@ static inline char *chan_slot(const co_chan_t *ch, size_t i) { return ch->buf + 
  * after unlocking (NULL if none). `elem` may be NULL for a receive (the value
  * is dropped); for a send it is NULL only when elem_size == 0. */
 
-static inline __attribute__((always_inline)) int chan_send_locked(co_chan_t *ch, const void *elem, co__waiter_t **wake) {
+static inline __attribute__((always_inline)) int chan_send_locked(co_chan_t *ch, const void *elem,
+                                                                 co__waiter_t **wake) {
     *wake = NULL;
     if (ch->closed) return CO_ECLOSED;
     co__waiter_t *w = chq_claim(&ch->recvq);
@@ -223,7 +224,8 @@ static inline __attribute__((always_inline)) int chan_send_locked(co_chan_t *ch,
     return 0;
 }
 
-static inline __attribute__((always_inline)) int chan_recv_locked(co_chan_t *ch, void *elem, co__waiter_t **wake) {
+static inline __attribute__((always_inline)) int chan_recv_locked(co_chan_t *ch, void *elem,
+                                                                 co__waiter_t **wake) {
     *wake = NULL;
     co__waiter_t *w = chq_claim(&ch->sendq);
     if (w) {

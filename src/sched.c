@@ -742,6 +742,16 @@ static co_g_t *findrunnable(co_m_t *m) {
 
 /* ---- Gs ------------------------------------------------------------------- */
 
+/* A coroutine starts (+1) or ends (-1) on p (NULL: no P, the global
+ * count). p's count is written by its owner only: a relaxed store, read by
+ * co_count. */
+static inline void live_add(co_p_t *p, int d) {
+    if (p)
+        __atomic_store_n(&p->ngo, p->ngo + d, __ATOMIC_RELAXED);
+    else
+        __atomic_add_fetch(&co__sched.ngoroutines, d, __ATOMIC_ACQ_REL);
+}
+
 static void post_gfree(co_g_t *g, void *arg) {
     (void)arg;
     co_m_t *m = co__getm();
@@ -753,10 +763,7 @@ static void goexit(co_g_t *g) {
     co__stack_check(g);
     __atomic_store_n(&g->status, CO_G_DEAD, __ATOMIC_RELAXED);
     co_m_t *m = co__getm();
-    if (m->p) /* relaxed: only this M writes it; co_count reads it */
-        __atomic_store_n(&m->p->ngo, m->p->ngo - 1, __ATOMIC_RELAXED);
-    else
-        __atomic_sub_fetch(&co__sched.ngoroutines, 1, __ATOMIC_ACQ_REL);
+    live_add(m->p, -1);
     m->post_fn = post_gfree;
     m->post_g = g;
     co_g_t *next = runq_next_fast(m->p);
@@ -830,10 +837,7 @@ int co__spawn(void (*fn)(void *), void *arg, size_t stack_size, const char *name
         g->name[0] = 0;
         g->named = false;
     }
-    if (p) /* relaxed: only this M writes it; co_count reads it */
-        __atomic_store_n(&p->ngo, p->ngo + 1, __ATOMIC_RELAXED);
-    else
-        __atomic_add_fetch(&s->ngoroutines, 1, __ATOMIC_ACQ_REL);
+    live_add(p, 1);
     __atomic_store_n(&g->status, CO_G_RUNNABLE, __ATOMIC_RELAXED);
     if (p) {
         runqput(p, g, true);
@@ -1133,6 +1137,13 @@ static bool any_alive(void) {
     return alive;
 }
 
+/* Shutdown: a P that no M holds, with its caches and timers. */
+static void free_p(co_p_t *p) {
+    co__gcache_free_p(p);
+    co__timers_free(p);
+    free(p);
+}
+
 int co_shutdown(void) {
     co_sched_t *s = &co__sched;
     if (__atomic_load_n(&rt_state, __ATOMIC_ACQUIRE) != RT_UP) return 0;
@@ -1204,18 +1215,11 @@ int co_shutdown(void) {
         spare = p;
     }
     co__unlock(&s->lock);
-    for (int i = 0; i < s->nprocs; i++) {
-        co_p_t *p = allp[i];
-        co__gcache_free_p(p);
-        co__timers_free(p);
-        free(p);
-    }
+    for (int i = 0; i < s->nprocs; i++) free_p(allp[i]);
     while (spare) {
         co_p_t *p = spare;
         spare = p->link;
-        co__gcache_free_p(p);
-        co__timers_free(p);
-        free(p);
+        free_p(p);
     }
     co__gcache_free_global();
     free(allp);

@@ -313,10 +313,11 @@ int co_sleep_until(int64_t deadline) {
 int co_sleep(int64_t ns) {
     if (ns <= 0) return 0;
     int64_t deadline = co_now() + ns;
-    if (co__cur_g()) {
+    co_g_t *g = co__cur_g();
+    if (g) {
         /* The deadline is ns ahead: skip co__park's second clock read. */
         co__parker_t pk;
-        co__parker_init(&pk, CO__WR_SLEEP);
+        co__parker_init_g(&pk, g, CO__WR_SLEEP);
         (void)park_until(&pk, deadline, NULL, NULL);
         return 0;
     }
