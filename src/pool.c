@@ -470,7 +470,6 @@ static void worker_main(void *arg) {
     co__pw_t *w = arg;
     co_pool_t *p = w->pool;
     void *value;
-    __atomic_sub_fetch(&p->unstarted, 1, __ATOMIC_RELAXED);
     while (co__recover_tagged(worker_run, w, &value, p)) {
         report_panic(p, value); /* no lock held: user code */
         if (!worker_done(p, w, true)) return;
@@ -482,10 +481,8 @@ static void worker_main(void *arg) {
 static int launch(co_pool_t *p, co__pw_t *w) {
     /* Unnamed (a name is a strncpy per spawn); the panic report says what
      * it is. */
-    __atomic_add_fetch(&p->unstarted, 1, __ATOMIC_RELAXED);
     int rc = co__spawn(worker_main, w, p->opts.stack_size, NULL);
     if (CO_LIKELY(rc == 0)) return 0;
-    __atomic_sub_fetch(&p->unstarted, 1, __ATOMIC_RELAXED);
     wakelist_t wl = {NULL};
     co__pw_t *tofree = NULL;
     plock(p);
@@ -551,9 +548,10 @@ static int submit_impl(co_pool_t *p, void (*fn)(void *), void *arg, int64_t dead
             rc = CO_ETIMEDOUT;
             break;
         }
-        if (!yielded && __atomic_load_n(&p->unstarted, __ATOMIC_RELAXED) > 0) {
-            /* Full of workers that were spawned but have not run yet (a
-             * submitting coroutine keeps its P until it blocks). Let them
+        if (!yielded && co__local_runnable()) {
+            /* Full, and coroutines wait for this P: usually workers that
+             * were spawned but have not run yet (a submitting coroutine
+             * keeps its P until it blocks). Let them
              * run first, once: they finish and leave idle workers, and a
              * whole batch of submits then goes through without a park and a
              * hand-off each. When every worker is already running (say,

@@ -245,8 +245,6 @@ struct co_pool {
     _Alignas(CO__CACHELINE) co__pw_t *chute;
     uint32_t inflight;    /* atomic: workers between their chute push and their last
                            * access to the pool (destroy waits for 0) */
-    int32_t unstarted;    /* atomic relaxed: workers spawned whose coroutine has not
-                           * started yet (a full pool's submit yields only then) */
 
     /* lock protects every field below marked [L]. Never held across a park
      * except through ppark's unlock callback, and never held while calling

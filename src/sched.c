@@ -923,6 +923,15 @@ void co_yield(void) {
     gogo(m, g, next, false);
 }
 
+bool co__local_runnable(void) {
+    co_m_t *m = co__getm();
+    if (!m || !m->curg || !m->p) return false;
+    co_p_t *p = m->p;
+    /* relaxed: a hint; a thief may empty the queue right after */
+    return __atomic_load_n(&p->runnext, __ATOMIC_RELAXED) != NULL ||
+           __atomic_load_n(&p->runqhead, __ATOMIC_RELAXED) != p->runqtail;
+}
+
 /* Any M: move every G queued on p (ring and runnext) to the global queue. */
 void co__runq_drain_global(co_p_t *p) {
     co_g_t *batch[CO_RUNQ_SIZE];
