@@ -182,6 +182,7 @@ typedef struct co_m {
 
     void *altstack;            /* sigaltstack for the overflow report */
     bool exiting;
+    uint64_t tcheck;           /* co__cycles() at run_post's last timer check; owner only */
 } co_m_t;
 
 #define CO_MAX_HOOKS 8

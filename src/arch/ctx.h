@@ -49,6 +49,29 @@ static inline uint64_t co__fpenv_save(void) {
     return 0;
 #endif
 }
+/* A cheap tick count for rate limits, never for time: x86-64 TSC (about
+ * 10 ns to read here, against 24 ns for clock_gettime(MONOTONIC)), AArch64
+ * virtual counter; always 0 elsewhere. CO__CYCLES_SHORT ticks are well
+ * under 2 microseconds on any clock these count at (TSC: 1-5 GHz; AArch64
+ * counter: 24 MHz-1 GHz). */
+#if defined(__x86_64__)
+#define CO__CYCLES_SHORT 2048
+#else
+#define CO__CYCLES_SHORT 32
+#endif
+static inline uint64_t co__cycles(void) {
+#if defined(__x86_64__)
+    uint32_t lo, hi;
+    __asm__ volatile("rdtsc" : "=a"(lo), "=d"(hi));
+    return lo | (uint64_t)hi << 32;
+#elif defined(__aarch64__)
+    uint64_t v;
+    __asm__ volatile("mrs %0, cntvct_el0" : "=r"(v));
+    return v;
+#else
+    return 0;
+#endif
+}
 #ifdef COLONY_UCONTEXT
 __attribute__((visibility("hidden"))) void co__ctx_switch(co__ctx_t *from, co__ctx_t *to);
 #else
