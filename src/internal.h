@@ -179,7 +179,8 @@ typedef struct co__timer {
     void (*fn)(void *arg);
     void *arg;
     struct co_p *p;          /* heap it is on (under that heap's lock) */
-    int32_t slot;            /* its slot on p's heap while pending (runtime.h) */
+    int32_t slot;            /* while pending: its slot on p's heap (>= 0), or its
+                              * entry in p's run (-2 - index); -1 otherwise */
     uint32_t state;          /* atomic: CO__TM_IDLE/PENDING, changed under p's heap lock */
     uint32_t running;        /* atomic: callbacks in flight (see timer.c) */
 } co__timer_t;

@@ -35,6 +35,7 @@ typedef struct co__stack {
     char *lo;         /* lowest usable byte */
     size_t size;      /* usable bytes */
     bool guarded;     /* PROT_NONE page below lo; else a zero canary zone at lo */
+    bool fresh;       /* never run on: its first frame will fault its top page in */
     unsigned vg_id;   /* valgrind stack id */
 } co__stack_t;
 
@@ -95,6 +96,14 @@ typedef struct co__theap {
     uint32_t slot; /* index into the P's tslots */
     uint32_t _pad;
 } co__theap_t;
+/* An entry of a P's timer run (timer.c): a timer added no earlier than the
+ * run's last entry is appended there instead of going on the heap; t is
+ * NULL once the timer was deleted (the entry stays until it reaches the
+ * head or the run is compacted). */
+typedef struct co__trun {
+    int64_t when;
+    co__timer_t *t;
+} co__trun_t;
 /* A P's timer slot: the timer, and the position of its heap entry (kept up
  * to date by every sift). A free slot chains the next free one in pos. */
 typedef struct co__tslot {
@@ -132,17 +141,22 @@ typedef struct co_p {
     co_g_t *gfree[CO_GFREE_LOCAL];
     co__stack_t sfree[CO_SFREE_LOCAL];
 
-    /* Timers: 4-ary min-heap on `when`. timers_lock protects timers_closed, timers,
-     * timers_len, timers_cap, the tslots fields and every pending
-     * co__timer_t's slot/p. timer0_when mirrors timers[0].when (0 if
-     * empty); written under the lock with release, read lock-free with
-     * acquire by any M. */
+    /* Timers: a 4-ary min-heap on `when`, and the run (timer.c). timers_lock
+     * protects timers_closed, the heap, the run, the tslots fields and every
+     * pending co__timer_t's slot/p. timer0_when mirrors the earlier of the
+     * heap's root and the run's head (0 if both are empty); written under
+     * the lock with release, read lock-free with acquire by any M. */
     co__lock_t timers_lock;
     co__theap_t *timers;       /* entries carry `when` and a slot: sifting never touches a timer */
     int timers_len, timers_cap;
     co__tslot_t *tslots;       /* slot -> timer and heap position */
     int tslots_hw, tslots_cap; /* slots ever handed out; allocated */
     int tslot_free;            /* first free slot + 1 (0: none) */
+    co__trun_t *trun;          /* the run: a ring of trun_mask + 1 entries, `when`
+                                * non-decreasing from trun_head to trun_tail */
+    uint32_t trun_head, trun_tail; /* free-running indexes; the head entry is live */
+    uint32_t trun_mask;        /* ring size - 1 (a power of two), 0 before the first */
+    uint32_t trun_dead;        /* deleted entries between head and tail */
     int64_t timer0_when;
     bool timers_closed;        /* retired (on pspare): timers go to allp[id] instead */
 
@@ -279,6 +293,9 @@ CO_HIDDEN co_g_t *co__gfget(co_p_t *p);           /* a bare G, or NULL; p may be
 CO_HIDDEN void co__gfput(co_p_t *p, co_g_t *g);   /* a dead G: it and its stack to the caches */
 CO_HIDDEN void co__g_release(co_g_t *g);          /* free a G that is on no list */
 CO_HIDDEN bool co__stack_attach(co_m_t *m, co_g_t *g); /* false: g waits on stackwait */
+/* Attach a stack from m's P's own cache only if one is there and has run
+ * before (no lock, no mmap, no page fault); false changes nothing. */
+CO_HIDDEN bool co__stack_attach_warm(co_m_t *m, co_g_t *g);
 CO_HIDDEN int co__stackwait_retry(void);          /* sysmon: requeue them; returns how many */
 CO_HIDDEN int co__gfree_trim(int keep);           /* sysmon: free cold Gs and stacks */
 CO_HIDDEN void co__gcache_free_p(co_p_t *p);      /* shutdown */

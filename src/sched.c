@@ -129,13 +129,25 @@ static inline __attribute__((always_inline)) void run_post(co_m_t *m) {
 
 /* Switch from `from` (running on m) to `to`. Returns when `from` is
  * resumed, possibly on another M; runs that M's post-switch action. */
+static inline __attribute__((always_inline)) void runqput(co_p_t *p, co_g_t *g, bool next);
+
 static inline __attribute__((always_inline)) void gogo(co_m_t *m, co_g_t *from, co_g_t *to,
                                                        bool from_exiting) {
-    if (CO_UNLIKELY(!to->stack.map) && !to->is_g0 && !co__stack_attach(m, to)) {
-        /* No stack for its first run: `to` waits on stackwait (gcache.c).
-         * g0 looks for other work; a G switches to g0, which does. */
-        if (from->is_g0) return;
-        to = &m->g0;
+    if (CO_UNLIKELY(!to->stack.map) && !to->is_g0) {
+        if (!from->is_g0 && m->post_fn && !co__stack_attach_warm(m, to)) {
+            /* Its first run needs a stack that must be mapped or faulted
+             * in: microseconds. from's post-switch action (often: release
+             * the lock of what it parks on) would wait that long, and every
+             * M that wants the lock with it. Let g0 run the action first,
+             * then start `to` from the front of the queue. */
+            runqput(m->p, to, true);
+            to = &m->g0;
+        } else if (!co__stack_attach(m, to)) {
+            /* No stack for its first run: `to` waits on stackwait (gcache.c).
+             * g0 looks for other work; a G switches to g0, which does. */
+            if (from->is_g0) return;
+            to = &m->g0;
+        }
     }
     m->curg = to->is_g0 ? NULL : to;
     if (!to->is_g0) __atomic_store_n(&to->status, CO_G_RUNNING, __ATOMIC_RELAXED);

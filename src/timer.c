@@ -18,10 +18,100 @@
 #include <sched.h>
 #include <stdlib.h>
 
+/* ---- the run ----------------------------------------------------------
+ * Most timers are added in deadline order: sleeps of one length, deadlines
+ * of one timeout, each computed from a clock that only goes forward. Such a
+ * timer (no earlier than the run's last entry) is appended to the run, a
+ * ring kept sorted by construction: adding and popping it are O(1) and
+ * touch only the ring's ends, where the heap would sift it through every
+ * level of a cold array. Other timers go on the heap; the earliest timer is
+ * the earlier of the two heads. A deleted run entry is cleared in place
+ * (t = NULL) and skipped when it reaches the head; when cleared entries
+ * outnumber live ones the run is compacted, so timers that are always
+ * deleted before they fire (deadlines) cannot grow it without bound.
+ * A run timer's t->slot is -2 - its ring index; an index changes only
+ * when the ring is repacked (growth, compaction), which rewrites them. */
+
+static inline bool run_empty(const co_p_t *p) { return p->trun_head == p->trun_tail; }
+static inline co__trun_t *run_at(co_p_t *p, uint32_t i) { return &p->trun[i & p->trun_mask]; }
+
+/* Repack the live entries at the start of a ring of `size` entries. */
+static void run_repack(co_p_t *p, uint32_t size) {
+    co__trun_t *n = malloc((size_t)size * sizeof *n);
+    if (!n) co__fatal("out of memory growing the timer run (%u timers)", size);
+    uint32_t k = 0;
+    for (uint32_t i = p->trun_head; i != p->trun_tail; i++) {
+        co__trun_t e = *run_at(p, i);
+        if (!e.t) continue;
+        e.t->slot = -2 - (int32_t)k;
+        n[k++] = e;
+    }
+    free(p->trun);
+    p->trun = n;
+    p->trun_mask = size - 1;
+    p->trun_head = 0;
+    p->trun_tail = k;
+    p->trun_dead = 0;
+}
+
+/* Whether t may join the run, and if so, append it. */
+static bool run_push(co_p_t *p, co__timer_t *t) {
+    if (!run_empty(p) && t->when < run_at(p, p->trun_tail - 1)->when) return false;
+    uint32_t len = p->trun_tail - p->trun_head;
+    if (p->trun_mask == 0 || len == p->trun_mask + 1) {
+        uint32_t size = p->trun_mask ? p->trun_mask + 1 : 64;
+        if (p->trun_dead * 2 < len || len == 0) size *= 2; /* else compaction is room enough */
+        if (size > (1u << 30)) return false;               /* the heap takes it */
+        run_repack(p, size);
+    }
+    uint32_t i = p->trun_tail++;
+    *run_at(p, i) = (co__trun_t){.when = t->when, .t = t};
+    t->slot = -2 - (int32_t)(i & p->trun_mask);
+    return true;
+}
+
+/* Drop cleared entries from the head, so that the head is live or the run
+ * is empty. */
+static void run_trim(co_p_t *p) {
+    while (!run_empty(p) && !run_at(p, p->trun_head)->t) {
+        p->trun_head++;
+        p->trun_dead--;
+    }
+}
+
+/* Take the live head entry's timer off the run. */
+static co__timer_t *run_pop(co_p_t *p) {
+    co__timer_t *t = run_at(p, p->trun_head)->t;
+    p->trun_head++;
+    run_trim(p);
+    if (!run_empty(p)) __builtin_prefetch(run_at(p, p->trun_head)->t, 1); /* next in line */
+    return t;
+}
+
+/* Delete a pending run timer. */
+static void run_del(co_p_t *p, co__timer_t *t) {
+    uint32_t pos = (uint32_t)(-2 - t->slot);
+    p->trun[pos].t = NULL;
+    p->trun_dead++;
+    run_trim(p);
+    uint32_t len = p->trun_tail - p->trun_head;
+    if (len >= 64 && p->trun_dead * 2 > len) run_repack(p, p->trun_mask + 1);
+}
+
+/* The earliest pending deadline on p, 0 if none. */
+static inline int64_t timers_min(co_p_t *p) {
+    int64_t w = p->timers_len ? p->timers[0].when : 0;
+    if (!run_empty(p)) {
+        int64_t r = run_at(p, p->trun_head)->when;
+        if (w == 0 || r < w) w = r;
+    }
+    return w;
+}
+
 static void set_timer0(co_p_t *p) {
     /* seq_cst store: pairs with the acquire loads in the scheduler and with
      * the poller's poll_until handshake (see co__timer_add) */
-    __atomic_store_n(&p->timer0_when, p->timers_len ? p->timers[0].when : 0, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&p->timer0_when, timers_min(p), __ATOMIC_SEQ_CST);
 }
 
 /* ---- the heap and its slots (timers_lock held for all of these) ---------
@@ -103,6 +193,7 @@ static void heap_reserve(co_p_t *p) {
 }
 
 static void heap_push(co_p_t *p, co__timer_t *t) {
+    if (run_push(p, t)) return;
     heap_reserve(p);
     uint32_t slot;
     if (p->tslot_free) {
@@ -131,9 +222,10 @@ void co__timer_add(co__timer_t *t, int64_t when) {
     }
     t->when = when;
     __atomic_store_n(&t->p, p, __ATOMIC_RELEASE);
+    int64_t old = timers_min(p);
     heap_push(p, t);
     __atomic_store_n(&t->state, CO__TM_PENDING, __ATOMIC_RELAXED);
-    bool first = p->tslots[t->slot].pos == 0;
+    bool first = old == 0 || when < old;
     if (first) set_timer0(p);
     co__unlock(&p->timers_lock);
     if (!first) return;
@@ -158,12 +250,15 @@ bool co__timer_del(co__timer_t *t) {
             continue;
         }
         if (__atomic_load_n(&t->state, __ATOMIC_RELAXED) == CO__TM_PENDING) {
-            int i = p->tslots[t->slot].pos;
-            heap_remove(p, i);
-            slot_free(p, (uint32_t)t->slot);
+            if (t->slot <= -2) {
+                run_del(p, t);
+            } else {
+                heap_remove(p, p->tslots[t->slot].pos);
+                slot_free(p, (uint32_t)t->slot);
+            }
             t->slot = -1;
             __atomic_store_n(&t->state, CO__TM_IDLE, __ATOMIC_RELAXED);
-            if (i == 0) set_timer0(p);
+            if (t->when <= p->timer0_when) set_timer0(p); /* it may have been the first */
             removed = true;
         }
         co__unlock(&p->timers_lock);
@@ -190,12 +285,21 @@ int co__timers_run(co_p_t *p, int64_t now) {
     for (;;) {
         co__timer_t *batch[TIMER_BATCH];
         int n = 0;
-        while (n < TIMER_BATCH && p->timers_len > 0 && p->timers[0].when <= now) {
-            uint32_t slot = p->timers[0].slot;
-            co__timer_t *t = p->tslots[slot].t;
-            __builtin_prefetch(t, 1);
-            heap_remove(p, 0);
-            slot_free(p, slot);
+        while (n < TIMER_BATCH) {
+            co__timer_t *t;
+            bool heap = p->timers_len > 0 &&
+                        (run_empty(p) || p->timers[0].when < run_at(p, p->trun_head)->when);
+            if (heap) {
+                if (p->timers[0].when > now) break;
+                uint32_t slot = p->timers[0].slot;
+                t = p->tslots[slot].t;
+                __builtin_prefetch(t, 1);
+                heap_remove(p, 0);
+                slot_free(p, slot);
+            } else {
+                if (run_empty(p) || run_at(p, p->trun_head)->when > now) break;
+                t = run_pop(p);
+            }
             batch[n++] = t;
         }
         if (n == 0) break;
@@ -235,6 +339,9 @@ int64_t co__timers_next(void) {
 void co__timers_free(co_p_t *p) {
     free(p->timers);
     free(p->tslots);
+    free(p->trun);
+    p->trun = NULL;
+    p->trun_head = p->trun_tail = p->trun_mask = p->trun_dead = 0;
     p->timers = NULL;
     p->tslots = NULL;
     p->timers_len = p->timers_cap = 0;
@@ -256,6 +363,13 @@ void co__timers_move(co_p_t *from, co_p_t *to, bool close) {
         co__lock(&to->timers_lock);
     }
     if (close) from->timers_closed = true;
+    for (uint32_t i = from->trun_head; i != from->trun_tail; i++) { /* in order */
+        co__timer_t *t = run_at(from, i)->t;
+        if (!t) continue;
+        __atomic_store_n(&t->p, to, __ATOMIC_RELEASE);
+        heap_push(to, t);
+    }
+    from->trun_head = from->trun_tail = from->trun_dead = 0;
     for (int i = 0; i < from->timers_len; i++) {
         co__timer_t *t = from->tslots[from->timers[i].slot].t;
         __atomic_store_n(&t->p, to, __ATOMIC_RELEASE);

@@ -223,6 +223,60 @@ static void test_timer_deletes(void) {
     co_chan_free(tdel_ch);
 }
 
+/* Deadlines that never fire: two coroutines pass a value back and forth
+ * on an unbuffered channel, each send and receive with a deadline a second
+ * away, so the one that waits parks with a timer that its partner's arrival
+ * deletes. Those timers come in deadline order (the timers' run) and are
+ * all deleted before they fire; the run must compact them away, and no
+ * operation may time out. Then sleepers of decreasing and increasing
+ * lengths mix run and heap timers: none may wake early. */
+static atomic_long trun_bad;
+static void trun_player(void *arg) {
+    co_chan_t **ch = arg;
+    int n = sanitized() ? 5000 : 100000;
+    for (int i = 0; i < n; i++) {
+        int v = i;
+        if (co_chan_send(ch[0], &v, co_deadline_after(1000000000)) != 0) atomic_fetch_add(&trun_bad, 1);
+        if (co_chan_recv(ch[1], &v, co_deadline_after(1000000000)) != 0 || v != i)
+            atomic_fetch_add(&trun_bad, 1);
+    }
+    co_waitgroup_done(&wg);
+}
+static void trun_echo(void *arg) {
+    co_chan_t **ch = arg;
+    int n = sanitized() ? 5000 : 100000;
+    for (int i = 0; i < n; i++) {
+        int v = -1;
+        if (co_chan_recv(ch[0], &v, co_deadline_after(1000000000)) != 0 || v != i)
+            atomic_fetch_add(&trun_bad, 1);
+        if (co_chan_send(ch[1], &v, co_deadline_after(1000000000)) != 0) atomic_fetch_add(&trun_bad, 1);
+    }
+    co_waitgroup_done(&wg);
+}
+
+static void test_timer_run(void) {
+    co_chan_t *ch[2];
+    CHECK_EQ(co_chan_new(&ch[0], sizeof(int), 0), 0);
+    CHECK_EQ(co_chan_new(&ch[1], sizeof(int), 0), 0);
+    atomic_store(&trun_bad, 0);
+    co_waitgroup_add(&wg, 2);
+    CHECK_EQ(co_go(trun_player, ch), 0);
+    CHECK_EQ(co_go(trun_echo, ch), 0);
+    co_waitgroup_wait(&wg);
+    CHECK_EQ(atomic_load(&trun_bad), 0);
+    co_chan_free(ch[0]);
+    co_chan_free(ch[1]);
+
+    atomic_store(&early, 0);
+    for (int i = 0; i < 400; i++) { /* 3.99 ms down to 0, then 0 up to 3.99 ms */
+        long d = (i < 200 ? 199 - i : i - 200) * 20000L;
+        co_waitgroup_add(&wg, 1);
+        CHECK_EQ(co_go(sleeper, (void *)d), 0);
+    }
+    co_waitgroup_wait(&wg);
+    CHECK_EQ(atomic_load(&early), 0);
+}
+
 static void test_waitgroup_timeout(void) {
     co_waitgroup_t w = CO_WAITGROUP_INIT;
     CHECK_EQ(co_waitgroup_wait_until(&w, 0), 0); /* zero counter: returns at once */
@@ -631,6 +685,7 @@ int main(void) {
     T_RUN(test_many_timers);
     T_RUN(test_timer_deletes);
     T_RUN(test_timer_batch_races);
+    T_RUN(test_timer_run);
     T_RUN(test_waitgroup_timeout);
     T_RUN(test_ids);
     T_RUN(test_sched_stats);
