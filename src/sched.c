@@ -99,6 +99,7 @@ uint32_t co__fastrand(void) {
  * G's post-switch action, then any due timers of the P (only now: a timer
  * callback may need a lock the previous G released in its action). */
 static void post_yield(co_g_t *g, void *arg);
+static void post_gfree(co_g_t *g, void *arg);
 static inline __attribute__((always_inline)) void yield_requeue(co_m_t *m, co_g_t *g);
 
 static inline __attribute__((always_inline)) void run_post(co_m_t *m) {
@@ -134,12 +135,14 @@ static inline __attribute__((always_inline)) void runqput(co_p_t *p, co_g_t *g, 
 static inline __attribute__((always_inline)) void gogo(co_m_t *m, co_g_t *from, co_g_t *to,
                                                        bool from_exiting) {
     if (CO_UNLIKELY(!to->stack.map) && !to->is_g0) {
-        if (!from->is_g0 && m->post_fn && !co__stack_attach_warm(m, to)) {
+        if (m->post_fn && m->post_fn != post_gfree && m->post_fn != post_yield &&
+            !from->is_g0 && !co__stack_attach_warm(m, to)) {
             /* Its first run needs a stack that must be mapped or faulted
-             * in: microseconds. from's post-switch action (often: release
-             * the lock of what it parks on) would wait that long, and every
-             * M that wants the lock with it. Let g0 run the action first,
-             * then start `to` from the front of the queue. */
+             * in: microseconds. from parks, and its post-switch action
+             * (usually: release the lock of what it parks on) would wait
+             * that long, and every M that wants the lock with it. Let g0
+             * run the action first, then start `to` from the front of the
+             * queue. (An exit or a yield holds no lock: no detour.) */
             runqput(m->p, to, true);
             to = &m->g0;
         } else if (!co__stack_attach(m, to)) {
