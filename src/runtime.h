@@ -305,6 +305,7 @@ CO_HIDDEN void co__stack_setup(void);
 CO_HIDDEN int co__stack_alloc(co__stack_t *s, size_t size);
 CO_HIDDEN int co__stack_alloc_n(co__stack_t *out, int n, size_t size); /* >= 1 made, or error */
 CO_HIDDEN void co__stack_free(co__stack_t *s);
+CO_HIDDEN int64_t co__stacks_mapped(void);        /* stacks mapped now (tests read it) */
 CO_HIDDEN void co__stack_check_canary(co_g_t *g);
 /* Called when g switches away or exits: an unguarded stack's canary must
  * still be zero (stack.c). Guarded stacks and g0 have nothing to check. */

@@ -136,15 +136,17 @@ static inline __attribute__((always_inline)) void gogo(co_m_t *m, co_g_t *from, 
                                                        bool from_exiting) {
     if (CO_UNLIKELY(!to->stack.map) && !to->is_g0) {
         if (m->post_fn && m->post_fn != post_gfree && m->post_fn != post_yield &&
-            !from->is_g0 && !co__stack_attach_warm(m, to)) {
-            /* Its first run needs a stack that must be mapped or faulted
-             * in: microseconds. from parks, and its post-switch action
-             * (usually: release the lock of what it parks on) would wait
-             * that long, and every M that wants the lock with it. Let g0
-             * run the action first, then start `to` from the front of the
-             * queue. (An exit or a yield holds no lock: no detour.) */
-            runqput(m->p, to, true);
-            to = &m->g0;
+            !from->is_g0) {
+            /* from parks, and its post-switch action (usually: release the
+             * lock of what it parks on) waits for this first run. If the
+             * stack must be mapped or faulted in (microseconds), every M
+             * that wants the lock would wait as long: let g0 run the action
+             * first, then start `to` from the front of the queue. (An exit
+             * or a yield holds no lock: no detour.) */
+            if (!co__stack_attach_warm(m, to)) {
+                runqput(m->p, to, true);
+                to = &m->g0;
+            }
         } else if (!co__stack_attach(m, to)) {
             /* No stack for its first run: `to` waits on stackwait (gcache.c).
              * g0 looks for other work; a G switches to g0, which does. */

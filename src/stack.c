@@ -55,6 +55,9 @@
 
 static size_t page_size;
 static int64_t guard_budget;      /* atomic: guarded stacks we may still create */
+static int64_t stacks_mapped;     /* atomic relaxed: stacks mapped and not yet unmapped (tests) */
+
+int64_t co__stacks_mapped(void) { return __atomic_load_n(&stacks_mapped, __ATOMIC_RELAXED); }
 #ifndef CO_ASAN /* ASan reports overflows itself: no handler of ours then */
 static struct sigaction prev_segv;
 static bool segv_installed;
@@ -184,6 +187,7 @@ int co__stack_alloc_n(co__stack_t *out, int n, size_t size) {
         s->size = size;
         s->vg_id = VALGRIND_STACK_REGISTER(s->lo, s->lo + s->size);
     }
+    __atomic_add_fetch(&stacks_mapped, n, __ATOMIC_RELAXED);
     return n;
 }
 
@@ -196,6 +200,7 @@ void co__stack_free(co__stack_t *s) {
     if (!s->map) return;
     VALGRIND_STACK_DEREGISTER(s->vg_id);
     munmap(s->map, s->map_size);
+    __atomic_sub_fetch(&stacks_mapped, 1, __ATOMIC_RELAXED);
     if (s->guarded) __atomic_add_fetch(&guard_budget, 1, __ATOMIC_RELAXED);
     s->map = NULL;
 }
