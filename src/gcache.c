@@ -230,17 +230,6 @@ static bool stack_map_batch(co_p_t *p, co__stack_t *st) {
     return true;
 }
 
-bool co__stack_attach_warm(co_m_t *m, co_g_t *g) {
-    co_p_t *p = m->p;
-    if (!p || p->sfree_n == 0 || p->sfree[p->sfree_n - 1].fresh) return false;
-    g->stack = p->sfree[--p->sfree_n];
-#ifdef CO_ASAN
-    __asan_unpoison_memory_region(g->stack.lo, g->stack.size); /* see co__stack_attach */
-#endif
-    co__ctx_make(&g->ctx, g->stack.lo, g->stack.size, g, g->fpenv);
-    return true;
-}
-
 bool co__stack_attach(co_m_t *m, co_g_t *g) {
     co_sched_t *s = &co__sched;
     cache_t c = scache(m->p);
@@ -266,7 +255,6 @@ bool co__stack_attach(co_m_t *m, co_g_t *g) {
     __asan_unpoison_memory_region(g->stack.lo, g->stack.size);
 #endif
     co__ctx_make(&g->ctx, g->stack.lo, g->stack.size, g, g->fpenv);
-    g->stack.fresh = false;
     return true;
 }
 

@@ -35,7 +35,6 @@ typedef struct co__stack {
     char *lo;         /* lowest usable byte */
     size_t size;      /* usable bytes */
     bool guarded;     /* PROT_NONE page below lo; else a zero canary zone at lo */
-    bool fresh;       /* never run on: its first frame will fault its top page in */
     unsigned vg_id;   /* valgrind stack id */
 } co__stack_t;
 
@@ -293,9 +292,6 @@ CO_HIDDEN co_g_t *co__gfget(co_p_t *p);           /* a bare G, or NULL; p may be
 CO_HIDDEN void co__gfput(co_p_t *p, co_g_t *g);   /* a dead G: it and its stack to the caches */
 CO_HIDDEN void co__g_release(co_g_t *g);          /* free a G that is on no list */
 CO_HIDDEN bool co__stack_attach(co_m_t *m, co_g_t *g); /* false: g waits on stackwait */
-/* Attach a stack from m's P's own cache only if one is there and has run
- * before (no lock, no mmap, no page fault); false changes nothing. */
-CO_HIDDEN bool co__stack_attach_warm(co_m_t *m, co_g_t *g);
 CO_HIDDEN int co__stackwait_retry(void);          /* sysmon: requeue them; returns how many */
 CO_HIDDEN int co__gfree_trim(int keep);           /* sysmon: free cold Gs and stacks */
 CO_HIDDEN void co__gcache_free_p(co_p_t *p);      /* shutdown */

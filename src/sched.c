@@ -99,7 +99,6 @@ uint32_t co__fastrand(void) {
  * G's post-switch action, then any due timers of the P (only now: a timer
  * callback may need a lock the previous G released in its action). */
 static void post_yield(co_g_t *g, void *arg);
-static void post_gfree(co_g_t *g, void *arg);
 static inline __attribute__((always_inline)) void yield_requeue(co_m_t *m, co_g_t *g);
 
 static inline __attribute__((always_inline)) void run_post(co_m_t *m) {
@@ -130,29 +129,13 @@ static inline __attribute__((always_inline)) void run_post(co_m_t *m) {
 
 /* Switch from `from` (running on m) to `to`. Returns when `from` is
  * resumed, possibly on another M; runs that M's post-switch action. */
-static inline __attribute__((always_inline)) void runqput(co_p_t *p, co_g_t *g, bool next);
-
 static inline __attribute__((always_inline)) void gogo(co_m_t *m, co_g_t *from, co_g_t *to,
                                                        bool from_exiting) {
-    if (CO_UNLIKELY(!to->stack.map) && !to->is_g0) {
-        if (m->post_fn && m->post_fn != post_gfree && m->post_fn != post_yield &&
-            !from->is_g0) {
-            /* from parks, and its post-switch action (usually: release the
-             * lock of what it parks on) waits for this first run. If the
-             * stack must be mapped or faulted in (microseconds), every M
-             * that wants the lock would wait as long: let g0 run the action
-             * first, then start `to` from the front of the queue. (An exit
-             * or a yield holds no lock: no detour.) */
-            if (!co__stack_attach_warm(m, to)) {
-                runqput(m->p, to, true);
-                to = &m->g0;
-            }
-        } else if (!co__stack_attach(m, to)) {
-            /* No stack for its first run: `to` waits on stackwait (gcache.c).
-             * g0 looks for other work; a G switches to g0, which does. */
-            if (from->is_g0) return;
-            to = &m->g0;
-        }
+    if (CO_UNLIKELY(!to->stack.map) && !to->is_g0 && !co__stack_attach(m, to)) {
+        /* No stack for its first run: `to` waits on stackwait (gcache.c).
+         * g0 looks for other work; a G switches to g0, which does. */
+        if (from->is_g0) return;
+        to = &m->g0;
     }
     m->curg = to->is_g0 ? NULL : to;
     if (!to->is_g0) __atomic_store_n(&to->status, CO_G_RUNNING, __ATOMIC_RELAXED);

@@ -182,7 +182,6 @@ int co__stack_alloc_n(co__stack_t *out, int n, size_t size) {
         s->map = base;
         s->map_size = one;
         s->guarded = guard;
-        s->fresh = true;
         s->lo = base + page_size; /* unguarded: zero bytes there are the canary */
         s->size = size;
         s->vg_id = VALGRIND_STACK_REGISTER(s->lo, s->lo + s->size);
