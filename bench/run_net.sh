@@ -21,7 +21,8 @@
 #          answer afterwards.
 # Writes bench/results/net.md (BENCH_QUICK=1: <builddir>/bench-net-quick.md).
 #
-# Environment: BENCH_RUNS (default 3), BENCH_QUICK=1 (2 s runs, a flood of
+# Environment: BENCH_RUNS (default 5: single runs of these spread by tens of
+# per cent on a shared machine), BENCH_QUICK=1 (2 s runs, a flood of
 # 1,000 at a pool of 100), BENCH_GO_CACHE (GOCACHE/GOPATH root, default
 # $TMPDIR/colony-bench-go).
 set -u
@@ -32,7 +33,7 @@ cd "$ROOT" || exit 1
 case "$BUILD" in /*) ;; *) BUILD="$ROOT/$BUILD" ;; esac
 
 QUICK=${BENCH_QUICK:-0}
-RUNS=${BENCH_RUNS:-3}
+RUNS=${BENCH_RUNS:-5}
 [ "$RUNS" -lt 1 ] && RUNS=1
 if [ "$QUICK" = 1 ]; then
     DUR=2 FLOOD=1000 FPOOL=100 RUNS=${BENCH_RUNS:-1}
