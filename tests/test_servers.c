@@ -19,7 +19,10 @@
 
 static int count_fds(void) { return t_count_fds(); }
 
-/* co_count() once the coroutines that are finishing have finished. */
+/* co_count() once the coroutines that are finishing have finished (those
+ * that called their waitgroup's done may still be on their way out): it
+ * waits up to 3 s for the count to come down to `want`. A test's baseline
+ * is taken this way too, or an earlier test's stragglers inflate it. */
 static int settled_count(int want) {
     int n = co_count();
     for (int i = 0; i < 300 && n > want; i++) {
@@ -108,7 +111,7 @@ static http_server_t *start_http(int pool, int queue, int64_t read_to, int64_t q
 /* ---- HTTP: answers ---------------------------------------------------------- */
 
 static void test_http_answers(void) {
-    int fds0 = count_fds(), cos0 = co_count();
+    int cos0 = settled_count(0), fds0 = count_fds();
     char path[] = "/tmp/colony_http_XXXXXX";
     int tf = mkstemp(path);
     char content[3000];
@@ -265,7 +268,7 @@ static void fault_client(void *arg) {
 }
 
 static void test_http_faults(void) {
-    int fds0 = count_fds(), cos0 = co_count();
+    int cos0 = settled_count(0), fds0 = count_fds();
     char path[] = "/tmp/colony_http_XXXXXX";
     int tf = mkstemp(path);
     static char blob[1 << 20];
@@ -302,7 +305,7 @@ static void test_http_faults(void) {
 /* ---- HTTP: overload ----------------------------------------------------------- */
 
 static void test_http_overload(void) {
-    int fds0 = count_fds(), cos0 = co_count();
+    int cos0 = settled_count(0), fds0 = count_fds();
     /* 2 workers, 2 waiting places, 200 ms of waiting */
     http_server_t *s = start_http(2, 2, 3000 * MS, 200 * MS, NULL);
     int port = http_server_port(s);
@@ -345,7 +348,7 @@ static void test_http_overload(void) {
 
 /* Shutdown with idle keep-alive, stalled and mid-request connections. */
 static void test_http_shutdown_with_clients(void) {
-    int fds0 = count_fds(), cos0 = co_count();
+    int cos0 = settled_count(0), fds0 = count_fds();
     http_server_t *s = start_http(8, 0, 30000 * MS, 0, NULL);
     int port = http_server_port(s);
     int c[4];
@@ -412,7 +415,7 @@ static void echo_client_co(void *arg) {
 }
 
 static void test_echo(void) {
-    int fds0 = count_fds(), cos0 = co_count();
+    int cos0 = settled_count(0), fds0 = count_fds();
     /* Waiting connections may wait 30 s for a worker (the default is 1 s):
      * on a loaded machine the first 64 clients' 20 round trips once took
      * longer than that, and 11 waiting clients were refused. */
@@ -463,7 +466,7 @@ static void test_echo(void) {
 }
 
 static void test_echo_overload_and_shutdown(void) {
-    int fds0 = count_fds(), cos0 = co_count();
+    int cos0 = settled_count(0), fds0 = count_fds();
     echo_server_t *s = start_echo(4, 4, 30000 * MS, 100 * MS);
     int port = echo_server_port(s);
     enum { N = 30 };
