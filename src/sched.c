@@ -942,11 +942,8 @@ void co_yield(void) {
 
 bool co__local_runnable(void) {
     co_m_t *m = co__getm();
-    if (!m || !m->curg || !m->p) return false;
-    co_p_t *p = m->p;
-    /* relaxed: a hint; a thief may empty the queue right after */
-    return __atomic_load_n(&p->runnext, __ATOMIC_RELAXED) != NULL ||
-           __atomic_load_n(&p->runqhead, __ATOMIC_RELAXED) != p->runqtail;
+    /* a hint: a thief may empty the queue right after */
+    return m && m->curg && m->p && !co__runq_empty(m->p);
 }
 
 /* Any M: move every G queued on p (ring and runnext) to the global queue. */
