@@ -865,10 +865,30 @@ int co__spawn(void (*fn)(void *), void *arg, size_t stack_size, const char *name
     return 0;
 }
 
-int co_go(void (*fn)(void *arg), void *arg) { return co__spawn(fn, arg, 0, NULL); }
+/* Spawn back-pressure, for co_go and co_go_with only. A coroutine that
+ * spawns faster than its P runs what it spawns would otherwise pile up
+ * new coroutines without bound (C cannot preempt it; sysmon only lends a
+ * spare P after 10 ms): every record cold, allocated afresh, in the order
+ * of a LIFO. Once its P's queue holds CO_RUNQ_SIZE, the spawner yields
+ * instead: it goes behind them, they run (and hand their records and
+ * stacks back, hot), and then it goes on. A few hundred coroutines wait
+ * per P, not millions. Not for the runtime's own spawns (pool, group):
+ * they may hold a lock. */
+static int spawn_user(void (*fn)(void *), void *arg, size_t stack_size, const char *name) {
+    int rc = co__spawn(fn, arg, stack_size, name);
+    if (rc == 0) {
+        co_m_t *m = co__getm();
+        /* a hint: a thief may shorten the queue right after; then the
+         * yield is merely early */
+        if (m && m->curg && m->p && co__runq_len(m->p) >= CO_RUNQ_SIZE) co_yield();
+    }
+    return rc;
+}
+
+int co_go(void (*fn)(void *arg), void *arg) { return spawn_user(fn, arg, 0, NULL); }
 
 int co_go_with(const co_attr_t *attr, void (*fn)(void *arg), void *arg) {
-    return co__spawn(fn, arg, attr ? attr->stack_size : 0, attr ? attr->name : NULL);
+    return spawn_user(fn, arg, attr ? attr->stack_size : 0, attr ? attr->name : NULL);
 }
 
 /* ---- park / ready / yield ------------------------------------------------ */

@@ -309,6 +309,39 @@ static void test_stacks_reused(void) {
     CHECK(after_all <= after_one + 2 * n);
 }
 
+/* Spawn back-pressure: a coroutine that spawns in a loop, never parking,
+ * yields once its P's queue is full, so the coroutines it spawned but that
+ * have not run stay a few hundred per P instead of piling up (without it,
+ * on 1 P all 100k would be queued before the first runs). Every one still
+ * runs exactly once. */
+static atomic_int bp_ran;
+static void bp_noop(void *arg) {
+    (void)arg;
+    atomic_fetch_add(&bp_ran, 1);
+    co_waitgroup_done(&wg);
+}
+static int bp_spawner(void *arg) {
+    int n = (int)(long)arg, base = co_count(), maxlive = 0;
+    co_waitgroup_add(&wg, n);
+    for (int i = 0; i < n; i++) {
+        CHECK_EQ(co_go(bp_noop, NULL), 0);
+        int live = co_count() - base;
+        if (live > maxlive) maxlive = live;
+    }
+    co_waitgroup_wait(&wg);
+    return maxlive;
+}
+static void test_spawn_backpressure(void) {
+    int n = t_small() ? 20000 : 100000;
+    atomic_store(&bp_ran, 0);
+    int maxlive = co_main(bp_spawner, (void *)(long)n);
+    fprintf(stderr, "spawned %d, at most %d waiting at once\n", n, maxlive);
+    CHECK_EQ(atomic_load(&bp_ran), n);
+    /* each P's ring and runnext, a P sysmon may have lent meanwhile, and
+     * what other Ms are running */
+    CHECK(maxlive >= 1 && maxlive <= (co_procs() + 2) * 260);
+}
+
 static void test_waitgroup_timeout(void) {
     co_waitgroup_t w = CO_WAITGROUP_INIT;
     CHECK_EQ(co_waitgroup_wait_until(&w, 0), 0); /* zero counter: returns at once */
@@ -719,6 +752,7 @@ int main(void) {
     T_RUN(test_timer_batch_races);
     T_RUN(test_timer_run);
     T_RUN(test_stacks_reused);
+    T_RUN(test_spawn_backpressure);
     T_RUN(test_waitgroup_timeout);
     T_RUN(test_ids);
     T_RUN(test_sched_stats);
