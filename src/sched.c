@@ -69,6 +69,23 @@ __attribute__((noinline)) co_m_t *co__getm(void) {
     return tls_m;
 }
 
+/* sched.c's own reads of tls_m, inline. On x86-64 an asm volatile load of
+ * the thread-pointer-relative slot: the compiler can neither cache it nor
+ * the thread's TLS address across a switch (the reason co__getm is a
+ * call), and the switch paths save two calls. */
+#if defined(__x86_64__) && defined(__ELF__)
+static inline __attribute__((always_inline)) co_m_t *getm(void) {
+    co_m_t *m;
+    __asm__ volatile("movq tls_m@gottpoff(%%rip), %0\n\tmovq %%fs:(%0), %0"
+                     : "=r"(m)
+                     :
+                     : "memory");
+    return m;
+}
+#else
+#define getm() co__getm()
+#endif
+
 /* Reads the TLS itself (one call, not two); noinline for the same reason
  * as co__getm. */
 __attribute__((noinline)) co_g_t *co__cur_g(void) {
@@ -152,7 +169,7 @@ static inline __attribute__((always_inline)) void gogo(co_m_t *m, co_g_t *from, 
 #ifdef CO_ASAN
     __sanitizer_finish_switch_fiber(from->asan_fake, NULL, NULL);
 #endif
-    run_post(co__getm());
+    run_post(getm());
 }
 
 /* ---- run queues --------------------------------------------------------- */
@@ -409,9 +426,10 @@ static inline __attribute__((always_inline)) co_g_t *runq_next_fast(co_p_t *p) {
     /* A lent-away P: go to g0, which retires it. */
     if (CO_UNLIKELY(__atomic_load_n(&p->retire, __ATOMIC_RELAXED))) return NULL;
     /* relaxed store: sysmon reads it to spot a P that stopped scheduling */
-    __atomic_store_n(&p->schedtick, p->schedtick + 1, __ATOMIC_RELAXED);
+    uint32_t tick = p->schedtick + 1;
+    __atomic_store_n(&p->schedtick, tick, __ATOMIC_RELAXED);
     co_g_t *g;
-    if (p->schedtick % 61 == 0 && (g = globrunqget(p, 1))) return g;
+    if (tick % 61 == 0 && (g = globrunqget(p, 1))) return g;
     if ((g = runqget(p))) return g;
     return globrunqget(p, 0);
 }
@@ -763,7 +781,7 @@ static inline void live_add(co_p_t *p, int d) {
 
 static void post_gfree(co_g_t *g, void *arg) {
     (void)arg;
-    co_m_t *m = co__getm();
+    co_m_t *m = getm();
     co__gfput(m->p, g);
 }
 
@@ -771,7 +789,7 @@ static void goexit(co_g_t *g) __attribute__((noreturn));
 static void goexit(co_g_t *g) {
     co__stack_check(g);
     __atomic_store_n(&g->status, CO_G_DEAD, __ATOMIC_RELAXED);
-    co_m_t *m = co__getm();
+    co_m_t *m = getm();
     live_add(m->p, -1);
     m->post_fn = post_gfree;
     m->post_g = g;
@@ -784,7 +802,7 @@ void co__g_entry(co_g_t *g) {
 #ifdef CO_ASAN
     __sanitizer_finish_switch_fiber(NULL, NULL, NULL);
 #endif
-    run_post(co__getm());
+    run_post(getm());
     g->fn(g->arg);
 #ifdef CO_ASAN
     /* Below this frame's base the stack is dead (this frame's locals are
@@ -805,7 +823,7 @@ int co__spawn(void (*fn)(void *), void *arg, size_t stack_size, const char *name
     if (rc < 0) return rc;
     co_sched_t *s = &co__sched;
     if (stack_size == 0) stack_size = s->stack_size;
-    co_m_t *m = co__getm();
+    co_m_t *m = getm();
     co_p_t *p = m ? m->p : NULL;
     co_g_t *g = co__gfget(p);
     if (!g) {
@@ -877,7 +895,7 @@ int co__spawn(void (*fn)(void *), void *arg, size_t stack_size, const char *name
 static int spawn_user(void (*fn)(void *), void *arg, size_t stack_size, const char *name) {
     int rc = co__spawn(fn, arg, stack_size, name);
     if (rc == 0) {
-        co_m_t *m = co__getm();
+        co_m_t *m = getm();
         /* a hint: a thief may shorten the queue right after; then the
          * yield is merely early */
         if (m && m->curg && m->p && co__runq_len(m->p) >= CO_RUNQ_SIZE) co_yield();
@@ -895,7 +913,7 @@ int co_go_with(const co_attr_t *attr, void (*fn)(void *arg), void *arg) {
 
 void co__ready(co_g_t *g) {
     __atomic_store_n(&g->status, CO_G_RUNNABLE, __ATOMIC_RELAXED);
-    co_m_t *m = co__getm();
+    co_m_t *m = getm();
     if (m && m->p) {
         runqput(m->p, g, true);
     } else {
@@ -910,7 +928,7 @@ void co__ready(co_g_t *g) {
 
 /* The running G switches away; post(g, arg) runs after the switch. */
 void co__park_current(void (*post)(co_g_t *, void *), void *arg, int reason) {
-    co__park_m(co__getm(), post, arg, reason);
+    co__park_m(getm(), post, arg, reason);
 }
 
 void co__park_m(co_m_t *m, void (*post)(co_g_t *, void *), void *arg, int reason) {
@@ -937,11 +955,11 @@ static inline __attribute__((always_inline)) void yield_requeue(co_m_t *m, co_g_
 
 static void post_yield(co_g_t *g, void *arg) {
     (void)arg;
-    yield_requeue(co__getm(), g);
+    yield_requeue(getm(), g);
 }
 
 void co_yield(void) {
-    co_m_t *m = co__getm();
+    co_m_t *m = getm();
     if (!m || !m->curg) {
         sched_yield();
         return;
@@ -954,14 +972,13 @@ void co_yield(void) {
         next = &m->g0; /* our P was lent away: requeue globally via g0 */
     }
     co__stack_check(g);
-    m->post_fn = post_yield;
+    m->post_fn = post_yield; /* run_post handles it inline: post_arg unused */
     m->post_g = g;
-    m->post_arg = NULL;
     gogo(m, g, next, false);
 }
 
 bool co__local_runnable(void) {
-    co_m_t *m = co__getm();
+    co_m_t *m = getm();
     /* a hint: a thief may empty the queue right after */
     return m && m->curg && m->p && !co__runq_empty(m->p);
 }
@@ -1190,7 +1207,7 @@ static void free_p(co_p_t *p) {
 int co_shutdown(void) {
     co_sched_t *s = &co__sched;
     if (__atomic_load_n(&rt_state, __ATOMIC_ACQUIRE) != RT_UP) return 0;
-    if (co__getm()) return CO_EPERM; /* from inside the runtime */
+    if (getm()) return CO_EPERM; /* from inside the runtime */
     co__lock(&init_lock);
     int n = nhooks;
     co__unlock(&init_lock);
