@@ -432,16 +432,34 @@ static bool worker_done(co_pool_t *p, co__pw_t *w, bool panicked) {
     return sub != NULL;
 }
 
+static void worker_main(void *arg);
+
+/* co__take_unstarted's test: a worker coroutine of this very pool. */
+static bool same_pool(void *arg, void *ctx) { return ((co__pw_t *)arg)->pool == ctx; }
+
+/* Runs tasks until the worker must exit. *cur is the record being run: it
+ * changes on a takeover. When a task ends and the record goes idle (or
+ * retires), the worker that the same P would run next is often one of this
+ * pool's, spawned but not started yet (a submitter fills the queue faster
+ * than tasks end): this coroutine then runs that worker's record itself
+ * and the spawned coroutine is freed unrun (co__take_unstarted), saving
+ * its first run, its stack and its exit. p stays valid: the taken record
+ * is busy, and release/destroy wait for every busy record. */
 static void worker_run(void *arg) {
-    co__pw_t *w = arg;
+    co__pw_t **cur = arg;
+    co__pw_t *w = *cur;
     co_pool_t *p = w->pool;
     void (*pfn)(void *) = p->fn;
-    do {
+    for (;;) {
         if (pfn)
             pfn(w->arg);
         else
             w->fn(w->arg);
-    } while (worker_done(p, w, false));
+        if (worker_done(p, w, false)) continue; /* handed a blocked submitter's task */
+        w = co__take_unstarted(worker_main, same_pool, p);
+        if (!w) return;
+        *cur = w;
+    }
 }
 
 static void report_panic(co_pool_t *p, void *value) {
@@ -467,12 +485,12 @@ static void report_panic(co_pool_t *p, void *value) {
  * ends), and if a blocked submitter can use the freed slot this coroutine
  * carries on with that submitter's task. */
 static void worker_main(void *arg) {
-    co__pw_t *w = arg;
-    co_pool_t *p = w->pool;
+    co__pw_t *cur = arg; /* the record running now (worker_run updates it) */
+    co_pool_t *p = cur->pool;
     void *value;
-    while (co__recover_tagged(worker_run, w, &value, p)) {
+    while (co__recover_tagged(worker_run, &cur, &value, p)) {
         report_panic(p, value); /* no lock held: user code */
-        if (!worker_done(p, w, true)) return;
+        if (!worker_done(p, cur, true)) return;
     }
 }
 

@@ -176,6 +176,17 @@ static inline __attribute__((always_inline)) void gogo(co_m_t *m, co_g_t *from, 
 
 static bool runqputslow(co_p_t *p, co_g_t *g, uint32_t h, uint32_t t);
 
+/* Ring entries carry a tag in bit 0 (Gs are at least 8-byte aligned): set
+ * when the G never ran (it has no stack yet), so that co__take_unstarted
+ * can pass over any other head without taking it. A hint kept only in the
+ * rings: every consumer strips it, and the global queue holds bare
+ * pointers. */
+#define RQ_FRESH ((uintptr_t)1)
+static inline co_g_t *rq_strip(co_g_t *e) { return (co_g_t *)((uintptr_t)e & ~RQ_FRESH); }
+static inline co_g_t *rq_tag(co_g_t *g) {
+    return g->stack.map ? g : (co_g_t *)((uintptr_t)g | RQ_FRESH);
+}
+
 /* Owner only. next=true puts g in runnext, kicking the old one to the tail. */
 static inline __attribute__((always_inline)) void runqput(co_p_t *p, co_g_t *g, bool next) {
     if (next) {
@@ -189,7 +200,7 @@ static inline __attribute__((always_inline)) void runqput(co_p_t *p, co_g_t *g, 
         uint32_t h = __atomic_load_n(&p->runqhead, __ATOMIC_ACQUIRE);
         uint32_t t = p->runqtail;
         if (t - h < CO_RUNQ_SIZE) {
-            __atomic_store_n(&p->runq[t % CO_RUNQ_SIZE], g, __ATOMIC_RELAXED);
+            __atomic_store_n(&p->runq[t % CO_RUNQ_SIZE], rq_tag(g), __ATOMIC_RELAXED);
             /* store-release: makes the item available for consumption */
             __atomic_store_n(&p->runqtail, t + 1, __ATOMIC_RELEASE);
             return;
@@ -205,7 +216,7 @@ static bool runqputslow(co_p_t *p, co_g_t *g, uint32_t h, uint32_t t) {
     uint32_t n = (t - h) / 2;
     if (n != N) return false;
     for (uint32_t i = 0; i < n; i++)
-        batch[i] = __atomic_load_n(&p->runq[(h + i) % CO_RUNQ_SIZE], __ATOMIC_RELAXED);
+        batch[i] = rq_strip(__atomic_load_n(&p->runq[(h + i) % CO_RUNQ_SIZE], __ATOMIC_RELAXED));
     /* cas-release: commits consume */
     if (!__atomic_compare_exchange_n(&p->runqhead, &h, h + n, false, __ATOMIC_RELEASE,
                                      __ATOMIC_RELAXED))
@@ -225,19 +236,21 @@ static inline __attribute__((always_inline)) co_g_t *runqget(co_p_t *p) {
         uint32_t h = __atomic_load_n(&p->runqhead, __ATOMIC_ACQUIRE);
         uint32_t t = p->runqtail;
         if (t == h) return NULL;
-        co_g_t *g = __atomic_load_n(&p->runq[h % CO_RUNQ_SIZE], __ATOMIC_RELAXED);
+        co_g_t *g = rq_strip(__atomic_load_n(&p->runq[h % CO_RUNQ_SIZE], __ATOMIC_RELAXED));
         if (__atomic_compare_exchange_n(&p->runqhead, &h, h + 1, false, __ATOMIC_RELEASE,
                                         __ATOMIC_RELAXED)) {
             /* The G after it is likely cold (queued long ago): start its
              * first line coming. The slot may be stale; a prefetch of any
              * address is harmless. */
-            __builtin_prefetch(__atomic_load_n(&p->runq[(h + 2) % CO_RUNQ_SIZE], __ATOMIC_RELAXED));
+            __builtin_prefetch(
+                rq_strip(__atomic_load_n(&p->runq[(h + 2) % CO_RUNQ_SIZE], __ATOMIC_RELAXED)));
             return g;
         }
     }
 }
 
-/* Any M: grab half of pp's queue into batch[bh..] (ring of size 256). */
+/* Any M: grab half of pp's queue into batch[bh..] (ring of size 256),
+ * ring entries with their tags (see RQ_FRESH). */
 static uint32_t runqgrab(co_p_t *pp, co_g_t **batch, uint32_t bh, bool steal_next) {
     for (;;) {
         uint32_t h = __atomic_load_n(&pp->runqhead, __ATOMIC_ACQUIRE);
@@ -280,7 +293,7 @@ static co_g_t *runqsteal(co_p_t *p, co_p_t *pp, bool steal_next) {
     uint32_t n = runqgrab(pp, tmp, 0, steal_next);
     if (n == 0) return NULL;
     n--;
-    co_g_t *g = tmp[n];
+    co_g_t *g = rq_strip(tmp[n]);
     /* Thieves steal with an empty queue, but never trust it: a ring written
      * past its free slots overwrites queued Gs. What does not fit goes to
      * the global queue. */
@@ -289,7 +302,10 @@ static co_g_t *runqsteal(co_p_t *p, co_p_t *pp, bool steal_next) {
     for (uint32_t i = 0; i < keep; i++)
         __atomic_store_n(&p->runq[(t + i) % CO_RUNQ_SIZE], tmp[i], __ATOMIC_RELAXED);
     if (keep) __atomic_store_n(&p->runqtail, t + keep, __ATOMIC_RELEASE);
-    if (keep < n) co__globrunqput(tmp + keep, (int)(n - keep));
+    if (keep < n) {
+        for (uint32_t i = keep; i < n; i++) tmp[i] = rq_strip(tmp[i]);
+        co__globrunqput(tmp + keep, (int)(n - keep));
+    }
     return g;
 }
 
@@ -977,6 +993,50 @@ void co_yield(void) {
     gogo(m, g, next, false);
 }
 
+/* Owner of the P: the coroutine running now takes over the job of the
+ * next one its P would run, if that one never ran: it is the ring's head
+ * (runnext empty: it would run first otherwise) and tagged RQ_FRESH, its
+ * entry is fn, it has no stack yet, it starts with the same FP control
+ * words, and accept(arg, ctx) agrees. That G is then freed unrun and its
+ * arg returned: the caller does what fn(arg) would have done, on its own
+ * stack, without a switch, a first run and an exit. An untagged head is
+ * not touched; a tagged one that fails the rest goes to runnext, which is
+ * empty, so it still runs next. NULL when nothing was taken. Each take
+ * counts as a schedule (schedtick), and every 61st is refused so that the
+ * scheduler's global-queue check, timers and sysmon see a switch. */
+void *co__take_unstarted(void (*fn)(void *), bool (*accept)(void *arg, void *ctx), void *ctx) {
+    co_m_t *m = getm();
+    co_p_t *p = m ? m->p : NULL;
+    if (!p || !m->curg || __atomic_load_n(&p->runnext, __ATOMIC_ACQUIRE) ||
+        __atomic_load_n(&p->retire, __ATOMIC_ACQUIRE))
+        return NULL;
+    uint32_t tick = p->schedtick + 1;
+    if (tick % 61 == 0) return NULL;
+    /* The ring's head, taken as runqget does, but only if its tag says it
+     * never ran: a coroutine woken from a park is left alone, untouched. */
+    uint32_t h = __atomic_load_n(&p->runqhead, __ATOMIC_ACQUIRE);
+    if (h == p->runqtail) return NULL;
+    co_g_t *e = __atomic_load_n(&p->runq[h % CO_RUNQ_SIZE], __ATOMIC_RELAXED);
+    if (!((uintptr_t)e & RQ_FRESH)) return NULL;
+    /* cas-release: commits the take; a thief that moved the head wins */
+    if (!__atomic_compare_exchange_n(&p->runqhead, &h, h + 1, false, __ATOMIC_RELEASE,
+                                     __ATOMIC_RELAXED))
+        return NULL;
+    co_g_t *g = rq_strip(e);
+    if (g->fn != fn || g->stack.map || g->fpenv != co__fpenv_save() || !accept(g->arg, ctx)) {
+        /* Only this P's owner ever stores a G into runnext (thieves only
+         * take it), so it is still empty: g keeps its turn. */
+        __atomic_store_n(&p->runnext, g, __ATOMIC_RELEASE);
+        return NULL;
+    }
+    __atomic_store_n(&p->schedtick, tick, __ATOMIC_RELAXED);
+    void *arg = g->arg;
+    __atomic_store_n(&g->status, CO_G_DEAD, __ATOMIC_RELAXED);
+    live_add(p, -1);
+    co__gfput(p, g);
+    return arg;
+}
+
 bool co__local_runnable(void) {
     co_m_t *m = getm();
     /* a hint: a thief may empty the queue right after */
@@ -989,6 +1049,7 @@ void co__runq_drain_global(co_p_t *p) {
     for (;;) {
         uint32_t n = runqgrab(p, batch, 0, true);
         if (n == 0) return;
+        for (uint32_t i = 0; i < n; i++) batch[i] = rq_strip(batch[i]);
         co__globrunqput(batch, (int)n);
         co__wakep();
     }

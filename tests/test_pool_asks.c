@@ -295,6 +295,76 @@ static void idle_holds_no_stack(void) {
     co_pool_destroy(p);
 }
 
+/* ---- takeover of unstarted workers -------------------------------------
+ * A worker whose task ended runs the record of the next worker of its P
+ * if that one is of the same pool and never ran (co__take_unstarted); the
+ * spawned coroutine is freed unrun. Tasks of two pools queued in blocks
+ * on the same P: each runs exactly once, always inside its own pool's
+ * worker frame (never another pool's), panics in taken-over tasks reach
+ * their pool's handler, and the burst runs on fewer coroutines than
+ * tasks (the takeover happened). */
+bool co__recover_has_tag(const void *tag); /* libcolony internal (panic.c) */
+#define TK_N 4000
+static co_pool_t *tk_pool[2];
+static atomic_int tk_ran[TK_N];
+static atomic_int tk_wrong_frame, tk_panics[2];
+static uint64_t tk_id[TK_N];
+static void tk_task(void *arg) {
+    int i = (int)(intptr_t)arg, mine = (i / 4) % 2;
+    atomic_fetch_add(&tk_ran[i], 1);
+    tk_id[i] = co_id();
+    if (!co__recover_has_tag(tk_pool[mine]) || co__recover_has_tag(tk_pool[!mine]))
+        atomic_fetch_add(&tk_wrong_frame, 1);
+    if (i % 50 == 7) co_panic(arg);
+}
+static void tk_on_panic(void *value, void *ctx) {
+    (void)value;
+    atomic_fetch_add(&tk_panics[(intptr_t)ctx], 1);
+}
+static int tk_submitter(void *arg) {
+    (void)arg;
+    for (int i = 0; i < TK_N; i++)
+        if (co_pool_submit(tk_pool[(i / 4) % 2], tk_task, (void *)(intptr_t)i) != 0) return 1;
+    for (int k = 0; k < 2; k++)
+        if (co_pool_wait_idle(tk_pool[k], CO_FOREVER) != 0) return 2;
+    return 0;
+}
+static int cmp_u64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+static void takeover(void) {
+    for (int k = 0; k < 2; k++) {
+        co_pool_opts_t o = {.disable_purge = true, .panic_handler = tk_on_panic,
+                            .ctx = (void *)(intptr_t)k};
+        CHECK_EQ(co_pool_new(&tk_pool[k], TK_N, &o), 0);
+        atomic_store(&tk_panics[k], 0);
+    }
+    for (int i = 0; i < TK_N; i++) atomic_store(&tk_ran[i], 0);
+    atomic_store(&tk_wrong_frame, 0);
+    CHECK_EQ(co_main(tk_submitter, NULL), 0);
+    int expect_panics[2] = {0, 0}, bad = 0;
+    for (int i = 0; i < TK_N; i++) {
+        if (atomic_load(&tk_ran[i]) != 1) bad++;
+        if (i % 50 == 7) expect_panics[(i / 4) % 2]++;
+    }
+    CHECK_EQ(bad, 0);
+    CHECK_EQ(atomic_load(&tk_wrong_frame), 0);
+    for (int k = 0; k < 2; k++) {
+        CHECK_EQ(atomic_load(&tk_panics[k]), expect_panics[k]);
+        co_pool_stats_t st;
+        co_pool_stats(tk_pool[k], &st);
+        CHECK_EQ(st.completed + st.panicked, TK_N / 2);
+        CHECK_EQ(st.panicked, expect_panics[k]);
+        co_pool_destroy(tk_pool[k]);
+    }
+    qsort(tk_id, TK_N, sizeof tk_id[0], cmp_u64);
+    int distinct = 1;
+    for (int i = 1; i < TK_N; i++) distinct += tk_id[i] != tk_id[i - 1];
+    fprintf(stderr, "   %d tasks ran on %d coroutines\n", TK_N, distinct);
+    CHECK(distinct < TK_N);
+}
+
 /* ---- the chute: lock-free task ends vs waits and the purge ------------ */
 
 static atomic_long chute_done;
@@ -489,6 +559,7 @@ int main(int argc, char **argv) {
     T_RUN_SEL(deadlock_detect);
     T_RUN_SEL(release_from_own_task);
     T_RUN_SEL(idle_holds_no_stack);
+    T_RUN_SEL(takeover);
     T_RUN_SEL(chute_races);
     T_RUN_SEL(release_reboot_race);
     T_RUN_SEL(no_task_lost_storm);
