@@ -25,7 +25,9 @@
  * ring kept sorted by construction: adding and popping it are O(1) and
  * touch only the ring's ends, where the heap would sift it through every
  * level of a cold array. Other timers go on the heap; the earliest timer is
- * the earlier of the two heads. A deleted run entry is cleared in place
+ * the earlier of the two heads. A timer earlier than the run's last few
+ * entries moves those to the heap and joins the run (RUN_EVICT), so one
+ * far timer cannot turn every later add away. A deleted run entry is cleared in place
  * (t = NULL) and skipped when it reaches the head; when cleared entries
  * outnumber live ones the run is compacted, so timers that are always
  * deleted before they fire (deadlines) cannot grow it without bound.
@@ -54,9 +56,30 @@ static void run_repack(co_p_t *p, uint32_t size) {
     p->trun_dead = 0;
 }
 
+static void heap_insert(co_p_t *p, co__timer_t *t);
+
+/* A timer earlier than the run's last few entries moves them to the heap
+ * and joins the run: one far deadline (a pool's purge timer, a second
+ * ahead) must not send every sleep after it to the heap. More than this
+ * many later entries, and t goes to the heap itself: one add never moves
+ * more than a few. */
+#define RUN_EVICT 4
+
 /* Whether t may join the run, and if so, append it. */
 static bool run_push(co_p_t *p, co__timer_t *t) {
-    if (!run_empty(p) && t->when < run_at(p, p->trun_tail - 1)->when) return false;
+    int evicted = 0;
+    while (!run_empty(p) && t->when < run_at(p, p->trun_tail - 1)->when) {
+        co__trun_t *e = run_at(p, p->trun_tail - 1);
+        if (e->t && evicted == RUN_EVICT) return false;
+        co__timer_t *et = e->t;
+        p->trun_tail--;
+        if (et) {
+            heap_insert(p, et);
+            evicted++;
+        } else {
+            p->trun_dead--; /* a deleted entry: just drop it */
+        }
+    }
     uint32_t len = p->trun_tail - p->trun_head;
     if (p->trun_mask == 0 || len == p->trun_mask + 1) {
         uint32_t size = p->trun_mask ? p->trun_mask + 1 : 64;
@@ -192,8 +215,7 @@ static void heap_reserve(co_p_t *p) {
     }
 }
 
-static void heap_push(co_p_t *p, co__timer_t *t) {
-    if (run_push(p, t)) return;
+static void heap_insert(co_p_t *p, co__timer_t *t) {
     heap_reserve(p);
     uint32_t slot;
     if (p->tslot_free) {
@@ -207,6 +229,10 @@ static void heap_push(co_p_t *p, co__timer_t *t) {
     int i = p->timers_len++;
     heap_set(p, i, (co__theap_t){.when = t->when, .slot = slot});
     sift_up(p, i);
+}
+
+static void heap_push(co_p_t *p, co__timer_t *t) {
+    if (!run_push(p, t)) heap_insert(p, t);
 }
 
 void co__timer_add(co__timer_t *t, int64_t when) {

@@ -254,6 +254,10 @@ static void trun_echo(void *arg) {
     co_waitgroup_done(&wg);
 }
 
+static atomic_int trun_far_rc = 1;
+static void trun_far_waiter(void *arg) {
+    atomic_store(&trun_far_rc, co_waitgroup_wait_until(arg, co_deadline_after(10000000000LL)));
+}
 static void test_timer_run(void) {
     co_chan_t *ch[2];
     CHECK_EQ(co_chan_new(&ch[0], sizeof(int), 0), 0);
@@ -275,6 +279,25 @@ static void test_timer_run(void) {
     }
     co_waitgroup_wait(&wg);
     CHECK_EQ(atomic_load(&early), 0);
+
+    /* A far timer at the run's tail, a far deadline that is deleted (its
+     * entry stays, cleared), then near sleeps in rising order: the near
+     * ones move the far entries to the heap and join the run. Nobody
+     * wakes early, the far sleeper included. */
+    co_waitgroup_t far_wg = CO_WAITGROUP_INIT;
+    co_waitgroup_add(&far_wg, 1);
+    co_waitgroup_add(&wg, 1);
+    CHECK_EQ(co_go(sleeper, (void *)60000000L), 0); /* 60 ms, twice */
+    CHECK_EQ(co_go(trun_far_waiter, &far_wg), 0);
+    co_sleep(5000000); /* let both park on their timers (the test holds either way) */
+    co_waitgroup_done(&far_wg);             /* the waiter's 10 s deadline is deleted */
+    for (int i = 0; i < 300; i++) {
+        co_waitgroup_add(&wg, 1);
+        CHECK_EQ(co_go(sleeper, (void *)(long)(i * 10000L)), 0);
+    }
+    co_waitgroup_wait(&wg);
+    CHECK_EQ(atomic_load(&early), 0);
+    CHECK_EQ(atomic_load(&trun_far_rc), 0);
 }
 
 /* Stacks are reused, whatever path a first run takes. Each round spawns
