@@ -81,6 +81,9 @@ CO_HIDDEN const char *co__g_name(const struct co_g *g); /* never NULL ("" if unn
 CO_HIDDEN void **co__panic_slot(void);
 /* Spawn with an explicit stack size (0 = default); same as co_go_with. */
 CO_HIDDEN int co__spawn(void (*fn)(void *), void *arg, size_t stack_size, const char *name);
+/* Spawn back-pressure (sched.c): from a coroutine whose P has a full run
+ * queue, yield once. Call with no lock held, after a spawn. */
+CO_HIDDEN void co__spawn_backpressure(void);
 /* The running coroutine takes over the next coroutine of its P if that one
  * never ran and runs fn: see sched.c. Returns its arg, or NULL. */
 CO_HIDDEN void *co__take_unstarted(void (*fn)(void *), bool (*accept)(void *arg, void *ctx),

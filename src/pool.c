@@ -637,7 +637,9 @@ activate:
     punlock(p);
     wl_wake(&wl);
     rec_free_list(tofree);
-    return launch(p, w);
+    rc = launch(p, w);
+    if (rc == 0) co__spawn_backpressure();
+    return rc;
 }
 
 int co_pool_submit_until(co_pool_t *p, void (*fn)(void *arg), void *arg, int64_t deadline) {

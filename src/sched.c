@@ -908,14 +908,16 @@ int co__spawn(void (*fn)(void *), void *arg, size_t stack_size, const char *name
  * stacks back, hot), and then it goes on. A few hundred coroutines wait
  * per P, not millions. Not for the runtime's own spawns (pool, group):
  * they may hold a lock. */
+void co__spawn_backpressure(void) {
+    co_m_t *m = getm();
+    /* a hint: a thief may shorten the queue right after; then the yield
+     * is merely early */
+    if (m && m->curg && m->p && co__runq_len(m->p) >= CO_RUNQ_SIZE) co_yield();
+}
+
 static int spawn_user(void (*fn)(void *), void *arg, size_t stack_size, const char *name) {
     int rc = co__spawn(fn, arg, stack_size, name);
-    if (rc == 0) {
-        co_m_t *m = getm();
-        /* a hint: a thief may shorten the queue right after; then the
-         * yield is merely early */
-        if (m && m->curg && m->p && co__runq_len(m->p) >= CO_RUNQ_SIZE) co_yield();
-    }
+    if (rc == 0) co__spawn_backpressure();
     return rc;
 }
 
