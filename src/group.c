@@ -127,6 +127,7 @@ int co_group_go(co_group_t *g, int (*fn)(void *arg), void *arg) {
         task_done(g, 0); /* give the slot back; fn never runs */
         return rc;
     }
+    co__spawn_backpressure(); /* as co_go: yield once if this P's queue is full */
     return 0;
 }
 
