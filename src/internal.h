@@ -71,9 +71,6 @@ CO_HIDDEN void co__futex_wake(uint32_t *addr, int n);
 /* ---- coroutines --------------------------------------------------------- */
 struct co_g;
 CO_HIDDEN struct co_g *co__cur_g(void); /* NULL on a plain thread (never cached across a switch) */
-/* True when the calling coroutine's P has another coroutine ready to run (a
- * hint: its queues may change at once); false on a plain thread. */
-CO_HIDDEN bool co__local_runnable(void);
 CO_HIDDEN uint64_t co__g_id(const struct co_g *g);
 CO_HIDDEN const char *co__g_name(const struct co_g *g); /* never NULL ("" if unnamed) */
 /* Per-coroutine slot for the panic/recover chain (per-thread on a plain

@@ -522,7 +522,6 @@ static int launch(co_pool_t *p, co__pw_t *w) {
 static int submit_impl(co_pool_t *p, void (*fn)(void *), void *arg, int64_t deadline) {
     co__pw_t *fresh = NULL, *w, *tofree = NULL;
     wakelist_t wl = {NULL};
-    bool yielded = false; /* yielded once before waiting */
     bool raised = false;  /* waiters raised and the chute drained since the lock was taken */
     int rc;
     plock(p);
@@ -566,22 +565,12 @@ static int submit_impl(co_pool_t *p, void (*fn)(void *), void *arg, int64_t dead
             rc = CO_ETIMEDOUT;
             break;
         }
-        if (!yielded && co__local_runnable()) {
-            /* Full, and coroutines wait for this P: usually workers that
-             * were spawned but have not run yet (a submitting coroutine
-             * keeps its P until it blocks). Let them
-             * run first, once: they finish and leave idle workers, and a
-             * whole batch of submits then goes through without a park and a
-             * hand-off each. When every worker is already running (say,
-             * sleeping), parking is better: the first one to finish hands
-             * its slot straight to us. */
-            yielded = true;
-            punlock(p);
-            raised = false;
-            co_yield();
-            plock(p);
-            continue;
-        }
+        /* Full: park at once. The first worker to finish hands its slot
+         * straight to us (its coroutine runs our task: no spawn). Yielding
+         * first to let queued workers run was tried: since workers take
+         * over the unstarted ones queued behind them, it only delayed the
+         * park (submit latency p99 25 us against 2 us when parking at
+         * once; 1 P tiny tasks and 10 ms tasks slower too). */
         if (!raised) {
             /* About to wait: from now on finishing workers take the lock
              * (see "The chute"); drain what they left before, and look

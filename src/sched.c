@@ -1044,12 +1044,6 @@ void *co__take_unstarted(void (*fn)(void *), bool (*accept)(void *arg, void *ctx
     return arg;
 }
 
-bool co__local_runnable(void) {
-    co_m_t *m = getm();
-    /* a hint: a thief may empty the queue right after */
-    return m && m->curg && m->p && !co__runq_empty(m->p);
-}
-
 /* Any M: move every G queued on p (ring and runnext) to the global queue. */
 void co__runq_drain_global(co_p_t *p) {
     co_g_t *batch[CO_RUNQ_SIZE];
