@@ -899,15 +899,15 @@ int co__spawn(void (*fn)(void *), void *arg, size_t stack_size, const char *name
     return 0;
 }
 
-/* Spawn back-pressure, for co_go and co_go_with only. A coroutine that
- * spawns faster than its P runs what it spawns would otherwise pile up
- * new coroutines without bound (C cannot preempt it; sysmon only lends a
- * spare P after 10 ms): every record cold, allocated afresh, in the order
- * of a LIFO. Once its P's queue holds CO_RUNQ_SIZE, the spawner yields
- * instead: it goes behind them, they run (and hand their records and
- * stacks back, hot), and then it goes on. A few hundred coroutines wait
- * per P, not millions. Not for the runtime's own spawns (pool, group):
- * they may hold a lock. */
+/* Spawn back-pressure. A coroutine that spawns faster than its P runs what
+ * it spawns would otherwise pile up new coroutines without bound (C cannot
+ * preempt it; sysmon only lends a spare P after 10 ms): every record cold,
+ * allocated afresh, in the order of a LIFO. Once its P's queue holds
+ * CO_RUNQ_SIZE, the spawner yields instead: it goes behind them, they run
+ * (and hand their records and stacks back, hot), and then it goes on. A
+ * few hundred coroutines wait per P, not millions. co__spawn itself never
+ * yields (its callers may hold a lock); co_go, co_go_with, a pool's submit
+ * and co_group_go call this after a successful spawn, holding none. */
 void co__spawn_backpressure(void) {
     co_m_t *m = getm();
     /* a hint: a thief may shorten the queue right after; then the yield
