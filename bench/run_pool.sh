@@ -22,7 +22,9 @@
 # Writes bench/results/pool.md (BENCH_QUICK=1: <builddir>/bench-pool-quick.md,
 # small sizes, 1 run).
 #
-# Environment: BENCH_RUNS (default 3), BENCH_SLOW_RUNS (default 1),
+# Environment: BENCH_RUNS (default 3), BENCH_FAST_RUNS (the tiny-task and
+# latency rows, a fraction of a second each: default 7, as single runs of
+# them spread by 2-4x on this shared machine), BENCH_SLOW_RUNS (default 1),
 # BENCH_QUICK=1, BENCH_GO_CACHE (GOCACHE/GOPATH root, default
 # $TMPDIR/colony-bench-go), BENCH_NO_LOCKS=1 (skip the lock variants).
 set -u
@@ -34,9 +36,10 @@ case "$BUILD" in /*) ;; *) BUILD="$ROOT/$BUILD" ;; esac
 
 QUICK=${BENCH_QUICK:-0}
 RUNS=${BENCH_RUNS:-3}
+FAST_RUNS=${BENCH_FAST_RUNS:-7}
 SLOW_RUNS=${BENCH_SLOW_RUNS:-1}
 if [ "$QUICK" = 1 ]; then
-    RUNS=${BENCH_RUNS:-1} SLOW_RUNS=1
+    RUNS=${BENCH_RUNS:-1} FAST_RUNS=${BENCH_FAST_RUNS:-1} SLOW_RUNS=1
     N_SLEEP=100000 CAP_SLEEP=5000 N_TINY=200000 N_LAT=20000 N_1S=20000 CAP_1S=5000
     RESULT="$BUILD/bench-pool-quick.md"
 else
@@ -144,11 +147,11 @@ set -- "colony $C sleep 2 $N_SLEEP $CAP_SLEEP 10" "colony_raw $C raw_sleep 2 $N_
 rounds sleep10 "$RUNS" "$@"
 set -- "colony $C tiny 2 $N_TINY 1000 0"
 [ "$GO_OK" = 1 ] && set -- "$@" "go_raw $G raw_tiny 2 $N_TINY" "go_ants $G ants_tiny 2 $N_TINY 1000"
-rounds tiny_co "$RUNS" "$@"
-rounds tiny_thread "$RUNS" "colony $C tiny 2 $N_TINY 1000 1"
+rounds tiny_co "$FAST_RUNS" "$@"
+rounds tiny_thread "$FAST_RUNS" "colony $C tiny 2 $N_TINY 1000 1"
 set -- "colony $C latency 2 $N_LAT 1000 1000"
 [ "$GO_OK" = 1 ] && set -- "$@" "go_ants $G ants_latency 2 $N_LAT 1000 1000"
-rounds latency "$RUNS" "$@"
+rounds latency "$FAST_RUNS" "$@"
 if [ "$LOCKS_OK" = 1 ]; then
     rounds lock_tiny_co "$RUNS" "yield $C tiny 2 $N_TINY 1000 0" \
         "spin $OUT/bench_pool_SPINLOCK tiny 2 $N_TINY 1000 0" "futex $OUT/bench_pool_FUTEXLOCK tiny 2 $N_TINY 1000 0"
@@ -191,8 +194,8 @@ END {
     print "Command: `" cmd "` (driver: bench/run_pool.sh; C: bench/bench_pool.c; Go: bench/go/pool)."
     print "Machine: " machine ". " gov ". colony " rev ", " date "."
     print "Load average before " lb ", after " la ", highest seen at a process start " lmax " (a shared machine: other"
-    print "jobs ran at the same time, so single figures move a lot; the medians are of " runs " runs each, run"
-    print "alternately colony / Go, each a fresh process; the 1 s benchmark ran " slow " time(s)). Total " el " s."
+    print "jobs ran at the same time, so single figures move a lot; the medians are of " runs " runs each (" fast " for the tiny-task"
+    print "and latency rows), run alternately colony / Go, each a fresh process; the 1 s benchmark ran " slow " time(s)). Total " el " s."
     print ""
     print "The Go side: **ants itself could not be used** (the Go module proxy is unreachable here), so"
     print "`go_raw` is raw goroutines + sync.WaitGroup and `go_ants` is a small ants-like pool written for"
@@ -213,12 +216,13 @@ END {
     print ""
     printf "Target: wall <= 1/2 of Go raw goroutines: colony/Go raw = %s -> %s. Peak RSS <= Go raw: %s vs %s MB -> %s.\n", ratio(w, wg, 2), (w != "" && wg != "") ? yes(w <= wg / 2) : "n/a", fmt(r / 1024, 1), fmt(rg / 1024, 1), (r != "" && rg != "") ? yes(r <= rg) : "n/a"
     print ""
-    print "`colony_raw` is one co_go per task + a waitgroup (colony without the pool). The pool adds little"
-    print "to it: per task the pool takes its lock once (the submit) and the worker finishes with one CAS"
-    print "(the chute); the rest is the runtime: spawning, arming and firing the sleep timer among tens of"
-    print "thousands of pending ones, and switching to coroutines whose stacks are cold. With 50,000 busy"
-    print "workers each holding at least one 4 KiB stack page, peak RSS cannot go below about 200 MB with"
-    print "page-granular stacks; Go starts goroutines on 2 KiB stacks."
+    print "`colony_raw` is one co_go per task + a waitgroup (colony without the pool). Per task the pool"
+    print "takes its lock once (the submit) and the worker finishes with one CAS (the chute); the rest is"
+    print "the runtime: spawning, arming and firing the sleep timer among thousands of pending ones, and"
+    print "switching to coroutines whose stacks are cold."
+    if (w != "" && w > 0)
+        printf "At %s M tasks/s, about %d tasks of 10 ms are asleep at a time (capacity %d: %s).\n", fmt(nsleep / w / 1000, 2), nsleep * 10 / w, capsleep, (nsleep * 10 / w < capsleep * 0.9) ? "the two CPUs are the limit, not the capacity" : "the pool is full"
+    print "Each sleeping task holds at least one 4 KiB stack page; Go starts goroutines on 2 KiB stacks."
     print ""
     print "## 1,000,000 tiny tasks (an atomic add), capacity 1,000"
     print ""
@@ -240,9 +244,9 @@ END {
     for (i = 1; i <= 2; i++)
         printf "| %s | %s | %s | %d |\n", im2[i], fmt(med("latency", im2[i], "p50_ns") / 1000, 2), fmt(med("latency", im2[i], "p99_ns") / 1000, 2), cnt("latency", im2[i])
     print ""
-    print "p50 is the common case: a worker that just finished is taken at once. Here every worker is"
-    print "sleeping, so a submit on the full pool parks and the first worker to finish hands its slot"
-    print "straight to it; the tail is the wait for the next task timer to fire and its worker to run."
+    print "Every worker is sleeping, so a submit on the full pool parks at once and the first worker to"
+    print "finish hands its slot straight to it (and runs the task on its own coroutine): p50 is that park"
+    print "and wake; the tail is the wait for the next task timer to fire and its worker to run."
     print ""
     print "## The pool lock: yield (default) vs ants spinlock vs co__lock_t"
     print ""
@@ -287,7 +291,7 @@ REV=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 QUICK_NOTE=""
 [ "$QUICK" = 1 ] && QUICK_NOTE="SMOKE RUN (BENCH_QUICK=1): small sizes, not figures to quote."
 mkdir -p "$(dirname "$RESULT")"
-awk -v machine="$MACHINE" -v gov="$GO_VERSION" -v rev="$REV" -v runs="$RUNS" -v slow="$SLOW_RUNS" \
+awk -v machine="$MACHINE" -v gov="$GO_VERSION" -v rev="$REV" -v runs="$RUNS" -v fast="$FAST_RUNS" -v nsleep="$N_SLEEP" -v capsleep="$CAP_SLEEP" -v slow="$SLOW_RUNS" \
     -v lb="$LOAD_BEFORE" -v la="$LOAD_AFTER" -v lmax="$LOAD_MAX" -v el="$ELAPSED" -v quick="$QUICK_NOTE" \
     -v date="$(date -u '+%Y-%m-%d %H:%M UTC')" -v cmd="sh bench/run_pool.sh $(basename "$BUILD")" \
     "$REPORT_AWK" "$RAW" >"$RESULT"
