@@ -81,6 +81,14 @@ CO_HIDDEN int co__spawn(void (*fn)(void *), void *arg, size_t stack_size, const 
 /* Spawn back-pressure (sched.c): from a coroutine whose P has a full run
  * queue, yield once. Call with no lock held, after a spawn. */
 CO_HIDDEN void co__spawn_backpressure(void);
+/* A coroutine to be (sched.c, co__spawn_token): fn(the token) once run.
+ * link: the global queue's list when it has no memory for its arrays. */
+typedef struct co__token {
+    void (*fn)(void *);
+    struct co__token *link;
+    uint64_t fpenv; /* the spawner's FP control words, for the G made from it */
+} co__token_t;
+CO_HIDDEN void co__spawn_token(co__token_t *t);
 /* The running coroutine takes over the next coroutine of its P if that one
  * never ran and runs fn: see sched.c. Returns its arg, or NULL. */
 CO_HIDDEN void *co__take_unstarted(void (*fn)(void *), bool (*accept)(void *arg, void *ctx),

@@ -3,8 +3,11 @@
  *
  * Workers. A worker is a record (co__pw_t). Idle, it is only that record in
  * the idle queue (pool_impl.h): no coroutine, no stack. Busy, a coroutine
- * runs it (worker_main), spawned by whoever activated the record. When a
- * task returns, the worker (worker_done, under the lock):
+ * runs it (worker_main). Whoever activates the record queues it on the run
+ * queue as a token (co__spawn_token; co__spawn for a non-default stack
+ * size): a coroutine is made for it only if it has to run on its own, and
+ * a worker that finishes first takes it over (worker_run). When a task
+ * returns, the worker (worker_done, under the lock):
  *   - retires if the pool is closed, if it belongs to an older release
  *     generation, if the pool shrank below its worker count, or if the task
  *     panicked; a retiring worker whose slot lets a blocked submitter in
@@ -497,6 +500,13 @@ static void worker_main(void *arg) {
 /* Start a coroutine for an activated record (lock not held). On failure the
  * activation is undone and the task will not run. */
 static int launch(co_pool_t *p, co__pw_t *w) {
+    /* At the default stack size the record goes on the run queue as a
+     * token: a finishing worker takes it over with no G at all, and a G is
+     * made only if it has to run on its own. */
+    if (p->opts.stack_size == 0) {
+        co__spawn_token(&w->tok);
+        return 0;
+    }
     /* Unnamed (a name is a strncpy per spawn); the panic report says what
      * it is. */
     int rc = co__spawn(worker_main, w, p->opts.stack_size, NULL);
@@ -544,6 +554,7 @@ static int submit_impl(co_pool_t *p, void (*fn)(void *), void *arg, int64_t dead
                     return CO_ENOMEM;
                 }
                 fresh->pool = p;
+                fresh->tok.fn = worker_main;
                 plock(p);
                 continue;
             }

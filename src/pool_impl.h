@@ -7,7 +7,9 @@
  * An idle worker holds no coroutine and no stack: it is one co__pw_t (a few
  * words, with the time it went idle) in the idle queue. A coroutine exists
  * only while a worker has a task: the submitter that takes an idle record
- * (or creates one) spawns it; when the task returns, the worker hands itself
+ * (or creates one) queues it as a run-queue token, and a coroutine is made
+ * for it when it runs (unless a finishing worker takes it over first); when
+ * the task returns, the worker hands itself
  * straight to a blocked submitter's task if one waits, and otherwise puts its
  * record back in the idle queue and the coroutine exits, its stack returning
  * to the runtime's per-P cache.
@@ -31,6 +33,10 @@ CO_HIDDEN bool co__recover_has_tag(const void *tag);
 
 /* ---- worker records ----------------------------------------------------- */
 typedef struct co__pw {
+    /* First: a record is its own run-queue token (co__spawn_token), so a
+     * worker starts with no G made for it until one must run it; tok.fn is
+     * the pool's worker entry, set once at creation. */
+    co__token_t tok;
     struct co__pw *next;  /* link in the pool's spare-record cache (under the pool lock) */
     struct co_pool *pool; /* immutable */
     /* The following are owned by whoever holds the record: the pool lock

@@ -227,6 +227,7 @@ typedef struct co_sched {
     struct co__gchunk *rq_first, *rq_last, *rq_spare;
     int rq_nspare;
     co_g_t *runqhead, *runqtail;
+    struct co__token *tokhead, *toktail; /* tokens, when no chunk could be allocated */
     int64_t runqsize;          /* atomic for lock-free emptiness checks: all Gs queued */
     co_p_t *pspare;            /* retired Ps, ready to be lent again */
     co_p_t *pretiring;         /* Ps lent away whose M has not retired them yet */

@@ -182,10 +182,18 @@ static bool runqputslow(co_p_t *p, co_g_t *g, uint32_t h, uint32_t t);
  * rings: every consumer strips it, and the global queue holds bare
  * pointers. */
 #define RQ_FRESH ((uintptr_t)1)
-static inline co_g_t *rq_strip(co_g_t *e) { return (co_g_t *)((uintptr_t)e & ~RQ_FRESH); }
-static inline co_g_t *rq_tag(co_g_t *g) {
-    return g->stack.map ? g : (co_g_t *)((uintptr_t)g | RQ_FRESH);
+/* Bit 1: not a G but a token (co__spawn_token): a coroutine to be, made
+ * into a G only by whoever takes it to run it (token_g). Kept in the
+ * rings and in the global queue. */
+#define RQ_TOKEN ((uintptr_t)2)
+static inline bool rq_is_token(co_g_t *e) { return ((uintptr_t)e & RQ_TOKEN) != 0; }
+static inline co_g_t *rq_unfresh(co_g_t *e) { return (co_g_t *)((uintptr_t)e & ~RQ_FRESH); }
+static inline co_g_t *rq_strip(co_g_t *e) { return (co_g_t *)((uintptr_t)e & ~(RQ_FRESH | RQ_TOKEN)); }
+static inline co_g_t *rq_tag(co_g_t *e) {
+    if (rq_is_token(e) || !e->stack.map) return (co_g_t *)((uintptr_t)e | RQ_FRESH);
+    return e;
 }
+static co_g_t *token_g(co_p_t *p, co_g_t *e);
 
 /* Owner only. next=true puts g in runnext, kicking the old one to the tail. */
 static inline __attribute__((always_inline)) void runqput(co_p_t *p, co_g_t *g, bool next) {
@@ -216,12 +224,12 @@ static bool runqputslow(co_p_t *p, co_g_t *g, uint32_t h, uint32_t t) {
     uint32_t n = (t - h) / 2;
     if (n != N) return false;
     for (uint32_t i = 0; i < n; i++)
-        batch[i] = rq_strip(__atomic_load_n(&p->runq[(h + i) % CO_RUNQ_SIZE], __ATOMIC_RELAXED));
+        batch[i] = rq_unfresh(__atomic_load_n(&p->runq[(h + i) % CO_RUNQ_SIZE], __ATOMIC_RELAXED));
     /* cas-release: commits consume */
     if (!__atomic_compare_exchange_n(&p->runqhead, &h, h + n, false, __ATOMIC_RELEASE,
                                      __ATOMIC_RELAXED))
         return false;
-    batch[n] = g;
+    batch[n] = rq_unfresh(g);
     co__globrunqput(batch, (int)n + 1);
     return true;
 }
@@ -236,7 +244,7 @@ static inline __attribute__((always_inline)) co_g_t *runqget(co_p_t *p) {
         uint32_t h = __atomic_load_n(&p->runqhead, __ATOMIC_ACQUIRE);
         uint32_t t = p->runqtail;
         if (t == h) return NULL;
-        co_g_t *g = rq_strip(__atomic_load_n(&p->runq[h % CO_RUNQ_SIZE], __ATOMIC_RELAXED));
+        co_g_t *e = __atomic_load_n(&p->runq[h % CO_RUNQ_SIZE], __ATOMIC_RELAXED);
         if (__atomic_compare_exchange_n(&p->runqhead, &h, h + 1, false, __ATOMIC_RELEASE,
                                         __ATOMIC_RELAXED)) {
             /* The G after it is likely cold (queued long ago): start its
@@ -244,7 +252,7 @@ static inline __attribute__((always_inline)) co_g_t *runqget(co_p_t *p) {
              * address is harmless. */
             __builtin_prefetch(
                 rq_strip(__atomic_load_n(&p->runq[(h + 2) % CO_RUNQ_SIZE], __ATOMIC_RELAXED)));
-            return g;
+            return token_g(p, e);
         }
     }
 }
@@ -293,7 +301,7 @@ static co_g_t *runqsteal(co_p_t *p, co_p_t *pp, bool steal_next) {
     uint32_t n = runqgrab(pp, tmp, 0, steal_next);
     if (n == 0) return NULL;
     n--;
-    co_g_t *g = rq_strip(tmp[n]);
+    co_g_t *g = token_g(p, tmp[n]);
     /* Thieves steal with an empty queue, but never trust it: a ring written
      * past its free slots overwrites queued Gs. What does not fit goes to
      * the global queue. */
@@ -303,7 +311,7 @@ static co_g_t *runqsteal(co_p_t *p, co_p_t *pp, bool steal_next) {
         __atomic_store_n(&p->runq[(t + i) % CO_RUNQ_SIZE], tmp[i], __ATOMIC_RELAXED);
     if (keep) __atomic_store_n(&p->runqtail, t + keep, __ATOMIC_RELEASE);
     if (keep < n) {
-        for (uint32_t i = keep; i < n; i++) tmp[i] = rq_strip(tmp[i]);
+        for (uint32_t i = keep; i < n; i++) tmp[i] = rq_unfresh(tmp[i]);
         co__globrunqput(tmp + keep, (int)(n - keep));
     }
     return g;
@@ -358,6 +366,14 @@ void co__globrunqput(co_g_t **gs, int n) {
         co__gchunk_t *c = s->runqhead ? NULL : rq_tail_chunk_locked();
         if (c) {
             c->g[c->tail++] = gs[i];
+        } else if (rq_is_token(gs[i])) { /* no chunk: tokens on a list of their own */
+            co__token_t *t = (co__token_t *)rq_strip(gs[i]);
+            t->link = NULL;
+            if (s->toktail)
+                s->toktail->link = t;
+            else
+                s->tokhead = t;
+            s->toktail = t;
         } else { /* out of memory for chunks (or already queuing on the list): keep order */
             gs[i]->schedlink = NULL;
             if (s->runqtail)
@@ -392,8 +408,15 @@ static co_g_t *rq_pop_locked(void) {
     if (g) {
         s->runqhead = g->schedlink;
         if (!s->runqhead) s->runqtail = NULL;
+        return g;
     }
-    return g;
+    co__token_t *t = s->tokhead;
+    if (t) {
+        s->tokhead = t->link;
+        if (!s->tokhead) s->toktail = NULL;
+        return (co_g_t *)((uintptr_t)t | RQ_TOKEN);
+    }
+    return NULL;
 }
 
 void co__globrunq_free(void) {
@@ -432,7 +455,7 @@ static co_g_t *globrunqget(co_p_t *p, int max) {
     co__lock(&co__sched.lock);
     co_g_t *g = globrunqget_locked(p, max);
     co__unlock(&co__sched.lock);
-    return g;
+    return token_g(p, g);
 }
 
 /* The next G for p without blocking or stealing: due timers, 1-in-61 global,
@@ -753,7 +776,8 @@ static co_g_t *findrunnable(co_m_t *m) {
         co__lock(&s->lock);
         if ((g = globrunqget_locked(p, 0))) {
             co__unlock(&s->lock);
-            return g;
+            if ((g = token_g(p, g))) return g;
+            continue; /* a token with no memory for its G: it went back (token_g) */
         }
         if (__atomic_load_n(&p->retire, __ATOMIC_ACQUIRE)) {
             co__unlock(&s->lock);
@@ -831,6 +855,9 @@ void co__g_entry(co_g_t *g) {
     goexit(g);
 }
 
+static co_g_t *g_alloc(co_p_t *p);
+static void g_init(co_p_t *p, co_g_t *g, void (*fn)(void *), void *arg);
+
 int co__spawn(void (*fn)(void *), void *arg, size_t stack_size, const char *name) {
     if (!fn) return CO_EINVAL;
     if (stack_size != 0 && (stack_size < CO_STACK_MIN || stack_size > CO_STACK_MAX))
@@ -841,21 +868,8 @@ int co__spawn(void (*fn)(void *), void *arg, size_t stack_size, const char *name
     if (stack_size == 0) stack_size = s->stack_size;
     co_m_t *m = getm();
     co_p_t *p = m ? m->p : NULL;
-    co_g_t *g = co__gfget(p);
-    if (!g) {
-        /* calloc, not a 64-byte aligned allocation: glibc's memalign is
-         * slow enough to cost more than the line it saves (measured) */
-        g = calloc(1, sizeof *g);
-        if (!g) return CO_ENOMEM;
-#ifdef CO_TSAN
-        g->tsan_fiber = __tsan_create_fiber(0);
-#endif
-        co__lock(&s->allg_lock);
-        g->alllink_next = s->allg;
-        if (s->allg) s->allg->alllink_prev = g;
-        s->allg = g;
-        co__unlock(&s->allg_lock);
-    }
+    co_g_t *g = g_alloc(p);
+    if (!g) return CO_ENOMEM;
     /* A default-size stack comes when the G first runs (gcache.c); any
      * other size now, so that running out is this call's CO_ENOMEM. */
     g->fpenv = co__fpenv_save();
@@ -867,6 +881,48 @@ int co__spawn(void (*fn)(void *), void *arg, size_t stack_size, const char *name
         }
         co__ctx_make(&g->ctx, g->stack.lo, g->stack.size, g, g->fpenv);
     }
+    g_init(p, g, fn, arg);
+    if (name) { /* name[] is in a colder line: written only when it changes */
+        strncpy(g->name, name, sizeof g->name - 1);
+        g->name[sizeof g->name - 1] = 0;
+        g->named = true;
+    }
+    live_add(p, 1);
+    __atomic_store_n(&g->status, CO_G_RUNNABLE, __ATOMIC_RELAXED);
+    if (p) {
+        runqput(p, g, true);
+    } else {
+        co__globrunqput(&g, 1);
+    }
+    co__wakep();
+    return 0;
+}
+
+/* A G from the caches, or a new one (on the all-G list): NULL without
+ * memory. Its fields are to be set by g_init. */
+static co_g_t *g_alloc(co_p_t *p) {
+    co_sched_t *s = &co__sched;
+    co_g_t *g = co__gfget(p);
+    if (!g) {
+        /* calloc, not a 64-byte aligned allocation: glibc's memalign is
+         * slow enough to cost more than the line it saves (measured) */
+        g = calloc(1, sizeof *g);
+        if (!g) return NULL;
+#ifdef CO_TSAN
+        g->tsan_fiber = __tsan_create_fiber(0);
+#endif
+        co__lock(&s->allg_lock);
+        g->alllink_next = s->allg;
+        if (s->allg) s->allg->alllink_prev = g;
+        s->allg = g;
+        co__unlock(&s->allg_lock);
+    }
+    return g;
+}
+
+/* A new G's entry, id and (empty) name. */
+static void g_init(co_p_t *p, co_g_t *g, void (*fn)(void *), void *arg) {
+    co_sched_t *s = &co__sched;
     g->fn = fn;
     g->arg = arg;
     g->panic_top = NULL;
@@ -880,23 +936,53 @@ int co__spawn(void (*fn)(void *), void *arg, size_t stack_size, const char *name
     } else {
         g->id = __atomic_add_fetch(&s->goidgen, 1, __ATOMIC_RELAXED);
     }
-    if (name) { /* name[] is in a colder line: written only when it changes */
-        strncpy(g->name, name, sizeof g->name - 1);
-        g->name[sizeof g->name - 1] = 0;
-        g->named = true;
-    } else if (g->named) {
+    if (g->named) { /* name[] is in a colder line: written only when it changes */
         g->name[0] = 0;
         g->named = false;
     }
+}
+
+/* A coroutine to be, for the pool: the token goes on the caller's P's run
+ * queue (the global one from a plain thread) in place of a G, and counts as
+ * a live coroutine from now on. A worker that finishes takes it over
+ * without any G (co__take_unstarted); whoever takes it to run it makes its
+ * G then (token_g), starting t->fn(t). The default stack size only. Never
+ * fails: a token needs no memory of its own. */
+void co__spawn_token(co__token_t *t) {
+    co_m_t *m = getm();
+    co_p_t *p = m ? m->p : NULL;
+    co_g_t *e = (co_g_t *)((uintptr_t)t | RQ_TOKEN);
+    t->fpenv = co__fpenv_save(); /* as co__spawn: it starts with the spawner's */
     live_add(p, 1);
-    __atomic_store_n(&g->status, CO_G_RUNNABLE, __ATOMIC_RELAXED);
     if (p) {
-        runqput(p, g, true);
+        runqput(p, e, false);
     } else {
-        co__globrunqput(&g, 1);
+        co__globrunqput(&e, 1);
     }
     co__wakep();
-    return 0;
+}
+
+/* A run-queue entry taken to be run: a G as it is, or the G made for a
+ * token (on p, with the spawner's FP control words). Without memory for
+ * that G, the token goes back to the global queue (it waits, like a
+ * coroutine waiting for a stack) and NULL is returned. */
+static co_g_t *token_g(co_p_t *p, co_g_t *e) {
+    if (CO_LIKELY(!rq_is_token(e))) return rq_strip(e);
+    co__token_t *t = (co__token_t *)rq_strip(e);
+    co_g_t *g = g_alloc(p);
+    if (CO_UNLIKELY(!g)) {
+        static uint32_t warned; /* atomic: say it once per process */
+        if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+            fprintf(stderr, "colony: no memory for a coroutine record: a pool task waits to "
+                            "start (so may others)\n");
+        e = rq_unfresh(e);
+        co__globrunqput(&e, 1);
+        return NULL;
+    }
+    g->fpenv = t->fpenv;
+    g_init(p, g, t->fn, t);
+    __atomic_store_n(&g->status, CO_G_RUNNABLE, __ATOMIC_RELAXED);
+    return g;
 }
 
 /* Spawn back-pressure. A coroutine that spawns faster than its P runs what
@@ -1029,6 +1115,17 @@ void *co__take_unstarted(void (*fn)(void *), bool (*accept)(void *arg, void *ctx
     if (!__atomic_compare_exchange_n(&p->runqhead, &h, h + 1, false, __ATOMIC_RELEASE,
                                      __ATOMIC_RELAXED))
         return NULL;
+    if (rq_is_token(e)) {
+        co__token_t *t = (co__token_t *)rq_strip(e);
+        if (t->fn == fn && t->fpenv == co__fpenv_save() && accept(t, ctx)) { /* no G made */
+            __atomic_store_n(&p->schedtick, tick, __ATOMIC_RELAXED);
+            live_add(p, -1);
+            return t;
+        }
+        co_g_t *g = token_g(p, e); /* it keeps its turn, as a G */
+        if (g) __atomic_store_n(&p->runnext, g, __ATOMIC_RELEASE);
+        return NULL;
+    }
     co_g_t *g = rq_strip(e);
     if (g->fn != fn || g->stack.map || g->fpenv != co__fpenv_save() || !accept(g->arg, ctx)) {
         /* Only this P's owner ever stores a G into runnext (thieves only
@@ -1050,7 +1147,7 @@ void co__runq_drain_global(co_p_t *p) {
     for (;;) {
         uint32_t n = runqgrab(p, batch, 0, true);
         if (n == 0) return;
-        for (uint32_t i = 0; i < n; i++) batch[i] = rq_strip(batch[i]);
+        for (uint32_t i = 0; i < n; i++) batch[i] = rq_unfresh(batch[i]);
         co__globrunqput(batch, (int)n);
         co__wakep();
     }

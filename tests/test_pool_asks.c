@@ -365,6 +365,43 @@ static void takeover(void) {
     CHECK(distinct < TK_N);
 }
 
+/* A worker starts with its submitter's FP control words (rounding mode),
+ * whether a coroutine is made for it or a finishing worker takes it over:
+ * a takeover happens only between the same control words. One coroutine
+ * submits blocks of tasks under alternating rounding modes to a pool that
+ * never fills (no hand-off to a blocked submitter, which runs the task in
+ * the finishing worker's own mode); each task sees its block's mode. */
+#include <fenv.h>
+#define FP_N 2000
+static atomic_int fp_bad, fp_ran;
+static void fp_task(void *arg) {
+    if (fegetround() != (int)(intptr_t)arg) atomic_fetch_add(&fp_bad, 1);
+    atomic_fetch_add(&fp_ran, 1);
+}
+static int fp_submitter(void *arg) {
+    co_pool_t *p = arg;
+    int modes[2] = {FE_DOWNWARD, FE_UPWARD};
+    int rc = 0;
+    for (int i = 0; i < FP_N && rc == 0; i++) {
+        int mode = modes[(i / 4) % 2];
+        fesetround(mode);
+        rc = co_pool_submit(p, fp_task, (void *)(intptr_t)mode);
+    }
+    fesetround(FE_TONEAREST);
+    if (rc == 0) rc = co_pool_wait_idle(p, CO_FOREVER);
+    return rc;
+}
+static void fp_inherited(void) {
+    co_pool_t *p;
+    CHECK_EQ(co_pool_new(&p, FP_N, NULL), 0);
+    atomic_store(&fp_bad, 0);
+    atomic_store(&fp_ran, 0);
+    CHECK_EQ(co_main(fp_submitter, p), 0);
+    CHECK_EQ(atomic_load(&fp_ran), FP_N);
+    CHECK_EQ(atomic_load(&fp_bad), 0);
+    co_pool_destroy(p);
+}
+
 /* ---- the chute: lock-free task ends vs waits and the purge ------------ */
 
 static atomic_long chute_done;
@@ -560,6 +597,7 @@ int main(int argc, char **argv) {
     T_RUN_SEL(release_from_own_task);
     T_RUN_SEL(idle_holds_no_stack);
     T_RUN_SEL(takeover);
+    T_RUN_SEL(fp_inherited);
     T_RUN_SEL(chute_races);
     T_RUN_SEL(release_reboot_race);
     T_RUN_SEL(no_task_lost_storm);
