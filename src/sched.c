@@ -363,7 +363,7 @@ void co__globrunqput(co_g_t **gs, int n) {
     co_sched_t *s = &co__sched;
     co__lock(&s->lock);
     for (int i = 0; i < n; i++) {
-        co__gchunk_t *c = s->runqhead ? NULL : rq_tail_chunk_locked();
+        co__gchunk_t *c = s->runqhead || s->tokhead ? NULL : rq_tail_chunk_locked();
         if (c) {
             c->g[c->tail++] = gs[i];
         } else if (rq_is_token(gs[i])) { /* no chunk: tokens on a list of their own */
