@@ -76,8 +76,9 @@ CO_EXTERN int co_init(const co_config_t *cfg);
 CO_EXTERN int co_shutdown(void);
 CO_EXTERN int co_main(int (*fn)(void *arg), void *arg);
 /* Start fn(arg) as a coroutine: 0, CO_EINVAL or CO_ENOMEM. From a
- * coroutine whose P already has 256 coroutines queued, it yields once
- * before returning (spawn back-pressure, docs/runtime.md). */
+ * coroutine whose P already has 256 coroutines queued (or the global queue
+ * 256 per P), it yields once before returning (spawn back-pressure,
+ * docs/runtime.md). */
 CO_EXTERN int co_go(void (*fn)(void *arg), void *arg);
 CO_EXTERN int co_go_with(const co_attr_t *attr, void (*fn)(void *arg), void *arg);
 CO_EXTERN void co_yield(void);

@@ -996,9 +996,18 @@ static co_g_t *token_g(co_p_t *p, co_g_t *e) {
  * and co_group_go call this after a successful spawn, holding none. */
 void co__spawn_backpressure(void) {
     co_m_t *m = getm();
-    /* a hint: a thief may shorten the queue right after; then the yield
-     * is merely early */
-    if (m && m->curg && m->p && co__runq_len(m->p) >= CO_RUNQ_SIZE) co_yield();
+    if (!m || !m->curg || !m->p) return;
+    /* Hints: a thief may shorten the queue right after; then the yield is
+     * merely early. The global queue counts too: thieves that took this
+     * P's coroutines faster than they run them send what does not fit in
+     * their own queues there (and a P lent away sends its whole queue), so
+     * a spawner whose own queue keeps being emptied could still pile them
+     * up there. Its yield then finds its own queue empty and takes a share
+     * of the global one (runq_next_fast). */
+    if (co__runq_len(m->p) >= CO_RUNQ_SIZE ||
+        __atomic_load_n(&co__sched.runqsize, __ATOMIC_RELAXED) >=
+            (int64_t)CO_RUNQ_SIZE * co__sched.nprocs)
+        co_yield();
 }
 
 static int spawn_user(void (*fn)(void *), void *arg, size_t stack_size, const char *name) {
