@@ -193,28 +193,40 @@ static inline co_g_t *rq_tag(co_g_t *e) {
     if (rq_is_token(e) || !e->stack.map) return (co_g_t *)((uintptr_t)e | RQ_FRESH);
     return e;
 }
-static co_g_t *token_g(co_p_t *p, co_g_t *e);
+static co_g_t *token_g_slow(co_p_t *p, co_g_t *e);
+/* A run-queue entry taken to be run: a G as it is, or the G made for a
+ * token (token_g_slow). */
+static inline __attribute__((always_inline)) co_g_t *token_g(co_p_t *p, co_g_t *e) {
+    if (CO_LIKELY(!rq_is_token(e))) return rq_strip(e);
+    return token_g_slow(p, e);
+}
 
-/* Owner only. next=true puts g in runnext, kicking the old one to the tail. */
-static inline __attribute__((always_inline)) void runqput(co_p_t *p, co_g_t *g, bool next) {
+/* Owner only. next=true puts g in runnext, kicking the old one to the tail.
+ * ran: g is known to have run (a yield), so it needs no tag. */
+static inline __attribute__((always_inline)) void runqput_(co_p_t *p, co_g_t *g, bool next,
+                                                          bool ran) {
     if (next) {
         /* acq_rel: pairs with thieves' CAS of runnext */
         co_g_t *old = __atomic_exchange_n(&p->runnext, g, __ATOMIC_ACQ_REL);
         if (!old) return;
         g = old;
     }
+    co_g_t *e = ran ? g : rq_tag(g);
     for (;;) {
         /* load-acquire: synchronize with consumers advancing head */
         uint32_t h = __atomic_load_n(&p->runqhead, __ATOMIC_ACQUIRE);
         uint32_t t = p->runqtail;
         if (t - h < CO_RUNQ_SIZE) {
-            __atomic_store_n(&p->runq[t % CO_RUNQ_SIZE], rq_tag(g), __ATOMIC_RELAXED);
+            __atomic_store_n(&p->runq[t % CO_RUNQ_SIZE], e, __ATOMIC_RELAXED);
             /* store-release: makes the item available for consumption */
             __atomic_store_n(&p->runqtail, t + 1, __ATOMIC_RELEASE);
             return;
         }
         if (runqputslow(p, g, h, t)) return;
     }
+}
+static inline __attribute__((always_inline)) void runqput(co_p_t *p, co_g_t *g, bool next) {
+    runqput_(p, g, next, false);
 }
 
 /* Owner only: queue full, move half of it plus g to the global queue. */
@@ -856,7 +868,8 @@ void co__g_entry(co_g_t *g) {
 }
 
 static co_g_t *g_alloc(co_p_t *p);
-static void g_init(co_p_t *p, co_g_t *g, void (*fn)(void *), void *arg);
+static inline __attribute__((always_inline)) void g_init(co_p_t *p, co_g_t *g,
+                                                         void (*fn)(void *), void *arg);
 
 int co__spawn(void (*fn)(void *), void *arg, size_t stack_size, const char *name) {
     if (!fn) return CO_EINVAL;
@@ -921,7 +934,8 @@ static co_g_t *g_alloc(co_p_t *p) {
 }
 
 /* A new G's entry, id and (empty) name. */
-static void g_init(co_p_t *p, co_g_t *g, void (*fn)(void *), void *arg) {
+static inline __attribute__((always_inline)) void g_init(co_p_t *p, co_g_t *g,
+                                                         void (*fn)(void *), void *arg) {
     co_sched_t *s = &co__sched;
     g->fn = fn;
     g->arg = arg;
@@ -962,12 +976,11 @@ void co__spawn_token(co__token_t *t) {
     co__wakep();
 }
 
-/* A run-queue entry taken to be run: a G as it is, or the G made for a
- * token (on p, with the spawner's FP control words). Without memory for
- * that G, the token goes back to the global queue (it waits, like a
- * coroutine waiting for a stack) and NULL is returned. */
-static co_g_t *token_g(co_p_t *p, co_g_t *e) {
-    if (CO_LIKELY(!rq_is_token(e))) return rq_strip(e);
+/* The G made for a token taken to be run (on p, with the spawner's FP
+ * control words). Without memory for that G, the token goes back to the
+ * global queue (it waits, like a coroutine waiting for a stack) and NULL
+ * is returned. */
+static co_g_t *token_g_slow(co_p_t *p, co_g_t *e) {
     co__token_t *t = (co__token_t *)rq_strip(e);
     co_g_t *g = g_alloc(p);
     if (CO_UNLIKELY(!g)) {
@@ -1065,7 +1078,7 @@ void co__park_m(co_m_t *m, void (*post)(co_g_t *, void *), void *arg, int reason
 static inline __attribute__((always_inline)) void yield_requeue(co_m_t *m, co_g_t *g) {
     __atomic_store_n(&g->status, CO_G_RUNNABLE, __ATOMIC_RELAXED);
     if (m->p && !__atomic_load_n(&m->p->retire, __ATOMIC_ACQUIRE)) {
-        runqput(m->p, g, false);
+        runqput_(m->p, g, false, true);
     } else {
         co__globrunqput(&g, 1);
     }
