@@ -442,12 +442,12 @@ static bool same_pool(void *arg, void *ctx) { return ((co__pw_t *)arg)->pool == 
 
 /* Runs tasks until the worker must exit. *cur is the record being run: it
  * changes on a takeover. When a task ends and the record goes idle (or
- * retires), the worker that the same P would run next is often one of this
- * pool's, spawned but not started yet (a submitter fills the queue faster
- * than tasks end): this coroutine then runs that worker's record itself
- * and the spawned coroutine is freed unrun (co__take_unstarted), saving
- * its first run, its stack and its exit. p stays valid: the taken record
- * is busy, and release/destroy wait for every busy record. */
+ * retires), what the same P would run next is often another record of this
+ * pool, queued as a token and not started yet (a submitter fills the queue
+ * faster than tasks end): this coroutine then runs that record itself
+ * (co__take_unstarted), and no coroutine is ever made for it. p stays
+ * valid: the taken record is busy, and release/destroy wait for every busy
+ * record. */
 static void worker_run(void *arg) {
     co__pw_t **cur = arg;
     co__pw_t *w = *cur;

@@ -188,7 +188,9 @@ static bool runqputslow(co_p_t *p, co_g_t *g, uint32_t h, uint32_t t);
 #define RQ_TOKEN ((uintptr_t)2)
 static inline bool rq_is_token(co_g_t *e) { return ((uintptr_t)e & RQ_TOKEN) != 0; }
 static inline co_g_t *rq_unfresh(co_g_t *e) { return (co_g_t *)((uintptr_t)e & ~RQ_FRESH); }
-static inline co_g_t *rq_strip(co_g_t *e) { return (co_g_t *)((uintptr_t)e & ~(RQ_FRESH | RQ_TOKEN)); }
+static inline co_g_t *rq_strip(co_g_t *e) {
+    return (co_g_t *)((uintptr_t)e & ~(RQ_FRESH | RQ_TOKEN));
+}
 static inline co_g_t *rq_tag(co_g_t *e) {
     if (rq_is_token(e) || !e->stack.map) return (co_g_t *)((uintptr_t)e | RQ_FRESH);
     return e;
@@ -869,7 +871,9 @@ void co__g_entry(co_g_t *g) {
 
 static co_g_t *g_alloc(co_p_t *p);
 static inline __attribute__((always_inline)) void g_init(co_p_t *p, co_g_t *g,
-                                                         void (*fn)(void *), void *arg);
+                                                         void (*fn)(void *), void *arg,
+                                                         const char *name);
+static inline __attribute__((always_inline)) void queue_new(co_p_t *p, co_g_t *e, bool next);
 
 int co__spawn(void (*fn)(void *), void *arg, size_t stack_size, const char *name) {
     if (!fn) return CO_EINVAL;
@@ -894,20 +898,9 @@ int co__spawn(void (*fn)(void *), void *arg, size_t stack_size, const char *name
         }
         co__ctx_make(&g->ctx, g->stack.lo, g->stack.size, g, g->fpenv);
     }
-    g_init(p, g, fn, arg);
-    if (name) { /* name[] is in a colder line: written only when it changes */
-        strncpy(g->name, name, sizeof g->name - 1);
-        g->name[sizeof g->name - 1] = 0;
-        g->named = true;
-    }
-    live_add(p, 1);
+    g_init(p, g, fn, arg, name);
     __atomic_store_n(&g->status, CO_G_RUNNABLE, __ATOMIC_RELAXED);
-    if (p) {
-        runqput(p, g, true);
-    } else {
-        co__globrunqput(&g, 1);
-    }
-    co__wakep();
+    queue_new(p, g, true);
     return 0;
 }
 
@@ -933,9 +926,10 @@ static co_g_t *g_alloc(co_p_t *p) {
     return g;
 }
 
-/* A new G's entry, id and (empty) name. */
+/* A new G's entry, id and name (NULL: none). */
 static inline __attribute__((always_inline)) void g_init(co_p_t *p, co_g_t *g,
-                                                         void (*fn)(void *), void *arg) {
+                                                         void (*fn)(void *), void *arg,
+                                                         const char *name) {
     co_sched_t *s = &co__sched;
     g->fn = fn;
     g->arg = arg;
@@ -950,10 +944,27 @@ static inline __attribute__((always_inline)) void g_init(co_p_t *p, co_g_t *g,
     } else {
         g->id = __atomic_add_fetch(&s->goidgen, 1, __ATOMIC_RELAXED);
     }
-    if (g->named) { /* name[] is in a colder line: written only when it changes */
+    if (name) { /* name[] is in a colder line: written only when it changes */
+        strncpy(g->name, name, sizeof g->name - 1);
+        g->name[sizeof g->name - 1] = 0;
+        g->named = true;
+    } else if (g->named) {
         g->name[0] = 0;
         g->named = false;
     }
+}
+
+/* A new coroutine (a G, or a token) counts as live and is queued: on p
+ * (runnext if next), or globally from a plain thread; an M is woken if one
+ * may be needed. */
+static inline __attribute__((always_inline)) void queue_new(co_p_t *p, co_g_t *e, bool next) {
+    live_add(p, 1);
+    if (p) {
+        runqput(p, e, next);
+    } else {
+        co__globrunqput(&e, 1);
+    }
+    co__wakep();
 }
 
 /* A coroutine to be, for the pool: the token goes on the caller's P's run
@@ -965,15 +976,8 @@ static inline __attribute__((always_inline)) void g_init(co_p_t *p, co_g_t *g,
 void co__spawn_token(co__token_t *t) {
     co_m_t *m = getm();
     co_p_t *p = m ? m->p : NULL;
-    co_g_t *e = (co_g_t *)((uintptr_t)t | RQ_TOKEN);
     t->fpenv = co__fpenv_save(); /* as co__spawn: it starts with the spawner's */
-    live_add(p, 1);
-    if (p) {
-        runqput(p, e, false);
-    } else {
-        co__globrunqput(&e, 1);
-    }
-    co__wakep();
+    queue_new(p, (co_g_t *)((uintptr_t)t | RQ_TOKEN), false);
 }
 
 /* The G made for a token taken to be run (on p, with the spawner's FP
@@ -993,7 +997,7 @@ static co_g_t *token_g_slow(co_p_t *p, co_g_t *e) {
         return NULL;
     }
     g->fpenv = t->fpenv;
-    g_init(p, g, t->fn, t);
+    g_init(p, g, t->fn, t, NULL);
     __atomic_store_n(&g->status, CO_G_RUNNABLE, __ATOMIC_RELAXED);
     return g;
 }
@@ -1111,13 +1115,14 @@ void co_yield(void) {
 /* Owner of the P: the coroutine running now takes over the job of the
  * next one its P would run, if that one never ran: it is the ring's head
  * (runnext empty: it would run first otherwise) and tagged RQ_FRESH, its
- * entry is fn, it has no stack yet, it starts with the same FP control
- * words, and accept(arg, ctx) agrees. That G is then freed unrun and its
- * arg returned: the caller does what fn(arg) would have done, on its own
- * stack, without a switch, a first run and an exit. An untagged head is
- * not touched; a tagged one that fails the rest goes to runnext, which is
- * empty, so it still runs next. NULL when nothing was taken. Each take
- * counts as a schedule (schedtick), and every 61st is refused so that the
+ * entry is fn, it starts with the same FP control words, and accept(arg,
+ * ctx) agrees. The head is a token (its arg is the token itself; no G was
+ * ever made) or a G with no stack yet (freed unrun). Its arg is returned:
+ * the caller does what fn(arg) would have done, on its own stack, without
+ * a switch, a first run and an exit. An untagged head is not touched; a
+ * tagged one that fails the rest goes to runnext (as a G), which is empty,
+ * so it still runs next. NULL when nothing was taken. Each take counts as
+ * a schedule (schedtick), and every 61st is refused so that the
  * scheduler's global-queue check, timers and sysmon see a switch. */
 void *co__take_unstarted(void (*fn)(void *), bool (*accept)(void *arg, void *ctx), void *ctx) {
     co_m_t *m = getm();
@@ -1144,7 +1149,7 @@ void *co__take_unstarted(void (*fn)(void *), bool (*accept)(void *arg, void *ctx
             live_add(p, -1);
             return t;
         }
-        co_g_t *g = token_g(p, e); /* it keeps its turn, as a G */
+        co_g_t *g = token_g_slow(p, e); /* it keeps its turn, as a G */
         if (g) __atomic_store_n(&p->runnext, g, __ATOMIC_RELEASE);
         return NULL;
     }

@@ -27,10 +27,11 @@
  * level of a cold array. Other timers go on the heap; the earliest timer is
  * the earlier of the two heads. A timer earlier than the run's last few
  * entries moves those to the heap and joins the run (RUN_EVICT), so one
- * far timer cannot turn every later add away. A deleted run entry is cleared in place
- * (t = NULL) and skipped when it reaches the head; when cleared entries
- * outnumber live ones the run is compacted, so timers that are always
- * deleted before they fire (deadlines) cannot grow it without bound.
+ * far timer cannot turn every later add away. A deleted run entry is
+ * cleared in place (t = NULL) and skipped when it reaches the head; when
+ * cleared entries outnumber live ones the run is compacted, so timers that
+ * are always deleted before they fire (deadlines) cannot grow it without
+ * bound.
  * A run timer's t->slot is -2 - its ring index; an index changes only
  * when the ring is repacked (growth, compaction), which rewrites them. */
 
