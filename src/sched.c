@@ -1115,8 +1115,9 @@ void co_yield(void) {
 /* Owner of the P: the coroutine running now takes over the job of the
  * next one its P would run, if that one never ran: it is the ring's head
  * (runnext empty: it would run first otherwise) and tagged RQ_FRESH, its
- * entry is fn, it starts with the same FP control words, and accept(arg,
- * ctx) agrees. The head is a token (its arg is the token itself; no G was
+ * entry is fn and accept(arg, ctx) agrees. The caller then takes the FP
+ * control words that job was to start with (its spawner's: loading them
+ * is cheaper than reading the caller's to compare). The head is a token (its arg is the token itself; no G was
  * ever made) or a G with no stack yet (freed unrun). Its arg is returned:
  * the caller does what fn(arg) would have done, on its own stack, without
  * a switch, a first run and an exit. An untagged head is not touched; a
@@ -1144,7 +1145,8 @@ void *co__take_unstarted(void (*fn)(void *), bool (*accept)(void *arg, void *ctx
         return NULL;
     if (rq_is_token(e)) {
         co__token_t *t = (co__token_t *)rq_strip(e);
-        if (t->fn == fn && t->fpenv == co__fpenv_save() && accept(t, ctx)) { /* no G made */
+        if (t->fn == fn && accept(t, ctx)) { /* no G made */
+            co__fpenv_load(t->fpenv);
             __atomic_store_n(&p->schedtick, tick, __ATOMIC_RELAXED);
             live_add(p, -1);
             return t;
@@ -1154,12 +1156,13 @@ void *co__take_unstarted(void (*fn)(void *), bool (*accept)(void *arg, void *ctx
         return NULL;
     }
     co_g_t *g = rq_strip(e);
-    if (g->fn != fn || g->stack.map || g->fpenv != co__fpenv_save() || !accept(g->arg, ctx)) {
+    if (g->fn != fn || g->stack.map || !accept(g->arg, ctx)) {
         /* Only this P's owner ever stores a G into runnext (thieves only
          * take it), so it is still empty: g keeps its turn. */
         __atomic_store_n(&p->runnext, g, __ATOMIC_RELEASE);
         return NULL;
     }
+    co__fpenv_load(g->fpenv);
     __atomic_store_n(&p->schedtick, tick, __ATOMIC_RELAXED);
     void *arg = g->arg;
     __atomic_store_n(&g->status, CO_G_DEAD, __ATOMIC_RELAXED);

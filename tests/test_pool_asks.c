@@ -366,8 +366,8 @@ static void takeover(void) {
 }
 
 /* A worker starts with its submitter's FP control words (rounding mode),
- * whether a coroutine is made for it or a finishing worker takes it over:
- * a takeover happens only between the same control words. One coroutine
+ * whether a coroutine is made for it or a finishing worker takes it over
+ * (which then loads the task's control words). One coroutine
  * submits blocks of tasks under alternating rounding modes to a pool that
  * never fills (no hand-off to a blocked submitter, which runs the task in
  * the finishing worker's own mode); each task sees its block's mode. */

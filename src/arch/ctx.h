@@ -49,6 +49,21 @@ static inline uint64_t co__fpenv_save(void) {
     return 0;
 #endif
 }
+/* Makes fpenv (from co__fpenv_save) the caller's FP control words.
+ * Cheaper than co__fpenv_save: a store-then-read of the control registers
+ * waits for the microcoded store, a load does not wait for anything. */
+static inline void co__fpenv_load(uint64_t fpenv) {
+#if defined(__x86_64__)
+    uint32_t mxcsr = (uint32_t)fpenv;
+    uint16_t fpcw = (uint16_t)(fpenv >> 32);
+    __asm__ volatile("ldmxcsr %0" : : "m"(mxcsr));
+    __asm__ volatile("fldcw %0" : : "m"(fpcw));
+#elif defined(__aarch64__)
+    __asm__ volatile("msr fpcr, %0" : : "r"(fpenv));
+#else
+    (void)fpenv;
+#endif
+}
 /* A cheap tick count for rate limits, never for time: x86-64 TSC (about
  * 10 ns to read here, against 24 ns for clock_gettime(MONOTONIC)), AArch64
  * virtual counter; always 0 elsewhere. CO__CYCLES_SHORT ticks last about

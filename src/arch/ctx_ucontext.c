@@ -9,22 +9,9 @@
 
 /* The new context's FP control words: setcontext loaded those of whoever
  * called co__ctx_make; the coroutine starts with its creator's. */
-static void fpenv_load(uint64_t fpenv) {
-#if defined(__x86_64__)
-    uint32_t mxcsr = (uint32_t)fpenv;
-    uint16_t fpcw = (uint16_t)(fpenv >> 32);
-    __asm__ volatile("ldmxcsr %0" : : "m"(mxcsr));
-    __asm__ volatile("fldcw %0" : : "m"(fpcw));
-#elif defined(__aarch64__)
-    __asm__ volatile("msr fpcr, %0" : : "r"(fpenv));
-#else
-    (void)fpenv;
-#endif
-}
-
 static void uc_entry(unsigned hi, unsigned lo, unsigned fhi, unsigned flo) {
     struct co_g *g = (struct co_g *)(((uintptr_t)hi << 32) | (uintptr_t)lo);
-    fpenv_load(((uint64_t)fhi << 32) | flo);
+    co__fpenv_load(((uint64_t)fhi << 32) | flo);
     co__g_entry(g);
 }
 
