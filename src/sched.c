@@ -889,7 +889,7 @@ int co__spawn(void (*fn)(void *), void *arg, size_t stack_size, const char *name
     if (!g) return CO_ENOMEM;
     /* A default-size stack comes when the G first runs (gcache.c); any
      * other size now, so that running out is this call's CO_ENOMEM. */
-    g->fpenv = co__fpenv_save();
+    co__fpenv_store(&g->fpenv);
     if (stack_size != s->stack_size) {
         if (co__stack_alloc(&g->stack, stack_size) < 0) {
             g->stack.map = NULL;
@@ -976,7 +976,7 @@ static inline __attribute__((always_inline)) void queue_new(co_p_t *p, co_g_t *e
 void co__spawn_token(co__token_t *t) {
     co_m_t *m = getm();
     co_p_t *p = m ? m->p : NULL;
-    t->fpenv = co__fpenv_save(); /* as co__spawn: it starts with the spawner's */
+    co__fpenv_store(&t->fpenv); /* as co__spawn: it starts with the spawner's */
     queue_new(p, (co_g_t *)((uintptr_t)t | RQ_TOKEN), false);
 }
 
