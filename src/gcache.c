@@ -258,18 +258,41 @@ bool co__stack_attach(co_m_t *m, co_g_t *g) {
     return true;
 }
 
+void co__tokwait_put(co__token_t *t) {
+    co_sched_t *s = &co__sched;
+    co__lock(&s->gcache_lock);
+    t->link = NULL;
+    if (s->tokwait_tail)
+        s->tokwait_tail->link = t;
+    else
+        s->tokwait = t;
+    s->tokwait_tail = t;
+    __atomic_store_n(&s->nstackwait, s->nstackwait + 1, __ATOMIC_RELAXED);
+    co__unlock(&s->gcache_lock);
+}
+
+/* sysmon: every coroutine and token waiting for memory goes back to the
+ * global queue, in the order they came; the next M to take one tries
+ * again (and puts it back here if memory is still short). */
 int co__stackwait_retry(void) {
     co_sched_t *s = &co__sched;
     co__lock(&s->gcache_lock);
     co_g_t *list = s->stackwait;
+    co__token_t *toks = s->tokwait;
     int n = s->nstackwait;
     s->stackwait = NULL;
+    s->tokwait = s->tokwait_tail = NULL;
     __atomic_store_n(&s->nstackwait, 0, __ATOMIC_RELAXED);
     co__unlock(&s->gcache_lock);
     while (list) {
         co_g_t *g = list;
         list = g->schedlink;
         co__globrunqput(&g, 1);
+    }
+    while (toks) {
+        co__token_t *t = toks;
+        toks = t->link; /* read before the put: it reuses link */
+        co__token_requeue(t);
     }
     if (n) co__wakep();
     return n;

@@ -233,13 +233,16 @@ typedef struct co_sched {
     co_p_t *pretiring;         /* Ps lent away whose M has not retired them yet */
 
     /* gcache_lock protects the caches of gcache.c: gfree, sfree,
-     * stackwait, nstackwait. Not sched.lock: dead Gs spilled by one M and
-     * taken by another would contend with the global run queue. */
+     * stackwait, tokwait, nstackwait. Not sched.lock: dead Gs spilled by
+     * one M and taken by another would contend with the global run queue. */
     _Alignas(64) co__lock_t gcache_lock;
     co__freevec_t gfree;       /* dead Gs (co_g_t *) */
     co__freevec_t sfree;       /* free default-size stacks (co__stack_t) */
     co_g_t *stackwait;         /* Gs that found no stack to start on */
-    int nstackwait;            /* atomic (written under gcache_lock, read lock-free) */
+    struct co__token *tokwait, *tokwait_tail; /* tokens that found no memory for a G */
+    int nstackwait;            /* atomic (written under gcache_lock, read lock-free):
+                                * how many wait on stackwait and tokwait; sysmon
+                                * requeues them every STACKWAIT_RETRY_NS */
 
     _Alignas(64) uint32_t npidle; /* atomic (written under lock, read lock-free) */
     uint32_t nmspinning;       /* atomic; Ms spinning (see sched.c's essay) */
@@ -294,6 +297,10 @@ CO_HIDDEN void co__gfput(co_p_t *p, co_g_t *g);   /* a dead G: it and its stack 
 CO_HIDDEN void co__g_release(co_g_t *g);          /* free a G that is on no list */
 CO_HIDDEN bool co__stack_attach(co_m_t *m, co_g_t *g); /* false: g waits on stackwait */
 CO_HIDDEN int co__stackwait_retry(void);          /* sysmon: requeue them; returns how many */
+/* A token that found no memory for its G waits on tokwait (gcache.c). */
+CO_HIDDEN void co__tokwait_put(struct co__token *t);
+/* Queue a token on the global run queue again (sched.c). */
+CO_HIDDEN void co__token_requeue(struct co__token *t);
 CO_HIDDEN int co__gfree_trim(int keep);           /* sysmon: free cold Gs and stacks */
 CO_HIDDEN void co__gcache_free_p(co_p_t *p);      /* shutdown */
 CO_HIDDEN void co__gcache_free_global(void);      /* shutdown */

@@ -110,6 +110,13 @@ uint32_t co__fastrand(void) {
     return (uint32_t)(x >> 16);
 }
 
+/* For tests: bit 0 makes every G made for a token fail as if memory had
+ * run out (token_g_slow); bit 1 makes the global run queue find no chunk
+ * (co__globrunqput's list fallback). Relaxed loads: a test sets it between
+ * phases and waits for its effects. */
+CO_EXTERN int co__test_fail_alloc;
+int co__test_fail_alloc;
+
 /* ---- switching ---------------------------------------------------------- */
 
 /* Runs on the context that was switched to, first thing: the previous
@@ -266,7 +273,11 @@ static inline __attribute__((always_inline)) co_g_t *runqget(co_p_t *p) {
              * address is harmless. */
             __builtin_prefetch(
                 rq_strip(__atomic_load_n(&p->runq[(h + 2) % CO_RUNQ_SIZE], __ATOMIC_RELAXED)));
-            return token_g(p, e);
+            if (CO_LIKELY(!rq_is_token(e))) return rq_strip(e);
+            co_g_t *g = token_g_slow(p, e);
+            if (g) return g;
+            /* no memory for its G: it waits on tokwait; the ring may hold
+             * more, and NULL would tell the caller it is empty */
         }
     }
 }
@@ -356,6 +367,7 @@ typedef struct co__gchunk {
 static co__gchunk_t *rq_tail_chunk_locked(void) {
     co_sched_t *s = &co__sched;
     co__gchunk_t *c = s->rq_last;
+    if (CO_UNLIKELY(__atomic_load_n(&co__test_fail_alloc, __ATOMIC_RELAXED) & 2)) return NULL;
     if (c && c->tail < CO_GCHUNK) return c;
     if ((c = s->rq_spare) != NULL) {
         s->rq_spare = c->next;
@@ -986,14 +998,18 @@ void co__spawn_token(co__token_t *t) {
  * is returned. */
 static co_g_t *token_g_slow(co_p_t *p, co_g_t *e) {
     co__token_t *t = (co__token_t *)rq_strip(e);
-    co_g_t *g = g_alloc(p);
+    co_g_t *g = CO_UNLIKELY(__atomic_load_n(&co__test_fail_alloc, __ATOMIC_RELAXED) & 1)
+                    ? NULL
+                    : g_alloc(p);
     if (CO_UNLIKELY(!g)) {
         static uint32_t warned; /* atomic: say it once per process */
         if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
             fprintf(stderr, "colony: no memory for a coroutine record: a pool task waits to "
                             "start (so may others)\n");
-        e = rq_unfresh(e);
-        co__globrunqput(&e, 1);
+        /* It waits for sysmon's next retry (co__stackwait_retry), as a
+         * coroutine with no stack does: taken again at once, it would keep
+         * an M busy failing while memory is short. */
+        co__tokwait_put(t);
         return NULL;
     }
     g->fpenv = t->fpenv;
@@ -1339,6 +1355,11 @@ nomem:
     s->allp = NULL;
     co__unlock(&init_lock);
     return CO_ENOMEM;
+}
+
+void co__token_requeue(co__token_t *t) {
+    co_g_t *e = (co_g_t *)((uintptr_t)t | RQ_TOKEN);
+    co__globrunqput(&e, 1);
 }
 
 /* For tests that fork: forget the parent's runtime (its threads do not

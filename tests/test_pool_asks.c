@@ -402,6 +402,53 @@ static void fp_inherited(void) {
     co_pool_destroy(p);
 }
 
+/* A pool task whose coroutine cannot be made (no memory for its record) is
+ * neither lost nor left keeping an M busy: it waits, as a coroutine with no
+ * stack does, for sysmon's retries, and starts once memory is back. The
+ * library's test hook co__test_fail_alloc simulates the shortage: bit 0
+ * fails the G of every token, bit 1 the global run queue's chunks (tokens
+ * then queue on a list of their own). Tasks are submitted from this plain
+ * thread (the global queue) and from a coroutine (its P's ring). Before
+ * the fix, an M took the same token back over and over and never gave its
+ * P up, so "every P idle" was never seen. */
+extern int co__test_fail_alloc;
+#define OOM_N 50
+static atomic_int oom_ran;
+static void oom_task(void *arg) {
+    (void)arg;
+    atomic_fetch_add(&oom_ran, 1);
+}
+static int oom_submitter(void *arg) {
+    for (int i = 0; i < OOM_N; i++)
+        if (co_pool_submit(arg, oom_task, NULL) != 0) return -1;
+    return 0;
+}
+static bool all_procs_idle(void) {
+    co_sched_stats_t st;
+    co_sched_stats(&st);
+    return st.idle_procs == st.procs;
+}
+static void token_oom(void) {
+    co_pool_t *p;
+    CHECK_EQ(co_pool_new(&p, 4 * OOM_N, NULL), 0);
+    atomic_store(&oom_ran, 0);
+    for (int phase = 0; phase < 2; phase++) {
+        __atomic_store_n(&co__test_fail_alloc, phase == 0 ? 3 : 1, __ATOMIC_RELAXED);
+        if (phase == 0) {
+            for (int i = 0; i < OOM_N; i++) CHECK_EQ(co_pool_submit(p, oom_task, NULL), 0);
+        } else {
+            CHECK_EQ(co_main(oom_submitter, p), 0);
+        }
+        CHECK(WAIT_FOR(all_procs_idle()));
+        CHECK_EQ(atomic_load(&oom_ran), phase * OOM_N); /* none of this phase ran */
+        CHECK(co_count() >= OOM_N);                     /* they wait, counted */
+        __atomic_store_n(&co__test_fail_alloc, 0, __ATOMIC_RELAXED);
+        CHECK_EQ(co_pool_wait_idle(p, co_deadline_after(10000 * MS)), 0);
+        CHECK_EQ(atomic_load(&oom_ran), (phase + 1) * OOM_N);
+    }
+    co_pool_destroy(p);
+}
+
 /* ---- the chute: lock-free task ends vs waits and the purge ------------ */
 
 static atomic_long chute_done;
@@ -598,6 +645,7 @@ int main(int argc, char **argv) {
     T_RUN_SEL(idle_holds_no_stack);
     T_RUN_SEL(takeover);
     T_RUN_SEL(fp_inherited);
+    T_RUN_SEL(token_oom);
     T_RUN_SEL(chute_races);
     T_RUN_SEL(release_reboot_race);
     T_RUN_SEL(no_task_lost_storm);
