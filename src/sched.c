@@ -256,6 +256,7 @@ static bool runqputslow(co_p_t *p, co_g_t *g, uint32_t h, uint32_t t) {
 }
 
 /* Owner only. */
+static co_g_t *token_g_or_next(co_p_t *p, co_g_t *e);
 static inline __attribute__((always_inline)) co_g_t *runqget(co_p_t *p) {
     co_g_t *next = __atomic_load_n(&p->runnext, __ATOMIC_ACQUIRE);
     if (next && __atomic_compare_exchange_n(&p->runnext, &next, NULL, false, __ATOMIC_ACQ_REL,
@@ -274,12 +275,18 @@ static inline __attribute__((always_inline)) co_g_t *runqget(co_p_t *p) {
             __builtin_prefetch(
                 rq_strip(__atomic_load_n(&p->runq[(h + 2) % CO_RUNQ_SIZE], __ATOMIC_RELAXED)));
             if (CO_LIKELY(!rq_is_token(e))) return rq_strip(e);
-            co_g_t *g = token_g_slow(p, e);
-            if (g) return g;
-            /* no memory for its G: it waits on tokwait; the ring may hold
-             * more, and NULL would tell the caller it is empty */
+            return token_g_or_next(p, e);
         }
     }
+}
+
+/* runqget's token taken from the ring: its G, or, with no memory for one
+ * (the token then waits on tokwait), the ring's next entry: NULL would
+ * tell the caller the ring is empty. Out of line: the loop would cost
+ * every runqget a register. */
+static __attribute__((noinline)) co_g_t *token_g_or_next(co_p_t *p, co_g_t *e) {
+    co_g_t *g = token_g_slow(p, e);
+    return g ? g : runqget(p);
 }
 
 /* Any M: grab half of pp's queue into batch[bh..] (ring of size 256),
