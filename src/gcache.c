@@ -261,12 +261,7 @@ bool co__stack_attach(co_m_t *m, co_g_t *g) {
 void co__tokwait_put(co__token_t *t) {
     co_sched_t *s = &co__sched;
     co__lock(&s->gcache_lock);
-    t->link = NULL;
-    if (s->tokwait_tail)
-        s->tokwait_tail->link = t;
-    else
-        s->tokwait = t;
-    s->tokwait_tail = t;
+    co__toklist_append(&s->tokwait, &s->tokwait_tail, t);
     __atomic_store_n(&s->nstackwait, s->nstackwait + 1, __ATOMIC_RELAXED);
     co__unlock(&s->gcache_lock);
 }

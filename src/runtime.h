@@ -297,6 +297,16 @@ CO_HIDDEN void co__gfput(co_p_t *p, co_g_t *g);   /* a dead G: it and its stack 
 CO_HIDDEN void co__g_release(co_g_t *g);          /* free a G that is on no list */
 CO_HIDDEN bool co__stack_attach(co_m_t *m, co_g_t *g); /* false: g waits on stackwait */
 CO_HIDDEN int co__stackwait_retry(void);          /* sysmon: requeue them; returns how many */
+/* Append t to the token list head..tail (linked through t->link). */
+static inline void co__toklist_append(struct co__token **head, struct co__token **tail,
+                                      struct co__token *t) {
+    t->link = NULL;
+    if (*tail)
+        (*tail)->link = t;
+    else
+        *head = t;
+    *tail = t;
+}
 /* A token that found no memory for its G waits on tokwait (gcache.c). */
 CO_HIDDEN void co__tokwait_put(struct co__token *t);
 /* Queue a token on the global run queue again (sched.c). */

@@ -400,13 +400,7 @@ void co__globrunqput(co_g_t **gs, int n) {
         if (c) {
             c->g[c->tail++] = gs[i];
         } else if (rq_is_token(gs[i])) { /* no chunk: tokens on a list of their own */
-            co__token_t *t = (co__token_t *)rq_strip(gs[i]);
-            t->link = NULL;
-            if (s->toktail)
-                s->toktail->link = t;
-            else
-                s->tokhead = t;
-            s->toktail = t;
+            co__toklist_append(&s->tokhead, &s->toktail, (co__token_t *)rq_strip(gs[i]));
         } else { /* out of memory for chunks (or already queuing on the list): keep order */
             gs[i]->schedlink = NULL;
             if (s->runqtail)
