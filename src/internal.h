@@ -149,11 +149,22 @@ CO_HIDDEN bool co__claim(co__parker_t *pk, void *winner);
  * current P's runnext, like Go's goready) or futex-wakes the thread. The
  * parker's memory may be gone once this returns. */
 CO_HIDDEN void co__ready(struct co_g *g);          /* sched.c */
+/* co__ready for a G parked on a timer or the network (likely for long): it
+ * prefetches all of its stack in use, up to 1 KiB, not just the top lines. */
+CO_HIDDEN void co__ready_cold(struct co_g *g);     /* sched.c */
 CO_HIDDEN void co__unpark_thread(co__parker_t *pk); /* wait.c */
 static inline void co__unpark(co__parker_t *pk) {
     struct co_g *g = pk->g; /* read before readying: pk dies once g runs */
     if (g)
         co__ready(g);
+    else
+        co__unpark_thread(pk);
+}
+/* co__unpark for a timeout or a network event (co__ready_cold). */
+static inline void co__unpark_cold(co__parker_t *pk) {
+    struct co_g *g = pk->g; /* read before readying: pk dies once g runs */
+    if (g)
+        co__ready_cold(g);
     else
         co__unpark_thread(pk);
 }

@@ -117,7 +117,7 @@ static int pd_wake_list(co__waiter_t *w) {
         co__parker_t *pk = w->pk;
         if (pk->g)
             n++;
-        co__unpark(pk);
+        co__unpark_cold(pk);
         w = next;
     }
     return n;

@@ -465,7 +465,9 @@ static void worker_run(void *arg) {
     }
 }
 
-static void report_panic(co_pool_t *p, void *value) {
+/* Out of line: its 200-byte buffer would otherwise widen worker_main's frame,
+ * which every parked task's stack carries and a wake reads back. */
+__attribute__((noinline, cold)) static void report_panic(co_pool_t *p, void *value) {
     if (p->opts.panic_handler) {
         p->opts.panic_handler(value, p->opts.ctx);
         return;

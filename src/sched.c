@@ -1058,13 +1058,9 @@ int co_go_with(const co_attr_t *attr, void (*fn)(void *arg), void *arg) {
 
 /* ---- park / ready / yield ------------------------------------------------ */
 
-void co__ready(co_g_t *g) {
-    __atomic_store_n(&g->status, CO_G_RUNNABLE, __ATOMIC_RELAXED);
-    /* Its stack's top (the saved registers and the frames it returns
-     * through) is usually cold when it was parked for long, and it runs
-     * soon: start those lines coming. */
-    char *sp = (char *)g->ctx.sp;
-    for (int i = 0; i < 4; i++) __builtin_prefetch(sp + 64 * i);
+/* Make g runnable on this P (runnext), or on the global queue from a plain
+ * thread, and wake an M if a P is idle and none spins. */
+static inline void ready_put(co_g_t *g) {
     co_m_t *m = getm();
     if (m && m->p) {
         runqput(m->p, g, true);
@@ -1076,6 +1072,30 @@ void co__ready(co_g_t *g) {
     if (__atomic_load_n(&co__sched.npidle, __ATOMIC_SEQ_CST) != 0 &&
         __atomic_load_n(&co__sched.nmspinning, __ATOMIC_SEQ_CST) == 0)
         co__wakep();
+}
+
+void co__ready(co_g_t *g) {
+    __atomic_store_n(&g->status, CO_G_RUNNABLE, __ATOMIC_RELAXED);
+    /* Its stack's top (the saved registers and the first frames it
+     * returns through) may be cold, and it runs soon: start those lines
+     * coming. */
+    char *sp = (char *)g->ctx.sp;
+    for (int i = 0; i < 4; i++) __builtin_prefetch(sp + 64 * i);
+    ready_put(g);
+}
+
+void co__ready_cold(co_g_t *g) {
+    __atomic_store_n(&g->status, CO_G_RUNNABLE, __ATOMIC_RELAXED);
+    /* Parked on a timer or the network, usually for long: every line it
+     * returns through is cold (a pooled task parked in a sleep sits ~650
+     * bytes below its stack's top, ~10 frames), and each return waits for
+     * its line in turn. Start them all coming, up to the stack's top,
+     * at most 1 KiB. */
+    char *sp = (char *)g->ctx.sp;
+    char *top = g->stack.lo + g->stack.size;
+    if (top < sp || top - sp > 1024) top = sp + 1024;
+    for (char *a = sp; a < top; a += 64) __builtin_prefetch(a);
+    ready_put(g);
 }
 
 /* The running G switches away; post(g, arg) runs after the switch. */

@@ -47,7 +47,7 @@ static bool park_timeout_claim(co__parker_t *pk) {
 
 static void park_timeout(void *arg) {
     co__parker_t *pk = arg;
-    if (park_timeout_claim(pk)) co__unpark(pk);
+    if (park_timeout_claim(pk)) co__unpark_cold(pk);
 }
 
 struct park_args {
