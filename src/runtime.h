@@ -34,7 +34,8 @@ typedef struct co__stack {
     size_t map_size;
     char *lo;         /* lowest usable byte */
     size_t size;      /* usable bytes */
-    bool guarded;     /* PROT_NONE page below lo; else a zero canary zone at lo */
+    bool guarded;     /* a guard page below lo; else a zero canary zone at lo */
+    bool light_guard; /* that guard is a MADV_GUARD_INSTALL marker (no map entry) */
     unsigned vg_id;   /* valgrind stack id */
 } co__stack_t;
 

@@ -13,11 +13,17 @@
  *  - guarded stacks have a PROT_NONE page below them; a fault there lands in
  *    our SIGSEGV handler (on a per-M sigaltstack) which names the coroutine
  *    and aborts.
- *  - but each guard splits the mapping, costing two entries of the kernel's
- *    map-count limit (vm.max_map_count, 65530 by default) per stack. Past a
- *    budget (a quarter of the limit) stacks are unguarded: adjacent mappings
- *    merge into one entry, and the lowest CO_CANARY_BYTES of each stack must
- *    stay zero. Those bytes are never written (reading them maps the shared
+ *  - where the kernel has lightweight guard regions (Linux 6.13+:
+ *    madvise(MADV_GUARD_INSTALL), a marker in the page table, not a
+ *    mapping of its own), every stack gets one: no map entry is spent, the
+ *    mapping is not split, and installing it takes the address space's
+ *    lock only for reading, so the other Ms' page faults do not wait.
+ *  - otherwise a guard is an mprotect(PROT_NONE) page, which splits the
+ *    mapping (two entries of the kernel's map-count limit,
+ *    vm.max_map_count, 65530 by default, per stack) and takes that lock
+ *    for writing. Past a budget (a quarter of the limit) stacks are
+ *    unguarded: adjacent mappings merge into one entry, and the lowest
+ *    CO_CANARY_BYTES of each stack must stay zero. Those bytes are never written (reading them maps the shared
  *    zero page, so they cost no memory); co__stack_check verifies them each
  *    time the coroutine switches away and when it exits, and a write there
  *    is reported as an overflow. This is how a million coroutines fit under
@@ -53,8 +59,15 @@
 #endif
 #endif
 
+#ifndef MADV_GUARD_INSTALL
+#define MADV_GUARD_INSTALL 102 /* Linux 6.13 uapi; older headers lack it */
+#endif
+
 static size_t page_size;
-static int64_t guard_budget;      /* atomic: guarded stacks we may still create */
+static int64_t guard_budget;      /* atomic: mprotect-guarded stacks we may still create */
+static bool no_guards;            /* set once at setup: COLONY_DEBUG=noguard (tests) */
+static int light_guards = 1;      /* atomic relaxed: 0 once MADV_GUARD_INSTALL was refused
+                                   * as unknown (kernel older than 6.13) */
 static int64_t stacks_mapped;     /* atomic relaxed: stacks mapped and not yet unmapped (tests) */
 
 int64_t co__stacks_mapped(void) { return __atomic_load_n(&stacks_mapped, __ATOMIC_RELAXED); }
@@ -120,7 +133,8 @@ void co__stack_setup(void) {
     }
     guard_budget = maxmap / 4;
     const char *dbg = getenv("COLONY_DEBUG");
-    if (dbg && strstr(dbg, "noguard")) guard_budget = 0; /* canaries only (tests) */
+    no_guards = dbg && strstr(dbg, "noguard") != NULL;
+    if (no_guards) guard_budget = 0; /* canaries only (tests) */
 #ifndef CO_ASAN
     if (!segv_installed) {
         struct sigaction sa;
@@ -152,36 +166,47 @@ void co__stack_m_fini(co_m_t *m) {
     m->altstack = NULL;
 }
 
-/* Up to n stacks of `size` bytes in one mapping: one mmap, and one
- * mprotect per guard page. A burst of first runs then maps stacks in
+/* A lightweight guard region on the page at base; false if the kernel
+ * refused (then the caller falls back to mprotect). */
+static bool light_guard(char *base) {
+    if (!__atomic_load_n(&light_guards, __ATOMIC_RELAXED)) return false;
+    if (madvise(base, page_size, MADV_GUARD_INSTALL) == 0) return true;
+    /* EINVAL: the kernel does not know the advice; stop asking. Anything
+     * else (a locked mapping, ENOMEM) is this stack's problem only. */
+    if (errno == EINVAL) __atomic_store_n(&light_guards, 0, __ATOMIC_RELAXED);
+    return false;
+}
+
+/* Up to n stacks of `size` bytes in one mapping: one mmap, and one madvise
+ * (or mprotect) per guard page. A burst of first runs then maps stacks in
  * batches; each mmap takes the address space's write lock, which the other
  * Ms' page faults wait on. Each stack remains its own range (map,
  * map_size), which co__stack_free unmaps alone. Returns how many were made
  * (>= 1), or CO_ENOMEM. */
 int co__stack_alloc_n(co__stack_t *out, int n, size_t size) {
     size = (size + page_size - 1) & ~(page_size - 1);
-    /* relaxed: the budget is a soft limit; a race costs at most a few guards */
-    bool guard = __atomic_sub_fetch(&guard_budget, n, __ATOMIC_RELAXED) >= 0;
-    if (!guard) __atomic_add_fetch(&guard_budget, n, __ATOMIC_RELAXED);
     size_t one = size + page_size; /* a guard page, or a spare one below lo */
     char *p = mmap(NULL, one * (size_t)n, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (p == MAP_FAILED) {
-        if (guard) __atomic_add_fetch(&guard_budget, n, __ATOMIC_RELAXED);
-        return n > 1 ? co__stack_alloc_n(out, 1, size) : CO_ENOMEM;
-    }
+    if (p == MAP_FAILED) return n > 1 ? co__stack_alloc_n(out, 1, size) : CO_ENOMEM;
     for (int i = 0; i < n; i++) {
         char *base = p + (size_t)i * one;
-        if (guard && mprotect(base, page_size, PROT_NONE) != 0) {
-            /* out of map entries: the rest go unguarded */
-            __atomic_add_fetch(&guard_budget, n - i, __ATOMIC_RELAXED);
-            __atomic_store_n(&guard_budget, 0, __ATOMIC_RELAXED);
-            guard = false;
+        bool light = !no_guards && light_guard(base);
+        bool guard = light;
+        /* relaxed: the budget is a soft limit; a race costs at most a few
+         * guards */
+        if (!light && __atomic_sub_fetch(&guard_budget, 1, __ATOMIC_RELAXED) >= 0) {
+            guard = mprotect(base, page_size, PROT_NONE) == 0;
+            /* failed: out of map entries; the rest go unguarded */
+            if (!guard) __atomic_store_n(&guard_budget, 0, __ATOMIC_RELAXED);
+        } else if (!light) {
+            __atomic_add_fetch(&guard_budget, 1, __ATOMIC_RELAXED);
         }
         co__stack_t *s = &out[i];
         s->map = base;
         s->map_size = one;
         s->guarded = guard;
+        s->light_guard = light;
         s->lo = base + page_size; /* unguarded: zero bytes there are the canary */
         s->size = size;
         s->vg_id = VALGRIND_STACK_REGISTER(s->lo, s->lo + s->size);
@@ -200,7 +225,7 @@ void co__stack_free(co__stack_t *s) {
     VALGRIND_STACK_DEREGISTER(s->vg_id);
     munmap(s->map, s->map_size);
     __atomic_sub_fetch(&stacks_mapped, 1, __ATOMIC_RELAXED);
-    if (s->guarded) __atomic_add_fetch(&guard_budget, 1, __ATOMIC_RELAXED);
+    if (s->guarded && !s->light_guard) __atomic_add_fetch(&guard_budget, 1, __ATOMIC_RELAXED);
     s->map = NULL;
 }
 

@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -491,7 +492,17 @@ static void overflow(void *arg) {
     co_waitgroup_done(&wg);
 }
 
-static void expect_overflow(const char *debug_env) {
+static co_waitgroup_t ov_gate = CO_WAITGROUP_INIT, ov_started = CO_WAITGROUP_INIT;
+static void ov_parked(void *arg) {
+    (void)arg;
+    co_waitgroup_done(&ov_started); /* running: its stack is mapped */
+    co_waitgroup_wait(&ov_gate);
+}
+
+/* In a child: park `parked` coroutines first (each holds a stack), then
+ * overflow a coroutine named 'deep'; its report must name it and, if
+ * `how` is given, say how the overflow was caught. */
+static void expect_overflow_after(const char *debug_env, int parked, const char *how) {
     int pipefd[2];
     CHECK_EQ(pipe(pipefd), 0);
     fflush(NULL);
@@ -503,6 +514,11 @@ static void expect_overflow(const char *debug_env) {
         co_attr_t a = {.stack_size = 64 * 1024, .name = "deep"};
         extern int co__test_reset_after_fork(void);
         co__test_reset_after_fork();
+        co_waitgroup_add(&ov_gate, 1);
+        co_waitgroup_add(&ov_started, parked);
+        for (int i = 0; i < parked; i++)
+            if (co_go(ov_parked, NULL) != 0) _exit(3);
+        co_waitgroup_wait(&ov_started);
         co_waitgroup_add(&wg, 1);
         co_go_with(&a, overflow, NULL);
         co_waitgroup_wait(&wg);
@@ -520,11 +536,44 @@ static void expect_overflow(const char *debug_env) {
     CHECK(WIFSIGNALED(st));
     CHECK(strstr(buf, "stack overflow in coroutine") != NULL);
     CHECK(strstr(buf, "'deep'") != NULL);
+    if (how) CHECK(strstr(buf, how) != NULL);
+}
+static void expect_overflow(const char *debug_env) { expect_overflow_after(debug_env, 0, NULL); }
+
+/* Whether this kernel has lightweight guard regions (Linux 6.13+). */
+static bool kernel_light_guards(void) {
+    long pg = sysconf(_SC_PAGESIZE);
+    void *p = mmap(NULL, (size_t)pg * 2, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return false;
+    bool ok = madvise(p, (size_t)pg, 102 /* MADV_GUARD_INSTALL */) == 0;
+    munmap(p, (size_t)pg * 2);
+    return ok;
 }
 
 static void test_overflow_guard(void) {
     if (sanitized()) return; /* ASan reports overflows itself */
     expect_overflow(NULL);
+}
+/* Past the budget of mprotect guards (a quarter of vm.max_map_count), a
+ * kernel with lightweight guard regions still guards every stack: the
+ * overflow hits a guard page, not just the canary. */
+static void test_overflow_guard_past_budget(void) {
+    if (sanitized()) return;
+    if (!kernel_light_guards()) {
+        fprintf(stderr, "  skipped: the kernel has no MADV_GUARD_INSTALL (Linux < 6.13)\n");
+        return;
+    }
+    long maxmap = 65530;
+    FILE *f = fopen("/proc/sys/vm/max_map_count", "r");
+    if (f) {
+        if (fscanf(f, "%ld", &maxmap) != 1) maxmap = 65530;
+        fclose(f);
+    }
+    if (maxmap > 400000) {
+        fprintf(stderr, "  skipped: vm.max_map_count %ld makes the budget too large to pass\n", maxmap);
+        return;
+    }
+    expect_overflow_after(NULL, (int)(maxmap / 4) + 2000, "hit the guard page");
 }
 static void test_overflow_canary(void) {
     if (sanitized()) return;
@@ -786,6 +835,7 @@ int main(void) {
     T_RUN(test_errors);
     T_RUN(test_stress);
     T_RUN(test_overflow_guard);
+    T_RUN(test_overflow_guard_past_budget);
     T_RUN(test_overflow_canary);
     T_RUN(test_enomem);
     T_RUN(test_stack_wait);
