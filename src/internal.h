@@ -215,6 +215,9 @@ CO_HIDDEN void co__timer_add(co__timer_t *t, int64_t when); /* t must not be pen
  * timer callback: callbacks due together run one after another on one M,
  * each counted as running until it returns (timer.c). */
 CO_HIDDEN bool co__timer_del(co__timer_t *t);
+/* co__timer_del for a timer known to have fired (its callback has started,
+ * and nobody re-adds it): no lock, only the wait for its callback's end. */
+CO_HIDDEN void co__timer_wait_fired(co__timer_t *t);
 
 /* ---- netpoll hooks (netpoll_epoll.c) ----------------------------------- */
 CO_HIDDEN int co__netpoll_init(void);

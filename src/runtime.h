@@ -52,7 +52,8 @@ typedef struct co_g {
     bool is_g0;
     bool named;                /* name[] holds a name (else name[0] == 0) */
     void (*fn)(void *);
-    void *arg;
+    void *arg;                 /* fn's argument; a takeover (co__take_unstarted) sets it
+                                * to the taken task's, and co__ready_cold prefetches it */
     uint64_t id;
     void *panic_top;           /* co__panic_slot; only the G itself */
     uint64_t fpenv;            /* its creator's FP control words, to start with */

@@ -1095,6 +1095,9 @@ void co__ready_cold(co_g_t *g) {
     char *top = g->stack.lo + g->stack.size;
     if (top < sp || top - sp > 1024) top = sp + 1024;
     for (char *a = sp; a < top; a += 64) __builtin_prefetch(a);
+    /* and the first line of what it works on: its entry's argument (a pool
+     * worker's record, a server's connection), equally cold */
+    __builtin_prefetch(g->arg, 1);
     ready_put(g);
 }
 
@@ -1186,6 +1189,7 @@ void *co__take_unstarted(void (*fn)(void *), bool (*accept)(void *arg, void *ctx
             co__fpenv_load(t->fpenv);
             __atomic_store_n(&p->schedtick, tick, __ATOMIC_RELAXED);
             live_add(p, -1);
+            m->curg->arg = t; /* what it works on now (co__ready_cold) */
             return t;
         }
         co_g_t *g = token_g_slow(p, e); /* it keeps its turn, as a G */
@@ -1205,6 +1209,7 @@ void *co__take_unstarted(void (*fn)(void *), bool (*accept)(void *arg, void *ctx
     __atomic_store_n(&g->status, CO_G_DEAD, __ATOMIC_RELAXED);
     live_add(p, -1);
     co__gfput(p, g);
+    m->curg->arg = arg; /* what it works on now (co__ready_cold) */
     return arg;
 }
 

@@ -298,6 +298,11 @@ bool co__timer_del(co__timer_t *t) {
     return removed;
 }
 
+void co__timer_wait_fired(co__timer_t *t) {
+    /* acquire: pairs with the runner's release decrement */
+    while (__atomic_load_n(&t->running, __ATOMIC_ACQUIRE) != 0) sched_yield();
+}
+
 /* Due timers are popped in batches: the timers live on parked coroutines'
  * stacks (cold), so the whole batch is prefetched before the first one is
  * written, one lock round and one timer0 update cover the batch, and the

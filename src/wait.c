@@ -127,8 +127,17 @@ static int park_until(co__parker_t *pk, int64_t deadline, void (*unlockf)(void *
             a.timer.slot = -1;
         }
         co__park_current(post_park, &a, pk->wait_reason);
-        if (deadline != CO_FOREVER) co__timer_del(&a.timer);
-        return __atomic_load_n(&pk->state, __ATOMIC_ACQUIRE) == CO__PK_TIMEDOUT ? CO_ETIMEDOUT : 0;
+        /* acquire: pairs with the claimer's CAS (park_timeout or co__claim) */
+        bool timedout = __atomic_load_n(&pk->state, __ATOMIC_ACQUIRE) == CO__PK_TIMEDOUT;
+        if (timedout) {
+            /* Only park_timeout, the timer's own callback, claims pk
+             * TIMEDOUT here: its runner already took the timer off its
+             * heap, and only its last touch of it remains. */
+            co__timer_wait_fired(&a.timer);
+        } else if (deadline != CO_FOREVER) {
+            co__timer_del(&a.timer);
+        }
+        return timedout ? CO_ETIMEDOUT : 0;
     }
     if (unlockf) unlockf(arg);
     for (;;) {
