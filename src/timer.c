@@ -103,12 +103,17 @@ static void run_trim(co_p_t *p) {
     }
 }
 
+#define RUN_LOOKAHEAD 6
+
 /* Take the live head entry's timer off the run. */
 static co__timer_t *run_pop(co_p_t *p) {
     co__timer_t *t = run_at(p, p->trun_head)->t;
     p->trun_head++;
     run_trim(p);
-    if (!run_empty(p)) __builtin_prefetch(run_at(p, p->trun_head)->t, 1); /* next in line */
+    /* Those next in line live on cold stacks: start the timer a few
+     * entries ahead coming (a batch pops up to TIMER_BATCH back to back). */
+    uint32_t ahead = p->trun_head + RUN_LOOKAHEAD;
+    if ((int32_t)(p->trun_tail - ahead) > 0) __builtin_prefetch(run_at(p, ahead)->t, 1);
     return t;
 }
 
