@@ -1098,8 +1098,11 @@ void co__ready_cold(co_g_t *g) {
     /* and the start of what it works on: its entry's argument (a pool
      * worker's record, a server's connection), equally cold; two lines, as
      * an object of a line's size rarely starts on one */
-    __builtin_prefetch(g->arg, 1);
-    __builtin_prefetch((char *)g->arg + 64, 1);
+    char *arg = g->arg;
+    if (arg) {
+        __builtin_prefetch(arg, 1);
+        __builtin_prefetch(arg + 64, 1);
+    }
     ready_put(g);
 }
 
