@@ -150,24 +150,22 @@ CO_HIDDEN bool co__claim(co__parker_t *pk, void *winner);
  * parker's memory may be gone once this returns. */
 CO_HIDDEN void co__ready(struct co_g *g);          /* sched.c */
 /* co__ready for a G parked on a timer or the network (likely for long): it
- * prefetches all of its stack in use, up to 1 KiB, not just the top lines. */
+ * prefetches all of its stack in use (up to 1 KiB, not just the top lines)
+ * and the first two lines of its argument. */
 CO_HIDDEN void co__ready_cold(struct co_g *g);     /* sched.c */
 CO_HIDDEN void co__unpark_thread(co__parker_t *pk); /* wait.c */
-static inline void co__unpark(co__parker_t *pk) {
+static inline void co__unpark_as(co__parker_t *pk, bool cold) {
     struct co_g *g = pk->g; /* read before readying: pk dies once g runs */
-    if (g)
-        co__ready(g);
-    else
+    if (!g)
         co__unpark_thread(pk);
-}
-/* co__unpark for a timeout or a network event (co__ready_cold). */
-static inline void co__unpark_cold(co__parker_t *pk) {
-    struct co_g *g = pk->g; /* read before readying: pk dies once g runs */
-    if (g)
+    else if (cold)
         co__ready_cold(g);
     else
-        co__unpark_thread(pk);
+        co__ready(g);
 }
+static inline void co__unpark(co__parker_t *pk) { co__unpark_as(pk, false); }
+/* co__unpark for a timeout or a network event (co__ready_cold). */
+static inline void co__unpark_cold(co__parker_t *pk) { co__unpark_as(pk, true); }
 
 /* A waiter: one entry of an object's wait queue (Go's sudog). */
 typedef struct co__waiter {
