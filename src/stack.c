@@ -10,7 +10,7 @@
  * page when unguarded) and is unmapped on its own.
  *
  * Overflow is always reported, never silent:
- *  - guarded stacks have a PROT_NONE page below them; a fault there lands in
+ *  - guarded stacks have a guard page below them; a fault there lands in
  *    our SIGSEGV handler (on a per-M sigaltstack) which names the coroutine
  *    and aborts.
  *  - where the kernel has lightweight guard regions (Linux 6.13+:
@@ -23,11 +23,12 @@
  *    vm.max_map_count, 65530 by default, per stack) and takes that lock
  *    for writing. Past a budget (a quarter of the limit) stacks are
  *    unguarded: adjacent mappings merge into one entry, and the lowest
- *    CO_CANARY_BYTES of each stack must stay zero. Those bytes are never written (reading them maps the shared
- *    zero page, so they cost no memory); co__stack_check verifies them each
- *    time the coroutine switches away and when it exits, and a write there
- *    is reported as an overflow. This is how a million coroutines fit under
- *    the default limit.
+ *    CO_CANARY_BYTES of each stack must stay zero. Those bytes are never
+ *    written (reading them maps the shared zero page, so they cost no
+ *    memory); co__stack_check verifies them each time the coroutine
+ *    switches away and when it exits, and a write there is reported as an
+ *    overflow. This is how a million coroutines fit under the default
+ *    limit on older kernels.
  */
 #include "runtime.h"
 

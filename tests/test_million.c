@@ -1,6 +1,8 @@
 /* One million coroutines alive at once, each parked, with the default
- * kernel limits (vm.max_map_count 65530): stacks past the guard-page budget
- * are canary-checked and merge into few mappings. */
+ * kernel limits (vm.max_map_count 65530): every stack has a lightweight
+ * guard region (Linux 6.13+), or, on older kernels, stacks past the
+ * mprotect guard budget are canary-checked; either way mappings merge and
+ * the map count stays under the limit. */
 // ctest-timeout: 300
 // ctest-no-chaos (a million coroutines take long enough once)
 #include <colony.h>
