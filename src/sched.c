@@ -1061,6 +1061,7 @@ int co_go_with(const co_attr_t *attr, void (*fn)(void *arg), void *arg) {
 /* Make g runnable on this P (runnext), or on the global queue from a plain
  * thread, and wake an M if a P is idle and none spins. */
 static inline void ready_put(co_g_t *g) {
+    __atomic_store_n(&g->status, CO_G_RUNNABLE, __ATOMIC_RELAXED);
     co_m_t *m = getm();
     if (m && m->p) {
         runqput(m->p, g, true);
@@ -1075,7 +1076,6 @@ static inline void ready_put(co_g_t *g) {
 }
 
 void co__ready(co_g_t *g) {
-    __atomic_store_n(&g->status, CO_G_RUNNABLE, __ATOMIC_RELAXED);
     /* Its stack's top (the saved registers and the first frames it
      * returns through) may be cold, and it runs soon: start those lines
      * coming. */
@@ -1085,7 +1085,6 @@ void co__ready(co_g_t *g) {
 }
 
 void co__ready_cold(co_g_t *g) {
-    __atomic_store_n(&g->status, CO_G_RUNNABLE, __ATOMIC_RELAXED);
     /* Parked on a timer or the network, usually for long: every line it
      * returns through is cold (a pooled task parked in a sleep sits ~650
      * bytes below its stack's top, ~10 frames), and each return waits for

@@ -178,6 +178,19 @@ static bool light_guard(char *base) {
     return false;
 }
 
+/* An mprotect(PROT_NONE) guard on the page at base, while the budget lasts;
+ * false when it is spent or the kernel is out of map entries. */
+static bool mprotect_guard(char *base) {
+    /* relaxed: the budget is a soft limit; a race costs at most a few guards */
+    if (__atomic_sub_fetch(&guard_budget, 1, __ATOMIC_RELAXED) < 0) {
+        __atomic_add_fetch(&guard_budget, 1, __ATOMIC_RELAXED);
+        return false;
+    }
+    if (mprotect(base, page_size, PROT_NONE) == 0) return true;
+    __atomic_store_n(&guard_budget, 0, __ATOMIC_RELAXED); /* out of map entries: no more */
+    return false;
+}
+
 /* Up to n stacks of `size` bytes in one mapping: one mmap, and one madvise
  * (or mprotect) per guard page. A burst of first runs then maps stacks in
  * batches; each mmap takes the address space's write lock, which the other
@@ -193,16 +206,7 @@ int co__stack_alloc_n(co__stack_t *out, int n, size_t size) {
     for (int i = 0; i < n; i++) {
         char *base = p + (size_t)i * one;
         bool light = !no_guards && light_guard(base);
-        bool guard = light;
-        /* relaxed: the budget is a soft limit; a race costs at most a few
-         * guards */
-        if (!light && __atomic_sub_fetch(&guard_budget, 1, __ATOMIC_RELAXED) >= 0) {
-            guard = mprotect(base, page_size, PROT_NONE) == 0;
-            /* failed: out of map entries; the rest go unguarded */
-            if (!guard) __atomic_store_n(&guard_budget, 0, __ATOMIC_RELAXED);
-        } else if (!light) {
-            __atomic_add_fetch(&guard_budget, 1, __ATOMIC_RELAXED);
-        }
+        bool guard = light || mprotect_guard(base);
         co__stack_t *s = &out[i];
         s->map = base;
         s->map_size = one;

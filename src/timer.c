@@ -271,6 +271,11 @@ void co__timer_add(co__timer_t *t, int64_t when) {
     }
 }
 
+void co__timer_wait_fired(co__timer_t *t) {
+    /* acquire: pairs with the runner's release decrement */
+    while (__atomic_load_n(&t->running, __ATOMIC_ACQUIRE) != 0) sched_yield();
+}
+
 bool co__timer_del(co__timer_t *t) {
     bool removed = false;
     for (;;) {
@@ -296,16 +301,10 @@ bool co__timer_del(co__timer_t *t) {
         co__unlock(&p->timers_lock);
         break;
     }
-    /* acquire: pairs with the runner's release decrement */
-    while (__atomic_load_n(&t->running, __ATOMIC_ACQUIRE) != 0) sched_yield();
+    co__timer_wait_fired(t); /* a callback in flight: wait for its end */
     /* A callback that was in flight may have re-added the timer. */
     if (__atomic_load_n(&t->state, __ATOMIC_ACQUIRE) == CO__TM_PENDING) return co__timer_del(t) || removed;
     return removed;
-}
-
-void co__timer_wait_fired(co__timer_t *t) {
-    /* acquire: pairs with the runner's release decrement */
-    while (__atomic_load_n(&t->running, __ATOMIC_ACQUIRE) != 0) sched_yield();
 }
 
 /* Due timers are popped in batches: the timers live on parked coroutines'
