@@ -53,12 +53,12 @@ void co_sched_stats(co_sched_stats_t *out) {
     memset(out, 0, sizeof *out);
     co_sched_t *s = &co__sched;
     if (!s->allp) return;
+    out->global_runq = co__globrunq_len();
     co__lock(&s->lock);
     out->procs = s->nprocs;
     out->idle_procs = (int)s->npidle;
     out->threads = s->mcount + 1; /* + sysmon */
     out->idle_threads = s->nmidle;
-    out->global_runq = s->runqsize;
     co__unlock(&s->lock);
     out->spinning_threads = (int)__atomic_load_n(&s->nmspinning, __ATOMIC_ACQUIRE);
     out->coroutines = co_count();

@@ -94,6 +94,20 @@ CO_HIDDEN void co__spawn_token(co__token_t *t);
 CO_HIDDEN void *co__take_unstarted(void (*fn)(void *), bool (*accept)(void *arg, void *ctx),
                                    void *ctx);
 
+/* Pinned sections (sched.c). A coroutine that still reads a structure that
+ * another thread frees once co__pin_wait returns marks its M for the
+ * duration (pool.c's chute: a worker re-reads its pool after handing its
+ * record back). Cheaper than a shared reference count: two stores to the
+ * M's own line. Enter returns the M (NULL on a plain thread, which must
+ * use something else), to pass to exit; nothing in between may switch
+ * (park, yield, or a lock that yields), or exit would run on another M.
+ * co__pin_wait returns once every M that was inside a section when it
+ * was called has left it: anything published before an entry (its
+ * caller's push) and seen by the waiter is no longer read. */
+CO_HIDDEN void *co__pin_enter(void);
+CO_HIDDEN void co__pin_exit(void *m);
+CO_HIDDEN void co__pin_wait(void);
+
 /* ---- parking: the wait layer ------------------------------------------- */
 enum {
     CO__PK_WAITING = 0, /* parked or about to park; nobody claimed it yet */

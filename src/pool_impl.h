@@ -250,7 +250,8 @@ struct co_pool {
      * emptied by an exchange (seq_cst) under the lock. */
     _Alignas(CO__CACHELINE) co__pw_t *chute;
     uint32_t inflight;    /* atomic: workers between their chute push and their last
-                           * access to the pool (destroy waits for 0) */
+                           * access to the pool that cannot hold a pin there (the
+                           * drain after a failed re-check; destroy waits for 0) */
 
     /* lock protects every field below marked [L]. Never held across a park
      * except through ppark's unlock callback, and never held while calling

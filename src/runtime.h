@@ -198,6 +198,9 @@ typedef struct co_m {
     void *altstack;            /* sigaltstack for the overflow report */
     bool exiting;
     uint64_t tcheck;           /* co__cycles() at run_post's last timer check; owner only */
+    uint32_t pin;              /* co__pin_enter's sequence, odd inside a pinned section:
+                                * stored by the owner only (relaxed on entry, release on
+                                * exit), loaded by co__pin_wait (acquire) */
 } co_m_t;
 
 #define CO_MAX_HOOKS 8
@@ -249,6 +252,12 @@ typedef struct co_sched {
     _Alignas(64) uint32_t npidle; /* atomic (written under lock, read lock-free) */
     uint32_t nmspinning;       /* atomic; Ms spinning (see sched.c's essay) */
 
+    /* The injection stack (sched.c): run-queue entries from plain threads,
+     * pushed by CAS (seq_cst) and taken whole by an exchange (seq_cst) by an
+     * M about to take sched.lock for the global queue. Its own line: the
+     * pushing thread and the Ms polling it would drag the lock's line along. */
+    _Alignas(64) co_g_t *inject;
+
     _Alignas(64) int64_t ngoroutines; /* atomic: live coroutines not counted on a P's ngo */
     uint64_t goidgen;          /* atomic: id generator; Ps take ids in batches */
 
@@ -289,6 +298,16 @@ CO_HIDDEN void co__handoffp(co_p_t *p);
 CO_HIDDEN bool co__runq_room(void); /* the caller's P can take another G without spilling */
 CO_HIDDEN co_p_t *co__pidleget(void);
 CO_HIDDEN void co__globrunqput(co_g_t **gs, int n); /* n Gs, in order, to the global queue */
+/* A plain thread's run-queue entry (a G, or a tagged token), lock-free. */
+CO_HIDDEN void co__globrunq_inject(co_g_t *e);
+/* Entries in the global queue (the injection stack moved into it first). */
+CO_HIDDEN int64_t co__globrunq_len(void);
+/* Whether the global queue or the injection stack holds anything (loads
+ * with `order`: seq_cst where it is half of a StoreLoad pairing). */
+static inline bool co__globrunq_pending(int order) {
+    return __atomic_load_n(&co__sched.runqsize, order) > 0 ||
+           __atomic_load_n(&co__sched.inject, order) != NULL;
+}
 CO_HIDDEN void co__globrunq_free(void);              /* shutdown: the chunks */
 CO_HIDDEN bool co__runq_empty(co_p_t *p);
 CO_HIDDEN int co__runq_len(co_p_t *p);

@@ -392,9 +392,9 @@ static co__gchunk_t *rq_tail_chunk_locked(void) {
     return c;
 }
 
-void co__globrunqput(co_g_t **gs, int n) {
+/* sched.lock held. */
+static void globrunqput_locked(co_g_t **gs, int n) {
     co_sched_t *s = &co__sched;
-    co__lock(&s->lock);
     for (int i = 0; i < n; i++) {
         co__gchunk_t *c = s->runqhead || s->tokhead ? NULL : rq_tail_chunk_locked();
         if (c) {
@@ -411,7 +411,12 @@ void co__globrunqput(co_g_t **gs, int n) {
         }
     }
     __atomic_store_n(&s->runqsize, s->runqsize + n, __ATOMIC_RELEASE);
-    co__unlock(&s->lock);
+}
+
+void co__globrunqput(co_g_t **gs, int n) {
+    co__lock(&co__sched.lock);
+    globrunqput_locked(gs, n);
+    co__unlock(&co__sched.lock);
 }
 
 /* sched.lock held. The next queued G, or NULL. */
@@ -462,6 +467,87 @@ void co__globrunq_free(void) {
     s->rq_nspare = 0;
 }
 
+/* ---- the injection stack: lock-free pushes from plain threads --------
+ * A plain thread that spawns or readies a coroutine (a pool submit from a
+ * thread, a channel send that wakes a coroutine) pushes its run-queue
+ * entry here with one CAS instead of taking sched.lock. With the Ms taking
+ * from the global queue at the same time, that lock was a third of a
+ * submitting thread's time (perf, bench_pool tiny thread=1). Entries, tagged
+ * as in the rings (RQ_TOKEN), are linked newest first through
+ * g->schedlink or token->link. An M takes the whole stack with an exchange
+ * (inject_take, no lock held: the links are a miss each), puts it in order,
+ * and appends it to the global queue under sched.lock (inject_append_locked).
+ *
+ * No entry is stranded. The push is a seq_cst CAS followed by wakep's
+ * seq_cst loads of npidle and nmspinning; an M giving up its P stores
+ * npidle (seq_cst, pidleput_locked) and then loads `inject` (seq_cst)
+ * before it sleeps: either the pusher sees the idle P (and wakes an M) or
+ * the M sees the entry (and takes its P back). Entries an M has taken but
+ * not yet appended are its own: it runs some and wakes another M for the
+ * rest (inject_append_locked's caller). */
+static inline co_g_t *ent_next(co_g_t *e) {
+    if (rq_is_token(e)) return (co_g_t *)(void *)((co__token_t *)rq_strip(e))->link;
+    return e->schedlink;
+}
+static inline void ent_set_next(co_g_t *e, co_g_t *next) {
+    if (rq_is_token(e))
+        ((co__token_t *)rq_strip(e))->link = (co__token_t *)(void *)next;
+    else
+        e->schedlink = next;
+}
+
+void co__globrunq_inject(co_g_t *e) {
+    co_sched_t *s = &co__sched;
+    co_g_t *old = __atomic_load_n(&s->inject, __ATOMIC_RELAXED);
+    do {
+        ent_set_next(e, old);
+        /* seq_cst: publishes e (release) and is the store half of the
+         * StoreLoad pairing with the M that goes idle (see above) */
+    } while (!__atomic_compare_exchange_n(&s->inject, &old, e, true, __ATOMIC_SEQ_CST,
+                                          __ATOMIC_RELAXED));
+}
+
+/* Take everything pushed so far, oldest first (linked as on the stack), or
+ * NULL. */
+static co_g_t *inject_take(void) {
+    co_sched_t *s = &co__sched;
+    if (!__atomic_load_n(&s->inject, __ATOMIC_RELAXED)) return NULL;
+    /* seq_cst: acquires the pushes (their entries' contents and links) */
+    co_g_t *e = __atomic_exchange_n(&s->inject, NULL, __ATOMIC_SEQ_CST);
+    co_g_t *rev = NULL;
+    while (e) {
+        co_g_t *n = ent_next(e);
+        ent_set_next(e, rev);
+        rev = e;
+        e = n;
+    }
+    return rev;
+}
+
+/* sched.lock held. Append a list from inject_take to the global queue. */
+static void inject_append_locked(co_g_t *e) {
+    co_g_t *batch[32];
+    while (e) {
+        int n = 0;
+        while (e && n < 32) {
+            batch[n++] = e;
+            e = ent_next(e);
+        }
+        globrunqput_locked(batch, n);
+    }
+}
+
+int64_t co__globrunq_len(void) {
+    co_sched_t *s = &co__sched;
+    co_g_t *inj = inject_take();
+    co__lock(&s->lock);
+    inject_append_locked(inj);
+    int64_t n = s->runqsize;
+    co__unlock(&s->lock);
+    if (inj) co__wakep(); /* held for a moment: someone may have missed them */
+    return n;
+}
+
 /* sched.lock held. Take up to max Gs (0: a fair share) into p. */
 static co_g_t *globrunqget_locked(co_p_t *p, int max) {
     co_sched_t *s = &co__sched;
@@ -478,10 +564,17 @@ static co_g_t *globrunqget_locked(co_p_t *p, int max) {
 }
 
 static co_g_t *globrunqget(co_p_t *p, int max) {
-    if (__atomic_load_n(&co__sched.runqsize, __ATOMIC_ACQUIRE) == 0) return NULL;
-    co__lock(&co__sched.lock);
+    co_sched_t *s = &co__sched;
+    co_g_t *inj = inject_take();
+    if (!inj && __atomic_load_n(&s->runqsize, __ATOMIC_ACQUIRE) == 0) return NULL;
+    co__lock(&s->lock);
+    inject_append_locked(inj);
     co_g_t *g = globrunqget_locked(p, max);
-    co__unlock(&co__sched.lock);
+    bool more = inj && s->runqsize > 0;
+    co__unlock(&s->lock);
+    /* What we took from the stack beyond our share: another M may have
+     * looked while we held it, found nothing and gone to sleep. */
+    if (more) co__wakep();
     return token_g(p, g);
 }
 
@@ -570,7 +663,12 @@ static bool newm(co_p_t *p, bool spinning) {
     pthread_attr_destroy(&attr);
     if (rc != 0) {
         co__lock(&s->lock);
-        s->allm = m->alllink;
+        /* Others may have been added in front of m meanwhile. */
+        for (co_m_t **pp = &s->allm; *pp; pp = &(*pp)->alllink)
+            if (*pp == m) {
+                *pp = m->alllink;
+                break;
+            }
         s->mcount--;
         co__unlock(&s->lock);
         free(m);
@@ -635,7 +733,7 @@ static void resetspinning(co_m_t *m) {
 /* P released by a retake (co_blocking) or a retiring M: find it an M. */
 void co__handoffp(co_p_t *p) {
     co_sched_t *s = &co__sched;
-    if (!co__runq_empty(p) || __atomic_load_n(&s->runqsize, __ATOMIC_ACQUIRE) > 0) {
+    if (!co__runq_empty(p) || co__globrunq_pending(__ATOMIC_ACQUIRE)) {
         co__startm(p, false);
         return;
     }
@@ -732,7 +830,7 @@ static void block_idle(co_m_t *m) {
             delay = next - co_now();
             if (delay < 0) delay = 0;
         }
-        if (__atomic_load_n(&s->runqsize, __ATOMIC_ACQUIRE) > 0 &&
+        if (co__globrunq_pending(__ATOMIC_ACQUIRE) &&
             __atomic_load_n(&s->npidle, __ATOMIC_ACQUIRE) > 0)
             delay = 0; /* work is waiting for a P: don't sleep */
         if (!__atomic_load_n(&s->stopping, __ATOMIC_ACQUIRE)) co__netpoll(delay);
@@ -800,9 +898,13 @@ static co_g_t *findrunnable(co_m_t *m) {
             if ((g = stealwork(m))) return g;
         }
         /* Nothing: give up the P. */
+        co_g_t *inj = inject_take();
         co__lock(&s->lock);
+        inject_append_locked(inj);
         if ((g = globrunqget_locked(p, 0))) {
+            bool more = inj && s->runqsize > 0;
             co__unlock(&s->lock);
+            if (more) co__wakep(); /* as in globrunqget */
             if ((g = token_g(p, g))) return g;
             continue; /* a token with no memory for its G: it went back (token_g) */
         }
@@ -818,7 +920,7 @@ static co_g_t *findrunnable(co_m_t *m) {
             m->spinning = false;
             __atomic_sub_fetch(&s->nmspinning, 1, __ATOMIC_SEQ_CST);
             /* Re-check every queue after the decrement (see the essay). */
-            bool work = __atomic_load_n(&s->runqsize, __ATOMIC_SEQ_CST) > 0;
+            bool work = co__globrunq_pending(__ATOMIC_SEQ_CST);
             for (int i = 0; !work && i < s->nprocs; i++) work = !co__runq_empty(co__allp(i));
             if (work) {
                 co_p_t *p2 = co__pidleget();
@@ -828,6 +930,14 @@ static co_g_t *findrunnable(co_m_t *m) {
                     __atomic_add_fetch(&s->nmspinning, 1, __ATOMIC_SEQ_CST);
                     continue;
                 }
+            }
+        } else if (__atomic_load_n(&s->inject, __ATOMIC_SEQ_CST)) {
+            /* Pushed after our look, maybe before its pusher could see our
+             * P idle (see "the injection stack"): take a P back for it. */
+            co_p_t *p2 = co__pidleget();
+            if (p2) {
+                acquirep(m, p2);
+                continue;
             }
         }
         block_idle(m);
@@ -975,7 +1085,7 @@ static inline __attribute__((always_inline)) void queue_new(co_p_t *p, co_g_t *e
     if (p) {
         runqput(p, e, next);
     } else {
-        co__globrunqput(&e, 1);
+        co__globrunq_inject(e);
     }
     co__wakep();
 }
@@ -1056,6 +1166,41 @@ int co_go_with(const co_attr_t *attr, void (*fn)(void *arg), void *arg) {
     return spawn_user(fn, arg, attr ? attr->stack_size : 0, attr ? attr->name : NULL);
 }
 
+/* ---- pinned sections (internal.h) ---------------------------------------- */
+
+void *co__pin_enter(void) {
+    co_m_t *m = getm();
+    if (!m) return NULL;
+    /* relaxed: the caller's next release (its push) orders it */
+    __atomic_store_n(&m->pin, m->pin + 1, __ATOMIC_RELAXED);
+    return m;
+}
+
+void co__pin_exit(void *mv) {
+    co_m_t *m = mv;
+    /* release: the section's reads happen before a waiter's acquire load */
+    if (m) __atomic_store_n(&m->pin, m->pin + 1, __ATOMIC_RELEASE);
+}
+
+void co__pin_wait(void) {
+    co_sched_t *s = &co__sched;
+    co__lock(&s->lock); /* allm's links; an M is freed only at shutdown (or
+                         * before it ever ran: never inside a section) */
+    for (co_m_t *m = s->allm; m; m = m->alllink) {
+        uint32_t v = __atomic_load_n(&m->pin, __ATOMIC_ACQUIRE);
+        if (!(v & 1)) continue;
+        co__unlock(&s->lock);
+        while (__atomic_load_n(&m->pin, __ATOMIC_ACQUIRE) == v) {
+            if (co__cur_g())
+                co_yield();
+            else
+                sched_yield();
+        }
+        co__lock(&s->lock);
+    }
+    co__unlock(&s->lock);
+}
+
 /* ---- park / ready / yield ------------------------------------------------ */
 
 /* Make g runnable on this P (runnext), or on the global queue from a plain
@@ -1066,7 +1211,7 @@ static inline void ready_put(co_g_t *g) {
     if (m && m->p) {
         runqput(m->p, g, true);
     } else {
-        co__globrunqput(&g, 1);
+        co__globrunq_inject(g);
     }
     /* co__wakep's own first checks, inline: nothing to do unless a P is
      * idle and no M spins (it checks them again) */

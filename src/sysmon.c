@@ -40,7 +40,7 @@ static bool retake_syscall(co_p_t *p, int64_t now) {
     }
     /* Go's rule: keep the P with its M if it has nothing to run, somebody
      * else is looking for work, and the call is young (< 10 ms). */
-    bool has_work = !co__runq_empty(p) || __atomic_load_n(&s->runqsize, __ATOMIC_ACQUIRE) > 0;
+    bool has_work = !co__runq_empty(p) || co__globrunq_pending(__ATOMIC_ACQUIRE);
     bool others = __atomic_load_n(&s->nmspinning, __ATOMIC_SEQ_CST) +
                       __atomic_load_n(&s->npidle, __ATOMIC_SEQ_CST) >
                   0;
@@ -71,7 +71,7 @@ static bool lend_spare(co_p_t *p, int i, int64_t now) {
     }
     if (now - p->sysmon_schedwhen < (s->chaos ? 1000000 : FORCE_PREEMPT_NS)) return false;
     if (__atomic_load_n(&p->retire, __ATOMIC_ACQUIRE)) return false;
-    bool work = !co__runq_empty(p) || __atomic_load_n(&s->runqsize, __ATOMIC_ACQUIRE) > 0 ||
+    bool work = !co__runq_empty(p) || co__globrunq_pending(__ATOMIC_ACQUIRE) ||
                 __atomic_load_n(&p->timer0_when, __ATOMIC_ACQUIRE) != 0 ||
                 co__netpoll_has_waiters();
     if (!work) return false;

@@ -677,6 +677,67 @@ static void test_shutdown_restart(void) {
     CHECK_EQ(co_shutdown(), 0);
 }
 
+/* Plain threads hand coroutines to the Ms through the lock-free injection
+ * stack (sched.c). Its race: an M finds nothing, and a thread pushes just
+ * before the M gives its P up. Each thread here spawns one coroutine at a
+ * time and waits for it, so the Ms keep going idle right as pushes arrive;
+ * a stranded coroutine hangs its thread (and the ctest timeout fails the
+ * test). Also wakes coroutines from threads (ready_put's push): each
+ * coroutine waits for its thread's second signal. On 1 P (no other M to
+ * notice) and on 2. */
+typedef struct inj_slot {
+    co_waitgroup_t started, go, done;
+    atomic_long ran;
+} inj_slot_t;
+
+static void inj_child(void *arg) {
+    inj_slot_t *s = arg;
+    atomic_fetch_add(&s->ran, 1);
+    co_waitgroup_done(&s->started);
+    co_waitgroup_wait(&s->go); /* readied by the thread: another push */
+    co_waitgroup_done(&s->done);
+}
+
+static void *inj_thread(void *arg) {
+    inj_slot_t *s = arg;
+    int rounds = sanitized() ? 300 : 3000;
+    for (int i = 0; i < rounds; i++) {
+        co_waitgroup_add(&s->started, 1);
+        co_waitgroup_add(&s->go, 1);
+        co_waitgroup_add(&s->done, 1);
+        if (co_go(inj_child, s) != 0) return NULL;
+        co_waitgroup_wait(&s->started);
+        co_waitgroup_done(&s->go);
+        co_waitgroup_wait(&s->done);
+    }
+    return NULL;
+}
+
+static void inject_round(int procs) {
+    CHECK_EQ(co_shutdown(), 0);
+    co_config_t c = {.procs = procs};
+    CHECK_EQ(co_init(&c), 0);
+    enum { NT = 3 };
+    static inj_slot_t slots[NT];
+    pthread_t th[NT];
+    for (int i = 0; i < NT; i++) {
+        slots[i] = (inj_slot_t){CO_WAITGROUP_INIT, CO_WAITGROUP_INIT, CO_WAITGROUP_INIT, 0};
+        CHECK_EQ(pthread_create(&th[i], NULL, inj_thread, &slots[i]), 0);
+    }
+    for (int i = 0; i < NT; i++) pthread_join(th[i], NULL);
+    long want = sanitized() ? 300 : 3000;
+    for (int i = 0; i < NT; i++) CHECK_EQ(atomic_load(&slots[i].ran), want);
+    co_sched_stats_t st;
+    co_sched_stats(&st);
+    CHECK_EQ(st.global_runq, 0);
+}
+
+static void test_inject_from_threads(void) {
+    inject_round(1);
+    inject_round(2);
+    CHECK_EQ(co_shutdown(), 0); /* the next test starts the default runtime */
+}
+
 /* Each coroutine keeps its own FP control words (rounding mode: x87 control
  * word and MXCSR) across switches and migrations between Ms. */
 static atomic_int fp_bad;
@@ -834,6 +895,7 @@ int main(void) {
     T_RUN(test_sched_stats);
     T_RUN(test_errors);
     T_RUN(test_stress);
+    T_RUN(test_inject_from_threads);
     T_RUN(test_overflow_guard);
     T_RUN(test_overflow_guard_past_budget);
     T_RUN(test_overflow_canary);
