@@ -82,7 +82,9 @@ CO_HIDDEN int co__spawn(void (*fn)(void *), void *arg, size_t stack_size, const 
  * queue, yield once. Call with no lock held, after a spawn. */
 CO_HIDDEN void co__spawn_backpressure(void);
 /* A coroutine to be (sched.c, co__spawn_token): fn(the token) once run.
- * link: the global queue's list when it has no memory for its arrays. */
+ * link: the global queue's list when it has no memory for its arrays, or
+ * the injection stack's (sched.c; a tagged entry there, set by the pusher
+ * and then owned by the M that takes the stack). */
 typedef struct co__token {
     void (*fn)(void *);
     struct co__token *link;

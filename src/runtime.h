@@ -60,7 +60,9 @@ typedef struct co_g {
     /* Empty (map NULL) until the G first runs: a default-size stack is
      * attached then (gcache.c). Other sizes are allocated at spawn. */
     co__stack_t stack;
-    struct co_g *schedlink;    /* global run queue / stackwait lists; owned by the list's lock */
+    struct co_g *schedlink;    /* global run queue / stackwait lists, owned by the list's
+                                * lock; the injection stack's link (sched.c), owned by
+                                * its pusher, then by the M that takes the stack */
     struct co_g *alllink_next, *alllink_prev; /* all-G list, under sched.allg_lock */
     char name[32];
 #ifdef CO_ASAN
