@@ -476,7 +476,7 @@ void co__globrunq_free(void) {
  * as in the rings (RQ_TOKEN), are linked newest first through
  * g->schedlink or token->link. An M takes the whole stack with an exchange
  * (inject_take, no lock held: the links are a miss each), puts it in order,
- * and appends it to the global queue under sched.lock (inject_append_locked).
+ * and appends it to the global queue under sched.lock (globq_lock).
  *
  * No entry is stranded. The push is a seq_cst CAS followed by wakep's
  * seq_cst loads of npidle and nmspinning; an M giving up its P stores
@@ -484,7 +484,7 @@ void co__globrunq_free(void) {
  * before it sleeps: either the pusher sees the idle P (and wakes an M) or
  * the M sees the entry (and takes its P back). Entries an M has taken but
  * not yet appended are its own: it runs some and wakes another M for the
- * rest (inject_append_locked's caller). */
+ * rest (globq_lock's callers). */
 static inline co_g_t *ent_next(co_g_t *e) {
     if (rq_is_token(e)) return (co_g_t *)(void *)((co__token_t *)rq_strip(e))->link;
     return e->schedlink;
@@ -537,14 +537,23 @@ static void inject_append_locked(co_g_t *e) {
     }
 }
 
+/* Take sched.lock for the global queue, the injection stack moved into it
+ * first. True if this moved anything: entries held privately for a moment,
+ * which another M may have missed and gone to sleep over, so the caller
+ * wakes one (co__wakep) after the unlock if some are still queued. */
+static bool globq_lock(void) {
+    co_g_t *inj = inject_take();
+    co__lock(&co__sched.lock);
+    inject_append_locked(inj);
+    return inj != NULL;
+}
+
 int64_t co__globrunq_len(void) {
     co_sched_t *s = &co__sched;
-    co_g_t *inj = inject_take();
-    co__lock(&s->lock);
-    inject_append_locked(inj);
+    bool moved = globq_lock();
     int64_t n = s->runqsize;
     co__unlock(&s->lock);
-    if (inj) co__wakep(); /* held for a moment: someone may have missed them */
+    if (moved && n > 0) co__wakep();
     return n;
 }
 
@@ -565,15 +574,11 @@ static co_g_t *globrunqget_locked(co_p_t *p, int max) {
 
 static co_g_t *globrunqget(co_p_t *p, int max) {
     co_sched_t *s = &co__sched;
-    co_g_t *inj = inject_take();
-    if (!inj && __atomic_load_n(&s->runqsize, __ATOMIC_ACQUIRE) == 0) return NULL;
-    co__lock(&s->lock);
-    inject_append_locked(inj);
+    if (!co__globrunq_pending(__ATOMIC_ACQUIRE)) return NULL;
+    bool moved = globq_lock();
     co_g_t *g = globrunqget_locked(p, max);
-    bool more = inj && s->runqsize > 0;
+    bool more = moved && s->runqsize > 0; /* beyond our share: see globq_lock */
     co__unlock(&s->lock);
-    /* What we took from the stack beyond our share: another M may have
-     * looked while we held it, found nothing and gone to sleep. */
     if (more) co__wakep();
     return token_g(p, g);
 }
@@ -898,13 +903,11 @@ static co_g_t *findrunnable(co_m_t *m) {
             if ((g = stealwork(m))) return g;
         }
         /* Nothing: give up the P. */
-        co_g_t *inj = inject_take();
-        co__lock(&s->lock);
-        inject_append_locked(inj);
+        bool moved = globq_lock();
         if ((g = globrunqget_locked(p, 0))) {
-            bool more = inj && s->runqsize > 0;
+            bool more = moved && s->runqsize > 0; /* see globq_lock */
             co__unlock(&s->lock);
-            if (more) co__wakep(); /* as in globrunqget */
+            if (more) co__wakep();
             if ((g = token_g(p, g))) return g;
             continue; /* a token with no memory for its G: it went back (token_g) */
         }
@@ -1190,12 +1193,8 @@ void co__pin_wait(void) {
         uint32_t v = __atomic_load_n(&m->pin, __ATOMIC_ACQUIRE);
         if (!(v & 1)) continue;
         co__unlock(&s->lock);
-        while (__atomic_load_n(&m->pin, __ATOMIC_ACQUIRE) == v) {
-            if (co__cur_g())
-                co_yield();
-            else
-                sched_yield();
-        }
+        while (__atomic_load_n(&m->pin, __ATOMIC_ACQUIRE) == v)
+            co_yield(); /* sched_yield() on a plain thread */
         co__lock(&s->lock);
     }
     co__unlock(&s->lock);
