@@ -29,7 +29,6 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -141,13 +140,6 @@ int co__pd_ready(co__pd_t *pd, int modes) {
 
 /* ---- references and close ----------------------------------------------- */
 
-static void pd_relax(void) {
-    if (co__cur_g())
-        co_yield();
-    else
-        sched_yield();
-}
-
 /* The single party that sees refs == 0 with CLOSING wins FINAL and closes.
  * Returns true (and close(2)'s result in *rc) if this caller did it. */
 static bool pd_try_finalize(co__pd_t *pd, int *rc) {
@@ -240,7 +232,7 @@ static int pd_enter(int fd, co__pd_t **out) {
             return CO_ECLOSED; /* this fd is being closed */
         /* The number's previous file is in close(2): ours is the next one. */
         while (__atomic_load_n(&pd->state, __ATOMIC_ACQUIRE) & CO__PD_FINAL)
-            pd_relax();
+            co_yield(); /* sched_yield() on a plain thread */
     }
     uint8_t k = __atomic_load_n(&pd->kind, __ATOMIC_ACQUIRE);
     if (CO_UNLIKELY(k != CO__PD_POLLED && k != CO__PD_PLAIN)) {
@@ -270,7 +262,7 @@ int co_close(int fd) {
             break;
         pd_exit(pd);
         while (__atomic_load_n(&pd->state, __ATOMIC_ACQUIRE) & CO__PD_FINAL)
-            pd_relax();
+            co_yield(); /* sched_yield() on a plain thread */
     }
     /* We hold a reference, so FINAL cannot appear; one closer wins CLOSING. */
     uint32_t prev = __atomic_fetch_or(&pd->state, CO__PD_CLOSING, __ATOMIC_ACQ_REL);

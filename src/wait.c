@@ -17,7 +17,6 @@
  */
 #include "runtime.h"
 
-#include <sched.h>
 #include <string.h>
 #include <time.h>
 
@@ -289,12 +288,8 @@ int co_waitgroup_wait_until(co_waitgroup_t *wg_, int64_t deadline) {
     co__unlock(&wg->lock);
     /* The counter reached zero and an adder is releasing the waiters: wait
      * for its last touch, then report success. */
-    while (WG_WAITERS(__atomic_load_n(&wg->state, __ATOMIC_ACQUIRE)) != 0) {
-        if (co__cur_g())
-            co_yield();
-        else
-            sched_yield();
-    }
+    while (WG_WAITERS(__atomic_load_n(&wg->state, __ATOMIC_ACQUIRE)) != 0)
+        co_yield(); /* sched_yield() on a plain thread */
     return 0;
 }
 
