@@ -90,6 +90,8 @@ typedef struct co__token {
     struct co__token *link;
     uint64_t fpenv; /* the spawner's FP control words, for the G made from it */
 } co__token_t;
+/* Queues t and, from a coroutine, yields once if its P's queue is full (as
+ * co_go does: co__spawn_backpressure). */
 CO_HIDDEN void co__spawn_token(co__token_t *t);
 /* The running coroutine takes over the next coroutine of its P if that one
  * never ran and runs fn: see sched.c. Returns its arg, or NULL. */

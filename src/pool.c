@@ -50,11 +50,13 @@
  * The fast path is allowed only when its outcome is certain: the pool is
  * open, in the worker's generation, not above capacity, the purge timer
  * armed (it drains when it fires), and nobody waits (the `waiters` flag).
- * Each of those is changed under the lock by a store followed by a drain;
- * the worker pushes and then loads them again (all seq_cst), so either the
+ * One word, the gate, says all of that (gate_update_locked): a lock holder
+ * that changes any of them stores the gate and then drains; the worker
+ * loads the gate, pushes, and loads it again (all seq_cst), so either the
  * drain sees the record or the worker sees the change and drains itself
  * (Dekker's pattern). Waiting (submit, wait_idle, release_timeout) raises
- * `waiters` before its last drain, for the same reason.
+ * `waiters` before its last drain, for the same reason. One load instead
+ * of six took a tenth of the instructions of a tiny task (callgrind).
  */
 #include "internal.h"
 #include "pool_impl.h"
@@ -103,12 +105,31 @@ __attribute__((noinline)) void co__plock_slow(co__plock_t *l) {
 }
 #endif
 
-/* Lock held. Recompute the waiters flag from the queues. seq_cst: pairs
- * with the seq_cst loads of a worker after its chute push. */
+/* Lock held. Recompute the chute's gate from the fields it sums up (see
+ * "The chute"): gen << 1 while a finishing worker of generation gen may use
+ * the chute, odd while none may. seq_cst: pairs with the seq_cst load of a
+ * worker after its chute push; every change that closes the gate is
+ * followed by a drain. */
+static inline void gate_update_locked(co_pool_t *p) {
+    bool shut = p->waiters || p->state != CO__POOL_OPEN || (p->cap > 0 && p->running > p->cap) ||
+                (!p->no_purge && !p->purge_armed);
+    uint64_t g = p->gen << 1 | (uint64_t)shut;
+    if (g != p->gate) __atomic_store_n(&p->gate, g, __ATOMIC_SEQ_CST);
+}
+
+/* Lock held. Recompute the waiters flag from the queues, and the gate. */
 static inline void waiters_update_locked(co_pool_t *p) {
     uint32_t f = !co__waitq_empty(&p->submitq) || !co__waitq_empty(&p->idleq) ||
                  !co__waitq_empty(&p->drainq);
-    if (f != p->waiters) __atomic_store_n(&p->waiters, f, __ATOMIC_SEQ_CST);
+    if (f != p->waiters) __atomic_store_n(&p->waiters, f, __ATOMIC_RELAXED);
+    gate_update_locked(p);
+}
+
+/* Lock held. Someone is about to wait on the pool: close the gate. The
+ * caller drains next (see "The chute"). */
+static inline void waiters_raise_locked(co_pool_t *p) {
+    __atomic_store_n(&p->waiters, 1, __ATOMIC_RELAXED);
+    gate_update_locked(p);
 }
 
 static inline void plock(co_pool_t *p) { co__plock(&p->lock); }
@@ -257,7 +278,8 @@ static void retry_submitters_locked(co_pool_t *p, int room, wakelist_t *wl) {
 /* Lock held. Arm the purge timer for the oldest idle record if needed. */
 static void purge_arm_locked(co_pool_t *p) {
     if (p->opts.disable_purge || p->purge_armed || co__wq_empty(&p->idle)) return;
-    __atomic_store_n(&p->purge_armed, 1, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&p->purge_armed, 1, __ATOMIC_RELAXED);
+    gate_update_locked(p);
     co__timer_add(&p->purge, co__wq_oldest(&p->idle)->last_used + p->expiry);
 }
 
@@ -292,7 +314,8 @@ static void purge_fire(void *arg) {
     if (open && oldest) {
         co__timer_add(&p->purge, oldest->last_used + p->expiry);
     } else {
-        __atomic_store_n(&p->purge_armed, 0, __ATOMIC_SEQ_CST);
+        __atomic_store_n(&p->purge_armed, 0, __ATOMIC_RELAXED);
+        gate_update_locked(p);
         /* A worker that still saw the timer armed may have pushed onto the
          * chute meanwhile: drain once more (going idle re-arms the timer). */
         if (open) drain_chute_locked(p, &wl, &tofree);
@@ -371,11 +394,27 @@ static void drain_chute_locked(co_pool_t *p, wakelist_t *wl, co__pw_t **tofree) 
         rev = list;
         list = n;
     }
+    /* Most records simply go idle: that case inline (finish_locked's,
+     * with one purge_arm_locked for the batch), the rest through
+     * finish_locked. */
+    bool open = p->state == CO__POOL_OPEN;
     while (rev) {
         co__pw_t *n = rev->next;
+        if (CO_LIKELY(open && rev->gen == p->gen && (p->cap <= 0 || p->running <= p->cap))) {
+            co__pw_t *newest = co__wq_newest(&p->idle);
+            if (newest && newest->last_used > rev->last_used)
+                rev->last_used = newest->last_used; /* keep the queue sorted */
+            if (CO_LIKELY(co__wq_insert(&p->idle, rev) == 0)) {
+                p->completed++;
+                st32(&p->busy, p->busy - 1);
+                rev = n;
+                continue;
+            }
+        }
         finish_locked(p, rev, false, rev->last_used, NULL, tofree);
         rev = n;
     }
+    purge_arm_locked(p);
     if (p->state == CO__POOL_OPEN && !co__waitq_empty(&p->submitq)) {
         int room = co__wq_len(&p->idle) + (p->cap > p->running ? p->cap - p->running : 0);
         retry_submitters_locked(p, room, wl);
@@ -384,65 +423,37 @@ static void drain_chute_locked(co_pool_t *p, wakelist_t *wl, co__pw_t **tofree) 
 }
 
 /* Whether a worker of generation `gen` may finish through the chute (see
- * "The chute"). Loads are seq_cst: each pairs with the store of the field by
+ * "The chute"): one seq_cst load of the gate, which pairs with its store by
  * a lock holder who drains after it. */
 static inline bool chute_ok(const co_pool_t *p, uint64_t gen) {
-    if (__atomic_load_n(&p->waiters, __ATOMIC_SEQ_CST)) return false;
-    if (__atomic_load_n(&p->state, __ATOMIC_SEQ_CST) != CO__POOL_OPEN) return false;
-    if (__atomic_load_n(&p->gen, __ATOMIC_SEQ_CST) != gen) return false;
-    int32_t cap = __atomic_load_n(&p->cap, __ATOMIC_SEQ_CST);
-    if (cap > 0 && __atomic_load_n(&p->running, __ATOMIC_SEQ_CST) > cap) return false;
-    return p->no_purge || __atomic_load_n(&p->purge_armed, __ATOMIC_SEQ_CST);
+    return __atomic_load_n(&p->gate, __ATOMIC_SEQ_CST) == gen << 1;
 }
 
-/* A task of w just ended (panicked: it panicked). Returns true with w
- * holding a new task, false if the coroutine must exit (w is then on the
- * chute, idle or retired, and no longer ours). */
-static bool worker_done(co_pool_t *p, co__pw_t *w, bool panicked) {
+/* worker_done after a chute push whose re-check failed: a lock holder
+ * changed something after its last drain, so drain for it. Under
+ * `inflight`, not the pin: taking the lock may yield, and the pin is this
+ * M's. */
+static __attribute__((noinline)) void chute_redrain(co_pool_t *p, void *pin) {
     wakelist_t wl = {NULL};
     co__pw_t *tofree = NULL;
-    int64_t now = p->opts.disable_purge ? 0 : idle_stamp();
-    uint64_t gen = w->gen;
-    if (CO_LIKELY(!panicked) && chute_ok(p, gen)) {
-        w->last_used = now;
-        /* From the push on, *p may be destroyed (its last busy worker is
-         * done) while we still read it: this M's pin holds destroy back
-         * (co__pin_wait), ordered before the push by its CAS. A pool-wide
-         * count did the same with two more RMWs on the chute's contended
-         * line per task. With the scheduler's injection stack, a plain
-         * thread submitting tiny tasks went from 11.1 to 13.4 M/s (median
-         * of 15 alternating runs, bench_pool tiny thread=1); either change
-         * alone moved nothing measurable. */
-        void *pin = co__pin_enter();
-        if (CO_UNLIKELY(!pin)) __atomic_add_fetch(&p->inflight, 1, __ATOMIC_RELAXED);
-        co__pw_t *old = __atomic_load_n(&p->chute, __ATOMIC_RELAXED);
-        do {
-            w->next = old;
-        } while (!__atomic_compare_exchange_n(&p->chute, &old, w, true, __ATOMIC_SEQ_CST,
-                                              __ATOMIC_RELAXED));
-        /* w is no longer ours. Did a lock holder change something after its
-         * last drain? Then drain for it: under `inflight`, since taking
-         * the lock may yield and the pin is this M's. */
-        if (CO_UNLIKELY(!chute_ok(p, gen))) {
-            if (pin) {
-                __atomic_add_fetch(&p->inflight, 1, __ATOMIC_RELAXED); /* ordered by the exit */
-                co__pin_exit(pin);
-                pin = NULL;
-            }
-            plock(p);
-            drain_chute_locked(p, &wl, &tofree);
-            punlock(p);
-        }
-        /* Our last access to *p. Release: destroy waits for the pin, then
-         * for inflight == 0. */
-        if (pin)
-            co__pin_exit(pin);
-        else
-            __atomic_sub_fetch(&p->inflight, 1, __ATOMIC_RELEASE);
-        wl_wake(&wl);
-        rec_free_list(tofree);
-        return false;
+    if (pin) {
+        __atomic_add_fetch(&p->inflight, 1, __ATOMIC_RELAXED); /* ordered by the exit */
+        co__pin_exit(pin);
     }
+    plock(p);
+    drain_chute_locked(p, &wl, &tofree);
+    punlock(p);
+    /* Our last access to *p. Release: destroy waits for inflight == 0. */
+    __atomic_sub_fetch(&p->inflight, 1, __ATOMIC_RELEASE);
+    wl_wake(&wl);
+    rec_free_list(tofree);
+}
+
+/* worker_done under the lock: a panic, or the chute was not allowed. */
+static __attribute__((noinline)) bool worker_done_locked(co_pool_t *p, co__pw_t *w,
+                                                         bool panicked, int64_t now) {
+    wakelist_t wl = {NULL};
+    co__pw_t *tofree = NULL;
     plock(p);
     co__waiter_t *sub = finish_locked(p, w, panicked, now, &wl, &tofree);
     drain_chute_locked(p, &wl, &tofree);
@@ -452,6 +463,44 @@ static bool worker_done(co_pool_t *p, co__pw_t *w, bool panicked) {
     wl_wake(&wl);
     rec_free_list(tofree);
     return sub != NULL;
+}
+
+/* A task of w just ended (panicked: it panicked). Returns true with w
+ * holding a new task, false if the coroutine must exit (w is then on the
+ * chute, idle or retired, and no longer ours). */
+static inline bool worker_done(co_pool_t *p, co__pw_t *w, bool panicked) {
+    int64_t now = p->opts.disable_purge ? 0 : idle_stamp();
+    uint64_t gen = w->gen;
+    if (CO_UNLIKELY(panicked) || !chute_ok(p, gen)) return worker_done_locked(p, w, panicked, now);
+    w->last_used = now;
+    /* From the push on, *p may be destroyed (its last busy worker is
+     * done) while we still read it: this M's pin holds destroy back
+     * (co__pin_wait), ordered before the push by its CAS. A pool-wide
+     * count did the same with two more RMWs on the chute's contended
+     * line per task. With the scheduler's injection stack, a plain
+     * thread submitting tiny tasks went from 11.1 to 13.4 M/s (median
+     * of 15 alternating runs, bench_pool tiny thread=1); either change
+     * alone moved nothing measurable. */
+    void *pin = co__pin_enter();
+    if (CO_UNLIKELY(!pin)) __atomic_add_fetch(&p->inflight, 1, __ATOMIC_RELAXED);
+    co__pw_t *old = __atomic_load_n(&p->chute, __ATOMIC_RELAXED);
+    do {
+        w->next = old;
+    } while (!__atomic_compare_exchange_n(&p->chute, &old, w, true, __ATOMIC_SEQ_CST,
+                                          __ATOMIC_RELAXED));
+    /* w is no longer ours. Did a lock holder change something after its
+     * last drain? Then drain for it. */
+    if (CO_UNLIKELY(!chute_ok(p, gen))) {
+        chute_redrain(p, pin);
+        return false;
+    }
+    /* Our last access to *p. Release: destroy waits for the pin, then
+     * for inflight == 0. */
+    if (CO_LIKELY(pin != NULL))
+        co__pin_exit(pin);
+    else
+        __atomic_sub_fetch(&p->inflight, 1, __ATOMIC_RELEASE);
+    return false;
 }
 
 static void worker_main(void *arg);
@@ -531,7 +580,10 @@ static int launch(co_pool_t *p, co__pw_t *w) {
     /* Unnamed (a name is a strncpy per spawn); the panic report says what
      * it is. */
     int rc = co__spawn(worker_main, w, p->opts.stack_size, NULL);
-    if (CO_LIKELY(rc == 0)) return 0;
+    if (CO_LIKELY(rc == 0)) {
+        co__spawn_backpressure(); /* as co__spawn_token does */
+        return 0;
+    }
     wakelist_t wl = {NULL};
     co__pw_t *tofree = NULL;
     plock(p);
@@ -550,12 +602,14 @@ static int launch(co_pool_t *p, co__pw_t *w) {
 
 /* ---- submit ------------------------------------------------------------- */
 
-static int submit_impl(co_pool_t *p, void (*fn)(void *), void *arg, int64_t deadline) {
+/* The rest of a submit that found no idle record at once, or a closed pool
+ * (called with the lock held; releases it). */
+static __attribute__((noinline)) int submit_slow(co_pool_t *p, void (*fn)(void *), void *arg,
+                                                 int64_t deadline) {
     co__pw_t *fresh = NULL, *w, *tofree = NULL;
     wakelist_t wl = {NULL};
     bool raised = false;  /* waiters raised and the chute drained since the lock was taken */
     int rc;
-    plock(p);
     for (;;) {
         if (p->state != CO__POOL_OPEN) {
             rc = CO_ECLOSED;
@@ -607,7 +661,7 @@ static int submit_impl(co_pool_t *p, void (*fn)(void *), void *arg, int64_t dead
             /* About to wait: from now on finishing workers take the lock
              * (see "The chute"); drain what they left before, and look
              * again. */
-            __atomic_store_n(&p->waiters, 1, __ATOMIC_SEQ_CST);
+            waiters_raise_locked(p);
             raised = true;
             drain_chute_locked(p, &wl, &tofree);
             continue;
@@ -658,9 +712,24 @@ activate:
     punlock(p);
     wl_wake(&wl);
     rec_free_list(tofree);
-    rc = launch(p, w);
-    if (rc == 0) co__spawn_backpressure();
-    return rc;
+    return launch(p, w);
+}
+
+/* A submit. The common case, an open pool with an idle record at hand, is
+ * handled here: it changes no wait queue, so the unlock skips recomputing
+ * `waiters`, and at the default stack size the launch cannot fail. Half the
+ * instructions of a tiny task's submit were the general path's frame and
+ * bookkeeping (callgrind, bench_pool tiny). */
+static inline int submit_impl(co_pool_t *p, void (*fn)(void *), void *arg, int64_t deadline) {
+    plock(p);
+    co__pw_t *w;
+    if (CO_UNLIKELY(p->state != CO__POOL_OPEN) || CO_UNLIKELY(p->opts.stack_size != 0) ||
+        !(w = co__wq_detach(&p->idle)))
+        return submit_slow(p, fn, arg, deadline);
+    activate_locked(p, w, fn, arg);
+    co__punlock(&p->lock); /* no queue changed: `waiters` stands */
+    co__spawn_token(&w->tok);
+    return 0;
 }
 
 int co_pool_submit_until(co_pool_t *p, void (*fn)(void *arg), void *arg, int64_t deadline) {
@@ -722,6 +791,7 @@ static int pool_create(co_pool_t **out, int capacity, void (*fn)(void *),
     p->purge.fn = purge_fire;
     p->purge.arg = p;
     p->purge.slot = -1;
+    gate_update_locked(p); /* closed until the purge timer is armed (unless disabled) */
     *out = p;
     return 0;
 }
@@ -788,7 +858,8 @@ void co_pool_tune(co_pool_t *p, int capacity) {
         punlock(p);
         return;
     }
-    __atomic_store_n(&p->cap, capacity, __ATOMIC_SEQ_CST); /* then drain: see "The chute" */
+    __atomic_store_n(&p->cap, capacity, __ATOMIC_RELAXED);
+    gate_update_locked(p); /* then drain: see "The chute" */
     drain_chute_locked(p, &wl, &tofree);
     if (capacity > old) {
         /* Grow: the new room goes to blocked submitters first. */
@@ -821,8 +892,9 @@ int co__pool_release_begin(co_pool_t *p) {
     }
     /* Close, then drain (see "The chute"): workers on the chute are busy
      * workers of the old generation and retire. */
-    __atomic_store_n(&p->state, CO__POOL_CLOSED, __ATOMIC_SEQ_CST);
-    __atomic_store_n(&p->gen, p->gen + 1, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&p->state, CO__POOL_CLOSED, __ATOMIC_RELAXED);
+    __atomic_store_n(&p->gen, p->gen + 1, __ATOMIC_RELAXED);
+    gate_update_locked(p);
     p->busy_old = p->busy; /* every busy worker now belongs to an older generation */
     drain_chute_locked(p, &wl, &tofree);
     co__pw_t *dead = co__wq_reset(&p->idle, &n); /* idle workers exit */
@@ -845,7 +917,7 @@ int co__pool_drain_until(co_pool_t *p, int64_t deadline) {
     co__pw_t *tofree = NULL;
     int rc = 0;
     plock(p);
-    __atomic_store_n(&p->waiters, 1, __ATOMIC_SEQ_CST); /* then drain: see "The chute" */
+    waiters_raise_locked(p); /* then drain: see "The chute" */
     drain_chute_locked(p, &wl, &tofree);
     if (p->busy_old <= self)
         rc = 1;
@@ -889,8 +961,8 @@ int co_pool_release_timeout(co_pool_t *p, int64_t ns) {
 void co_pool_reboot(co_pool_t *p) {
     if (!p) return;
     plock(p);
-    if (p->state != CO__POOL_OPEN) __atomic_store_n(&p->state, CO__POOL_OPEN, __ATOMIC_SEQ_CST);
-    punlock(p);
+    if (p->state != CO__POOL_OPEN) __atomic_store_n(&p->state, CO__POOL_OPEN, __ATOMIC_RELAXED);
+    punlock(p); /* opens the gate */
 }
 
 int co_pool_wait_idle(co_pool_t *p, int64_t deadline) {
@@ -899,7 +971,7 @@ int co_pool_wait_idle(co_pool_t *p, int64_t deadline) {
     co__pw_t *tofree = NULL;
     int rc = 0;
     plock(p);
-    __atomic_store_n(&p->waiters, 1, __ATOMIC_SEQ_CST); /* then drain: see "The chute" */
+    waiters_raise_locked(p); /* then drain: see "The chute" */
     drain_chute_locked(p, &wl, &tofree);
     if (p->busy == 0)
         rc = 1;

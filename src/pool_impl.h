@@ -235,14 +235,19 @@ struct co_pool {
      * [L, atomic]: written under the lock with atomic stores, read without
      * it by those checks and by the getters (snapshots). */
     _Alignas(CO__CACHELINE) uint32_t state; /* CO__POOL_*; only release and reboot change it */
-    uint32_t waiters;     /* seq_cst: 1 while someone waits on the pool (submitq,
-                           * idleq or drainq non-empty, or about to be) */
+    uint32_t waiters;     /* 1 while someone waits on the pool (submitq, idleq or
+                           * drainq non-empty, or about to be) */
     int32_t cap;          /* -1 unlimited */
     int32_t running;      /* workers: busy + idle (+ on the chute) */
     uint64_t gen;         /* release generation, bumped by every release */
-    uint32_t purge_armed; /* seq_cst: the purge timer is pending or running; set by
-                           * whoever adds it, cleared only by its callback */
+    uint32_t purge_armed; /* the purge timer is pending or running; set by whoever
+                           * adds it, cleared only by its callback */
     bool no_purge;        /* immutable: opts.disable_purge */
+    uint64_t gate;        /* seq_cst, [L] to write: what the fields above say of the
+                           * chute, in one word (pool.c, gate_update_locked): gen << 1
+                           * while the chute is open to that generation, odd while shut.
+                           * Stored after every change of them, before the drain;
+                           * loaded by a finishing worker before and after its push */
 
     /* The chute: workers whose task ended while nobody waits push their
      * record here with one CAS instead of taking the lock; the next lock

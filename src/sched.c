@@ -1103,7 +1103,22 @@ void co__spawn_token(co__token_t *t) {
     co_m_t *m = getm();
     co_p_t *p = m ? m->p : NULL;
     co__fpenv_store(&t->fpenv); /* as co__spawn: it starts with the spawner's */
-    queue_new(p, (co_g_t *)((uintptr_t)t | RQ_TOKEN), false);
+    co_g_t *e = (co_g_t *)((uintptr_t)t | RQ_TOKEN);
+    if (CO_UNLIKELY(!p)) {
+        queue_new(NULL, e, false);
+        return;
+    }
+    live_add(p, 1);
+    runqput(p, e, false);
+    /* co__wakep's first checks inline, as ready_put does */
+    if (__atomic_load_n(&co__sched.npidle, __ATOMIC_SEQ_CST) != 0 &&
+        __atomic_load_n(&co__sched.nmspinning, __ATOMIC_SEQ_CST) == 0)
+        co__wakep();
+    /* co__spawn_backpressure, with p at hand (a coroutine spawner only) */
+    if (m->curg && (co__runq_len(p) >= CO_RUNQ_SIZE ||
+                    __atomic_load_n(&co__sched.runqsize, __ATOMIC_RELAXED) >=
+                        (int64_t)CO_RUNQ_SIZE * co__sched.nprocs))
+        co_yield();
 }
 
 /* The G made for a token taken to be run (on p, with the spawner's FP
