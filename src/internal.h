@@ -85,9 +85,15 @@ CO_HIDDEN void co__spawn_backpressure(void);
  * link: the global queue's list when it has no memory for its arrays, or
  * the injection stack's (sched.c; a tagged entry there, set by the pusher
  * and then owned by the M that takes the stack). */
+struct co__pw;
 typedef struct co__token {
     void (*fn)(void *);
-    struct co__token *link;
+    union {
+        struct co__token *link; /* the scheduler's, while the token is queued */
+        struct co__pw *pw_next; /* a pool record's list link (pool_impl.h), used only
+                                 * while its token is not queued (idle, on the chute,
+                                 * spare or being freed) */
+    };
     uint64_t fpenv; /* the spawner's FP control words, for the G made from it */
 } co__token_t;
 /* Queues t and, from a coroutine, yields once if its P's queue is full (as

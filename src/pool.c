@@ -180,7 +180,7 @@ static void wl_wake(wakelist_t *l) {
 static co__pw_t *rec_get_locked(co_pool_t *p) {
     co__pw_t *w = p->spare;
     if (w) {
-        p->spare = w->next;
+        p->spare = w->tok.pw_next;
         p->nspare--;
     }
     return w;
@@ -188,17 +188,17 @@ static co__pw_t *rec_get_locked(co_pool_t *p) {
 /* Lock held. Keep w for reuse, or chain it on *tofree. */
 static void rec_put_locked(co_pool_t *p, co__pw_t *w, co__pw_t **tofree) {
     if (p->nspare < SPARE_MAX) {
-        w->next = p->spare;
+        w->tok.pw_next = p->spare;
         p->spare = w;
         p->nspare++;
     } else {
-        w->next = *tofree;
+        w->tok.pw_next = *tofree;
         *tofree = w;
     }
 }
 static void rec_free_list(co__pw_t *w) {
     while (w) {
-        co__pw_t *n = w->next;
+        co__pw_t *n = w->tok.pw_next;
         free(w);
         w = n;
     }
@@ -206,7 +206,7 @@ static void rec_free_list(co__pw_t *w) {
 /* Lock held. Recycle a list of records (purged or released idle ones). */
 static void rec_put_list_locked(co_pool_t *p, co__pw_t *list, co__pw_t **tofree) {
     while (list) {
-        co__pw_t *n = list->next;
+        co__pw_t *n = list->tok.pw_next;
         rec_put_locked(p, list, tofree);
         list = n;
     }
@@ -389,8 +389,8 @@ static void drain_chute_locked(co_pool_t *p, wakelist_t *wl, co__pw_t **tofree) 
     if (CO_LIKELY(!list)) return;
     co__pw_t *rev = NULL;
     while (list) {
-        co__pw_t *n = list->next;
-        list->next = rev;
+        co__pw_t *n = list->tok.pw_next;
+        list->tok.pw_next = rev;
         rev = list;
         list = n;
     }
@@ -399,7 +399,7 @@ static void drain_chute_locked(co_pool_t *p, wakelist_t *wl, co__pw_t **tofree) 
      * finish_locked. */
     bool open = p->state == CO__POOL_OPEN;
     while (rev) {
-        co__pw_t *n = rev->next;
+        co__pw_t *n = rev->tok.pw_next;
         if (CO_LIKELY(open && rev->gen == p->gen && (p->cap <= 0 || p->running <= p->cap))) {
             co__pw_t *newest = co__wq_newest(&p->idle);
             if (newest && newest->last_used > rev->last_used)
@@ -485,7 +485,7 @@ static inline bool worker_done(co_pool_t *p, co__pw_t *w, bool panicked) {
     if (CO_UNLIKELY(!pin)) __atomic_add_fetch(&p->inflight, 1, __ATOMIC_RELAXED);
     co__pw_t *old = __atomic_load_n(&p->chute, __ATOMIC_RELAXED);
     do {
-        w->next = old;
+        w->tok.pw_next = old;
     } while (!__atomic_compare_exchange_n(&p->chute, &old, w, true, __ATOMIC_SEQ_CST,
                                           __ATOMIC_RELAXED));
     /* w is no longer ours. Did a lock holder change something after its
@@ -621,7 +621,13 @@ static __attribute__((noinline)) int submit_slow(co_pool_t *p, void (*fn)(void *
             if (!(w = fresh ? fresh : rec_get_locked(p))) {
                 punlock(p); /* no malloc under the lock */
                 raised = false;
-                fresh = calloc(1, sizeof *fresh);
+                /* One cache line each: a record crosses Ms twice per task
+                 * (its submitter's and its worker's), and one line is one
+                 * miss per crossing. */
+                if (posix_memalign((void **)&fresh, CO__CACHELINE, sizeof *fresh) != 0)
+                    fresh = NULL;
+                else
+                    memset(fresh, 0, sizeof *fresh);
                 if (!fresh) {
                     rejected_inc(p);
                     wl_wake(&wl);

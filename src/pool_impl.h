@@ -36,8 +36,8 @@ typedef struct co__pw {
     /* First: a record is its own run-queue token (co__spawn_token), so a
      * worker starts with no G made for it until one must run it; tok.fn is
      * the pool's worker entry, set once at creation. */
-    co__token_t tok;
-    struct co__pw *next;  /* link in the pool's spare-record cache (under the pool lock) */
+    co__token_t tok;      /* tok.pw_next: the record's link on the chute, the spare
+                           * cache and the lists of records to retire or free */
     struct co_pool *pool; /* immutable */
     /* The following are owned by whoever holds the record: the pool lock
      * while it is idle or cached, the worker coroutine while it is busy. */
@@ -46,6 +46,9 @@ typedef struct co__pw {
     int64_t last_used;    /* co_now() when it went idle; the queues keep it sorted */
     uint64_t gen;         /* the pool's release generation it was activated in */
 } co__pw_t;
+#if UINTPTR_MAX == UINT64_MAX
+_Static_assert(sizeof(co__pw_t) == 64, "a worker record is one cache line (pool.c allocates it aligned)");
+#endif
 
 /* ---- idle-worker queue --------------------------------------------------
  * stack (prealloc off): items[0..len) oldest first; insert/detach at the top
@@ -147,7 +150,7 @@ static inline co__pw_t *co__wq_take_oldest(co__wq_t *q, int k) {
     for (int i = 0; i < k; i++) {
         co__pw_t *w = co__wq_at(q, i);
         *tail = w;
-        tail = &w->next;
+        tail = &w->tok.pw_next;
     }
     *tail = NULL;
     if (q->ring) {

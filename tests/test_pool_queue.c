@@ -11,13 +11,13 @@ static co__pw_t recs[64];
 
 static co__pw_t *rec(int i, int64_t t) {
     recs[i].last_used = t;
-    recs[i].next = NULL;
+    recs[i].tok.pw_next = NULL;
     return &recs[i];
 }
 
 static int list_len(co__pw_t *w) {
     int n = 0;
-    for (; w; w = w->next) n++;
+    for (; w; w = w->tok.pw_next) n++;
     return n;
 }
 
@@ -108,8 +108,8 @@ static void test_ring_refresh_wrap(void) {
     CHECK_EQ(n, 4);
     CHECK_EQ(list_len(dead), 4);
     CHECK(dead == &recs[6]);
-    CHECK(dead->next == &recs[7]);
-    CHECK(dead->next->next == &recs[8]);
+    CHECK(dead->tok.pw_next == &recs[7]);
+    CHECK(dead->tok.pw_next->tok.pw_next == &recs[8]);
     CHECK_EQ(co__wq_len(&q), 4);
     CHECK(co__wq_oldest(&q) == &recs[10]);
     CHECK(co__wq_newest(&q) == &recs[13]);
