@@ -81,6 +81,15 @@ CO_HIDDEN int co__spawn(void (*fn)(void *), void *arg, size_t stack_size, const 
 /* Spawn back-pressure (sched.c): from a coroutine whose P has a full run
  * queue, yield once. Call with no lock held, after a spawn. */
 CO_HIDDEN void co__spawn_backpressure(void);
+/* A spin-wait's pause between two looks. */
+static inline void co__cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ volatile("yield");
+#endif
+}
+
 /* A coroutine to be (sched.c, co__spawn_token): fn(the token) once run.
  * link: the global queue's list when it has no memory for its arrays, or
  * the injection stack's (sched.c; a tagged entry there, set by the pusher

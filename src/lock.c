@@ -35,13 +35,6 @@
 #define CO__LOCK_PAUSES 30
 #endif
 
-static inline void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ volatile("yield");
-#endif
-}
 
 int co__futex_wait(uint32_t *addr, uint32_t val, int64_t deadline) {
     struct timespec ts, *tsp = NULL;
@@ -77,7 +70,7 @@ void co__lock_slow(co__lock_t *l) {
         if (c == 0 && __atomic_compare_exchange_n(&l->v, &c, 1, false, __ATOMIC_ACQUIRE,
                                                   __ATOMIC_RELAXED))
             return;
-        for (int k = 0; k < CO__LOCK_PAUSES; k++) cpu_relax();
+        for (int k = 0; k < CO__LOCK_PAUSES; k++) co__cpu_relax();
     }
     /* acquire: an exchange that returns 0 took the lock (marked contended). */
     while (__atomic_exchange_n(&l->v, 2, __ATOMIC_ACQUIRE) != 0)

@@ -77,19 +77,12 @@ typedef struct task {
 
 /* The pool lock (pool_impl.h picks its type). */
 #if !defined(COLONY_POOL_SPINLOCK) && !defined(COLONY_POOL_FUTEXLOCK)
-static inline void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ volatile("yield");
-#endif
-}
 /* Contended path of co__plock (see pool_impl.h). */
 __attribute__((noinline)) void co__plock_slow(co__plock_t *l) {
     bool coroutine = co__cur_g() != NULL;
     for (;;) {
         for (int i = 0; i < 64; i++) {
-            cpu_relax();
+            co__cpu_relax();
             if (__atomic_load_n(&l->v, __ATOMIC_RELAXED) == 0 && co__ptrylock(l)) return;
         }
         if (coroutine) {

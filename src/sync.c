@@ -112,16 +112,9 @@ static bool can_spin(int iter) {
     return true;
 }
 
-static inline void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ volatile("yield");
-#endif
-}
 
 static void do_spin(void) {
-    for (int i = 0; i < ACTIVE_SPIN_CNT; i++) cpu_relax();
+    for (int i = 0; i < ACTIVE_SPIN_CNT; i++) co__cpu_relax();
 }
 
 /* ---- Mutex -------------------------------------------------------------- */
