@@ -751,6 +751,9 @@ static inline int submit_impl(co_pool_t *p, void (*fn)(void *), void *arg, int64
     if (CO_UNLIKELY(p->state != CO__POOL_OPEN) || CO_UNLIKELY(p->opts.stack_size != 0) ||
         !(w = co__wq_detach(&p->idle)))
         return submit_slow(p, fn, arg, deadline);
+    /* The next submit's record was likely last written by its worker on
+     * another CPU: start fetching it now, for writing. */
+    __builtin_prefetch(co__wq_peek(&p->idle), 1);
     activate_locked(p, w, fn, arg);
     co__punlock(&p->lock); /* no queue changed: `waiters` stands */
     co__spawn_token(&w->tok);

@@ -126,6 +126,12 @@ static inline co__pw_t *co__wq_detach(co__wq_t *q) {
     return q->items[--q->len];
 }
 
+/* The entry co__wq_detach would take next, or NULL. */
+static inline co__pw_t *co__wq_peek(const co__wq_t *q) {
+    if (q->len == 0) return NULL;
+    return q->ring ? q->items[q->head] : q->items[q->len - 1];
+}
+
 /* Index (from the oldest) of the newest entry with last_used <= cutoff, or -1
  * if none: a binary search over the sorted entries. */
 static inline int co__wq_search(const co__wq_t *q, int64_t cutoff) {
