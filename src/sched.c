@@ -1372,6 +1372,14 @@ void *co__take_unstarted(void (*fn)(void *), bool (*accept)(void *arg, void *ctx
     if (!__atomic_compare_exchange_n(&p->runqhead, &h, h + 1, false, __ATOMIC_RELEASE,
                                      __ATOMIC_RELAXED))
         return NULL;
+    /* The next take reads the entry after it (a token's record, written by
+     * its submitter, often on another CPU): start that line coming now; the
+     * slot may be stale, and a prefetch of any address is harmless. Tiny
+     * pool tasks from a coroutine: 45.7 -> 40.2 ns (median of 21
+     * alternating runs; before workers drained the chute themselves, the
+     * same prefetch made the submitter slower, docs/hacking.md). */
+    __builtin_prefetch(
+        rq_strip(__atomic_load_n(&p->runq[(h + 1) % CO_RUNQ_SIZE], __ATOMIC_RELAXED)));
     if (rq_is_token(e)) {
         co__token_t *t = (co__token_t *)rq_strip(e);
         if (t->fn == fn && accept(t, ctx)) { /* no G made */
