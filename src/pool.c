@@ -66,6 +66,7 @@
  */
 #include "internal.h"
 #include "pool_impl.h"
+#include "arch/ctx.h" /* co__cycles */
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -651,6 +652,9 @@ static int launch(co_pool_t *p, co__pw_t *w) {
 
 /* ---- submit ------------------------------------------------------------- */
 
+#ifndef THREAD_FULL_SPIN_TICKS
+#define THREAD_FULL_SPIN_TICKS ((uint64_t)4 * CO__CYCLES_SHORT)
+#endif
 /* The rest of a submit that found no idle record at once, or a closed pool
  * (called with the lock held; releases it). */
 static __attribute__((noinline)) int submit_slow(co_pool_t *p, void (*fn)(void *), void *arg,
@@ -658,6 +662,7 @@ static __attribute__((noinline)) int submit_slow(co_pool_t *p, void (*fn)(void *
     co__pw_t *fresh = NULL, *w, *tofree = NULL;
     wakelist_t wl = {NULL};
     bool raised = false;  /* waiters raised and the chute drained since the lock was taken */
+    bool spun = false;    /* a plain thread watched the chute before parking */
     int rc;
     for (;;) {
         if (p->state != CO__POOL_OPEN) {
@@ -712,6 +717,23 @@ static __attribute__((noinline)) int submit_slow(co_pool_t *p, void (*fn)(void *
          * over the unstarted ones queued behind them, it only delayed the
          * park (submit latency p99 25 us against 2 us when parking at
          * once; 1 P tiny tasks and 10 ms tasks slower too). */
+        if (!raised && !spun && !co__cur_g()) {
+            /* A plain thread would sleep on a futex, and its waker pay a
+             * wake: with tasks that end within microseconds, watch the
+             * chute for a moment (a few microseconds) first, without the
+             * lock. Tiny tasks from a plain thread: context switches per
+             * million 2912 -> 311, 75 -> 67 ns per task (median of 21
+             * alternating runs). A coroutine parks without the kernel. */
+            spun = true;
+            punlock(p);
+            wl_wake(&wl);
+            uint64_t t0 = co__cycles();
+            while (!__atomic_load_n(&p->chute, __ATOMIC_RELAXED) &&
+                   co__cycles() - t0 < THREAD_FULL_SPIN_TICKS)
+                for (int i = 0; i < 16; i++) co__cpu_relax();
+            plock(p);
+            continue;
+        }
         if (!raised) {
             /* About to wait: from now on finishing workers take the lock
              * (see "The chute"); drain what they left before, and look
