@@ -529,6 +529,54 @@ static void release_reboot_race(void) {
     co_pool_destroy(race_pool);
 }
 
+/* ---- churn: tiny tasks from threads and coroutines, both idle queues ---- */
+/* Every task end goes through the chute, which worker threads drain every
+ * 16 pushes and the submitters whenever the idle queue runs dry, in bulk
+ * when nothing older is busy; a plain thread that finds the pool full
+ * watches the chute before it parks. Afterwards the counts must be exact,
+ * the pool within its capacity, and every accepted task run once. */
+static co_pool_t *churn_pool;
+static atomic_long churn_ran, churn_left;
+static void churn_task(void *arg) { atomic_fetch_add(&churn_ran, 1); }
+static void churn_submit(long n) {
+    for (long i = 0; i < n; i++) CHECK_EQ(co_pool_submit(churn_pool, churn_task, NULL), 0);
+    atomic_fetch_sub(&churn_left, 1);
+}
+static long churn_n;
+static void churn_co(void *arg) { churn_submit(churn_n); }
+static void *churn_thread(void *arg) {
+    churn_submit(churn_n);
+    return NULL;
+}
+
+static void churn(void) {
+    for (int prealloc = 0; prealloc < 2; prealloc++) {
+        co_pool_opts_t o = {.prealloc = prealloc != 0};
+        CHECK_EQ(co_pool_new(&churn_pool, 64, &o), 0);
+        churn_n = scaled(50000, 5000);
+        atomic_store(&churn_ran, 0);
+        atomic_store(&churn_left, 4);
+        pthread_t th[2];
+        for (int i = 0; i < 2; i++) pthread_create(&th[i], NULL, churn_thread, NULL);
+        for (int i = 0; i < 2; i++) CHECK_EQ(co_go(churn_co, NULL), 0);
+        for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+        CHECK(WAIT_FOR(atomic_load(&churn_left) == 0));
+        CHECK_EQ(co_pool_wait_idle(churn_pool, CO_FOREVER), 0);
+        long total = 4 * churn_n;
+        CHECK_EQ(atomic_load(&churn_ran), total);
+        co_pool_stats_t st;
+        co_pool_stats(churn_pool, &st);
+        CHECK_EQ(st.submitted, total);
+        CHECK_EQ(st.completed, total);
+        CHECK_EQ(st.rejected, 0);
+        CHECK_EQ(st.busy, 0);
+        CHECK(st.idle >= 1 && st.idle <= 64);
+        CHECK(co_pool_running(churn_pool) <= 64);
+        CHECK_EQ(co_pool_running(churn_pool) + co_pool_available(churn_pool), 64);
+        co_pool_destroy(churn_pool);
+    }
+}
+
 /* ---- no task is ever lost ------------------------------------------------ */
 
 #define STORM_MAX 200000
@@ -648,6 +696,7 @@ int main(int argc, char **argv) {
     T_RUN_SEL(token_oom);
     T_RUN_SEL(chute_races);
     T_RUN_SEL(release_reboot_race);
+    T_RUN_SEL(churn);
     T_RUN_SEL(no_task_lost_storm);
     return t_end();
 }
