@@ -35,12 +35,16 @@ static inline int scaled(int n, int small) {
         }                                                                                   \
     } while (0)
 
-/* Poll cond until true or 10 s pass (behaviour, not timing). */
+/* Poll cond until true or 10 s pass (behaviour, not timing). The value is
+ * what the last poll saw: a condition that holds only between events (every
+ * P idle between sysmon's retries, say) is not read a second time, where an
+ * event could fall between the two reads. */
 #define WAIT_FOR(cond)                                                                      \
     ({                                                                                      \
         int64_t wf_end_ = co_now() + 10000 * MS;                                            \
-        while (!(cond) && co_now() < wf_end_) co_sleep(1 * MS);                             \
-        (cond);                                                                             \
+        bool wf_ok_;                                                                        \
+        while (!(wf_ok_ = (cond)) && co_now() < wf_end_) co_sleep(1 * MS);                  \
+        wf_ok_;                                                                             \
     })
 
 /* A gate tasks wait on until the test opens it. */
