@@ -1106,6 +1106,22 @@ static inline __attribute__((always_inline)) void g_init(co_p_t *p, co_g_t *g,
     }
 }
 
+/* co__wakep's own first checks, inline: nothing to do unless a P is idle
+ * and no M spins (it checks them again). */
+static inline void wakep_if_idle(void) {
+    if (__atomic_load_n(&co__sched.npidle, __ATOMIC_SEQ_CST) != 0 &&
+        __atomic_load_n(&co__sched.nmspinning, __ATOMIC_SEQ_CST) == 0)
+        co__wakep();
+}
+
+/* Spawn back-pressure's test (co__spawn_backpressure): p's queue is full,
+ * or the global queue holds a full queue's worth per P. */
+static inline bool spawn_queue_full(co_p_t *p) {
+    return co__runq_len(p) >= CO_RUNQ_SIZE ||
+           __atomic_load_n(&co__sched.runqsize, __ATOMIC_RELAXED) >=
+               (int64_t)CO_RUNQ_SIZE * co__sched.nprocs;
+}
+
 /* A new coroutine (a G, or a token) counts as live and is queued: on p
  * (runnext if next), or globally from a plain thread; an M is woken if one
  * may be needed. */
@@ -1136,15 +1152,9 @@ void co__spawn_token(co__token_t *t) {
     }
     live_add(p, 1);
     runqput(p, e, false);
-    /* co__wakep's first checks inline, as ready_put does */
-    if (__atomic_load_n(&co__sched.npidle, __ATOMIC_SEQ_CST) != 0 &&
-        __atomic_load_n(&co__sched.nmspinning, __ATOMIC_SEQ_CST) == 0)
-        co__wakep();
+    wakep_if_idle();
     /* co__spawn_backpressure, with p at hand (a coroutine spawner only) */
-    if (m->curg && (co__runq_len(p) >= CO_RUNQ_SIZE ||
-                    __atomic_load_n(&co__sched.runqsize, __ATOMIC_RELAXED) >=
-                        (int64_t)CO_RUNQ_SIZE * co__sched.nprocs))
-        co_yield();
+    if (m->curg && spawn_queue_full(p)) co_yield();
 }
 
 /* The G made for a token taken to be run (on p, with the spawner's FP
@@ -1192,10 +1202,7 @@ void co__spawn_backpressure(void) {
      * a spawner whose own queue keeps being emptied could still pile them
      * up there. Its yield then finds its own queue empty and takes a share
      * of the global one (runq_next_fast). */
-    if (co__runq_len(m->p) >= CO_RUNQ_SIZE ||
-        __atomic_load_n(&co__sched.runqsize, __ATOMIC_RELAXED) >=
-            (int64_t)CO_RUNQ_SIZE * co__sched.nprocs)
-        co_yield();
+    if (spawn_queue_full(m->p)) co_yield();
 }
 
 static int spawn_user(void (*fn)(void *), void *arg, size_t stack_size, const char *name) {
@@ -1253,11 +1260,7 @@ static inline void ready_put(co_g_t *g) {
     } else {
         co__globrunq_inject(g);
     }
-    /* co__wakep's own first checks, inline: nothing to do unless a P is
-     * idle and no M spins (it checks them again) */
-    if (__atomic_load_n(&co__sched.npidle, __ATOMIC_SEQ_CST) != 0 &&
-        __atomic_load_n(&co__sched.nmspinning, __ATOMIC_SEQ_CST) == 0)
-        co__wakep();
+    wakep_if_idle();
 }
 
 void co__ready(co_g_t *g) {
