@@ -4,11 +4,12 @@
 #   make demo    build + run examples/tour
 #   make bench   build + run the benchmarks side by side with Go (bench/run.sh)
 #   make asan / make tsan / make ucontext   the sanitizer and fallback suites
+#   make aarch64   cross-build for AArch64 and run every test under qemu-user
 BUILD ?= build
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps test demo bench asan tsan ucontext install clean
+.PHONY: all deps test demo bench asan tsan ucontext aarch64 install clean
 
 all: deps
 	@cmake -S . -B $(BUILD) $(CMAKE_FLAGS) >/dev/null
@@ -35,8 +36,12 @@ tsan:
 ucontext:
 	$(MAKE) test BUILD=build-ucontext CMAKE_FLAGS="-DCOLONY_UCONTEXT=ON -DCOLONY_BUILD_BENCH=OFF"
 
+aarch64:
+	@sh scripts/deps.sh aarch64
+	$(MAKE) test BUILD=build-aarch64 CMAKE_FLAGS="-DCMAKE_TOOLCHAIN_FILE=$(CURDIR)/cmake/aarch64-linux-gnu.cmake -DCOLONY_BUILD_BENCH=OFF"
+
 install: all
 	cmake --install $(BUILD)
 
 clean:
-	rm -rf build build-asan build-tsan build-ucontext
+	rm -rf build build-asan build-tsan build-ucontext build-aarch64

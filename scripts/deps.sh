@@ -6,10 +6,17 @@ command -v cc >/dev/null 2>&1 || need="$need gcc"
 command -v clang >/dev/null 2>&1 || need="$need clang"
 command -v make >/dev/null 2>&1 || need="$need make"
 [ -f /usr/include/valgrind/valgrind.h ] || need="$need valgrind"
+# `sh scripts/deps.sh aarch64` (make aarch64): the AArch64 cross compiler and
+# qemu-user, which runs the cross-built tests on this machine.
+if [ "${1:-}" = aarch64 ]; then
+    command -v aarch64-linux-gnu-gcc >/dev/null 2>&1 || need="$need gcc-aarch64-linux-gnu libc6-dev-arm64-cross"
+    command -v qemu-aarch64 >/dev/null 2>&1 || need="$need qemu-user"
+fi
 if [ -n "$need" ]; then
     echo "colony: installing build dependencies:$need"
     SUDO=""
     [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1 && SUDO=sudo
-    $SUDO apt-get update -qq && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $need >/dev/null
+    $SUDO apt-get update -qq && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $need >/dev/null ||
+        { echo "colony: could not install:$need" >&2; exit 1; }
 fi
 exit 0

@@ -339,6 +339,7 @@ CO_HIDDEN void co__gcache_free_p(co_p_t *p);      /* shutdown */
 CO_HIDDEN void co__gcache_free_global(void);      /* shutdown */
 /* stack.c */
 CO_HIDDEN void co__stack_setup(void);
+CO_HIDDEN bool co__stack_light_guards_probe(void); /* MADV_GUARD_INSTALL guards for real */
 CO_HIDDEN int co__stack_alloc(co__stack_t *s, size_t size);
 CO_HIDDEN int co__stack_alloc_n(co__stack_t *out, int n, size_t size); /* >= 1 made, or error */
 CO_HIDDEN void co__stack_free(co__stack_t *s);

@@ -33,6 +33,7 @@
 #include "runtime.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -67,8 +68,9 @@
 static size_t page_size;
 static int64_t guard_budget;      /* atomic: mprotect-guarded stacks we may still create */
 static bool no_guards;            /* set once at setup: COLONY_DEBUG=noguard (tests) */
-static int light_guards = 1;      /* atomic relaxed: 0 once MADV_GUARD_INSTALL was refused
-                                   * as unknown (kernel older than 6.13) */
+static int light_guards = 1;      /* atomic relaxed: 0 when the probe at setup found
+                                   * MADV_GUARD_INSTALL missing or not guarding, or once
+                                   * it was refused as unknown (kernel older than 6.13) */
 static int64_t stacks_mapped;     /* atomic relaxed: stacks mapped and not yet unmapped (tests) */
 
 int64_t co__stacks_mapped(void) { return __atomic_load_n(&stacks_mapped, __ATOMIC_RELAXED); }
@@ -124,8 +126,32 @@ static void segv_handler(int sig, siginfo_t *si, void *uctx) {
 }
 #endif
 
+/* Whether MADV_GUARD_INSTALL really guards a page. A kernel without it
+ * says EINVAL, but an emulator may say yes and do nothing (qemu-user up to
+ * at least 7.2 ignores every madvise), which would leave every stack
+ * unguarded while we count it guarded: an overflow would then run into
+ * the stack below. The kernel's own read of a guard region fails with
+ * EFAULT, so a one-byte write() from the page into a pipe tells, without
+ * a fault of ours. Anything that stops the probe (no memory, no fds) says
+ * no: mprotect guards are the safe side. */
+bool co__stack_light_guards_probe(void) {
+    size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+    char *p = mmap(NULL, pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return false;
+    bool ok = false;
+    int fd[2];
+    if (madvise(p, pg, MADV_GUARD_INSTALL) == 0 && pipe2(fd, O_CLOEXEC) == 0) {
+        ok = write(fd[1], p, 1) < 0 && errno == EFAULT;
+        close(fd[0]);
+        close(fd[1]);
+    }
+    munmap(p, pg);
+    return ok;
+}
+
 void co__stack_setup(void) {
     page_size = (size_t)sysconf(_SC_PAGESIZE);
+    __atomic_store_n(&light_guards, co__stack_light_guards_probe() ? 1 : 0, __ATOMIC_RELAXED);
     long maxmap = 65530;
     FILE *f = fopen("/proc/sys/vm/max_map_count", "r");
     if (f) {

@@ -58,7 +58,51 @@ static int t_end(void) {
     return t_failed ? 1 : 0;
 }
 
+#include <stdarg.h>
 #include <sys/wait.h>
+
+/* Set when the tests run under an emulator (a cross build run through
+ * qemu-user: CMake passes CMAKE_CROSSCOMPILING_EMULATOR down as
+ * COLONY_TEST_EMULATOR). Its command line, or NULL. */
+__attribute__((unused)) static const char *t_emulator(void) {
+    const char *e = getenv("COLONY_TEST_EMULATOR");
+    return e && *e ? e : NULL;
+}
+
+/* execl() for a forked test child. "/proc/self/exe" is resolved first (under
+ * an emulator it names the emulator itself to the kernel), and under an
+ * emulator its command line goes in front: qemu-user does not follow an
+ * exec of a foreign binary by itself. Returns only if the exec failed. */
+__attribute__((unused)) static void t_execl(const char *path, const char *arg0, ...) {
+    static char self[4096];
+    if (!strcmp(path, "/proc/self/exe")) {
+        ssize_t n = readlink(path, self, sizeof self - 1);
+        if (n > 0) {
+            self[n] = 0;
+            path = self;
+        }
+    }
+    char *argv[48];
+    int n = 0;
+    static char emu[1024];
+    const char *e = t_emulator();
+    if (e) {
+        snprintf(emu, sizeof emu, "%s", e);
+        for (char *tok = strtok(emu, " "); tok && n < 32; tok = strtok(NULL, " ")) argv[n++] = tok;
+        argv[n++] = (char *)path; /* the emulator runs the binary at this path */
+    } else {
+        argv[n++] = (char *)arg0;
+    }
+    va_list ap;
+    va_start(ap, arg0);
+    for (const char *a; n < 47 && (a = va_arg(ap, const char *)) != NULL;) argv[n++] = (char *)a;
+    va_end(ap);
+    argv[n] = NULL;
+    if (e)
+        execvp(argv[0], argv); /* the emulator, found on the PATH */
+    else
+        execv(path, argv);
+}
 
 /* Misuse tests: re-execute this test binary as `<prog> --misuse <name>` in
  * a child with stderr captured; the child prints "obj=<address>" and then
@@ -71,7 +115,7 @@ __attribute__((unused)) static void t_expect_abort(const char *prog, const char 
     if (pid == 0) {
         dup2(fd[1], 2);
         close(fd[0]);
-        execl("/proc/self/exe", prog, "--misuse", name, (char *)NULL);
+        t_execl("/proc/self/exe", prog, "--misuse", name, (char *)NULL);
         _exit(127);
     }
     close(fd[1]);

@@ -144,7 +144,7 @@ static int run_child(const char *self, const char *mode, char *out, size_t outsz
     if (pid == 0) {
         dup2(pfd[1], 2);
         close(pfd[0]);
-        execl(self, self, mode, (char *)NULL);
+        t_execl(self, self, mode, (char *)NULL);
         _exit(127);
     }
     close(pfd[1]);

@@ -263,7 +263,7 @@ static void destroy_from_own_task(void) {
     pid_t pid = fork();
     if (pid == 0) {
         dup2(pfd[1], 2);
-        execl("/proc/self/exe", "test_pool_asks", "child-destroy-self", (char *)NULL);
+        t_execl("/proc/self/exe", "test_pool_asks", "child-destroy-self", (char *)NULL);
         _exit(127);
     }
     close(pfd[1]);

@@ -514,7 +514,7 @@ static void run_binary(const char *path, const char *needle) {
         dup2(out[1], 1);
         close(out[0]);
         close(out[1]);
-        execl(path, path, "0", "16", (char *)NULL);
+        t_execl(path, path, "0", "16", (char *)NULL);
         _exit(127);
     }
     close(out[1]);
