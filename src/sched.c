@@ -1565,22 +1565,21 @@ int co_init(const co_config_t *cfg) {
     }
     co__stack_setup();
     int rc = co__netpoll_init();
-    if (rc < 0) {
-        co__unlock(&init_lock);
-        return rc;
-    }
+    if (rc < 0) goto fail; /* no fd for epoll (EMFILE): nothing started yet */
     co__debug_parse_env();
     __atomic_store_n(&rt_state, RT_UP, __ATOMIC_RELEASE);
     co__sysmon_start();
     co__unlock(&init_lock);
     return 0;
 nomem:
+    rc = CO_ENOMEM;
+fail:
     if (s->allp)
         for (int i = 0; i < s->nprocs; i++) free(s->allp[i]);
     free(s->allp);
     s->allp = NULL;
     co__unlock(&init_lock);
-    return CO_ENOMEM;
+    return rc;
 }
 
 void co__token_requeue(co__token_t *t) {

@@ -3,6 +3,12 @@
 // ctest-timeout: 300
 #include <colony.h>
 #include <errno.h>
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#include <sanitizer/lsan_interface.h>
+#define T_LSAN 1
+#endif
+#endif
 #include <fenv.h>
 #include <pthread.h>
 #include <signal.h>
@@ -860,6 +866,37 @@ static void test_stack_wait(void) {
     CHECK_EQ(WEXITSTATUS(st), 0);
 }
 
+/* co_init with no file descriptor left for the netpoller (EMFILE) fails
+ * with that error and starts nothing; so does the first co_go, which
+ * starts the runtime; once fds are back, both work. In a child. */
+static void test_init_no_fds(void) {
+    if (t_tsan()) return; /* TSan cannot start threads in a forked child */
+    pid_t pid = fork_fresh();
+    if (pid == 0) {
+        if (co_shutdown() != 0) _exit(2);
+        struct rlimit old;
+        if (getrlimit(RLIMIT_NOFILE, &old) != 0) _exit(2);
+        struct rlimit none = {3, old.rlim_max}; /* 0-2 are open: no new fd */
+        if (setrlimit(RLIMIT_NOFILE, &none) != 0) _exit(2);
+        if (co_init(NULL) != -EMFILE) _exit(3);
+        if (co_go(incr, NULL) != -EMFILE) _exit(4);
+        if (setrlimit(RLIMIT_NOFILE, &old) != 0) _exit(2);
+        co_waitgroup_add(&wg, 1);
+        if (co_go(incr, NULL) != 0) _exit(5);
+        co_waitgroup_wait(&wg);
+        if (co_shutdown() != 0) _exit(6);
+#ifdef T_LSAN
+        /* the failed start returned what it had allocated */
+        if (__lsan_do_recoverable_leak_check() != 0) _exit(7);
+#endif
+        _exit(0);
+    }
+    int st;
+    waitpid(pid, &st, 0);
+    CHECK(WIFEXITED(st));
+    CHECK_EQ(WEXITSTATUS(st), 0);
+}
+
 /* co_sched_stats and co_sched_runq_lens: bad input is ignored, good input
  * gives figures within their ranges. */
 static void test_sched_stats(void) {
@@ -908,6 +945,7 @@ int main(void) {
     T_RUN(test_overflow_canary);
     T_RUN(test_enomem);
     T_RUN(test_stack_wait);
+    T_RUN(test_init_no_fds);
     T_RUN(test_shutdown_with_schedtrace);
     T_RUN(test_shutdown_restart);
     return t_end();
