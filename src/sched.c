@@ -114,7 +114,7 @@ uint32_t co__fastrand(void) {
  * run out (token_g_slow); bit 1 makes the global run queue find no chunk
  * (co__globrunqput's list fallback). Relaxed loads: a test sets it between
  * phases and waits for its effects. */
-CO_EXTERN int co__test_fail_alloc;
+CO_HIDDEN int co__test_fail_alloc; /* hidden: tests link the static library */
 int co__test_fail_alloc;
 
 /* ---- switching ---------------------------------------------------------- */
@@ -1589,7 +1589,7 @@ void co__token_requeue(co__token_t *t) {
 
 /* For tests that fork: forget the parent's runtime (its threads do not
  * exist in the child) and start afresh. Leaks the old state on purpose. */
-CO_EXTERN int co__test_reset_after_fork(void);
+CO_HIDDEN int co__test_reset_after_fork(void);
 int co__test_reset_after_fork(void) {
     __atomic_store_n(&rt_state, RT_DOWN, __ATOMIC_RELEASE);
     init_lock.v = 0;
