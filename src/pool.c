@@ -9,14 +9,18 @@
  * a worker that finishes first takes it over (worker_run). When a task
  * returns, the worker (worker_done, under the lock):
  *   - retires if the pool is closed, if it belongs to an older release
- *     generation, if the pool shrank below its worker count, or if the task
- *     panicked; a retiring worker whose slot lets a blocked submitter in
+ *     generation, or if the pool shrank below its worker count; a retiring
+ *     worker whose slot lets a blocked submitter in
  *     takes that submitter's task instead of exiting (a new worker, the
  *     same coroutine);
  *   - otherwise takes a blocked submitter's task if one waits (hand-off:
  *     the submit returns 0, the task runs on this coroutine right away);
  *   - otherwise puts its record back in the idle queue and its coroutine
  *     exits (the stack goes back to the runtime's per-P cache).
+ * A task that panicked: the worker retires (its slot to a blocked
+ * submitter, which goes round again), then reports the panic on its
+ * coroutine holding no slot, then exits; the task counts as busy until the
+ * report is done (worker_panic_retire, worker_panic_done).
  *
  * Submitting (submit_impl, under the lock): closed -> CO_ECLOSED; an idle
  * record -> activate it; room (cap < 0 or running < cap) -> a new record;
@@ -24,8 +28,8 @@
  * wait; CO_EDEADLK if the caller is a task of this very pool (it would wait
  * for itself); CO_ETIMEDOUT if the deadline is past; else queue on submitq
  * and park. The waiter leaves the queue with result 0 (a worker took its
- * task), CO_ECLOSED (release), or RETRY (tune grew the pool or a spawn
- * failed and freed a slot: go round again).
+ * task), CO_ECLOSED (release), or RETRY (tune grew the pool, a spawn
+ * failed or a panicked worker retired, freeing a slot: go round again).
  *
  * Invariant: submitq is non-empty only while the idle queue is empty (a
  * submitter queues only when no record is idle; a finishing worker serves
@@ -37,7 +41,7 @@
  * a negative return and the task never runs.
  *
  * Counts: busy++ at activation, busy-- when the worker is finished
- * (finish_locked). busy_old counts busy workers activated before the last
+ * (finish_locked; worker_panic_done after a panic's report). busy_old counts busy workers activated before the last
  * release (their record's gen is older than p->gen); release_timeout and
  * destroy wait for it to drain.
  *
@@ -348,22 +352,19 @@ static bool idle_put_locked(co_pool_t *p, co__pw_t *w, int64_t now) {
     return true;
 }
 
-/* Lock held. A task of w ended (panicked: it panicked): count it and decide
- * what w does next. With `handoff` non-NULL (w's coroutine is still
+/* Lock held. A task of w ended (a panicked one goes through
+ * worker_panic_retire instead): count it and decide what w does next. With `handoff` non-NULL (w's coroutine is still
  * running) w may take a blocked submitter's task: that submitter is
  * returned, claimed into *handoff, and w is active again. Otherwise w is put
  * in the idle queue or retired, and NULL is returned. */
-static co__waiter_t *finish_locked(co_pool_t *p, co__pw_t *w, bool panicked, int64_t now,
-                                   wakelist_t *handoff, co__pw_t **tofree) {
-    if (panicked)
-        p->panicked++;
-    else
-        p->completed++;
+static co__waiter_t *finish_locked(co_pool_t *p, co__pw_t *w, int64_t now, wakelist_t *handoff,
+                                   co__pw_t **tofree) {
+    p->completed++;
     bool old = w->gen != p->gen;
     st32(&p->busy, p->busy - 1);
     if (old) p->busy_old--;
     bool open = p->state == CO__POOL_OPEN;
-    bool retire = panicked || !open || old || (p->cap > 0 && p->running > p->cap);
+    bool retire = !open || old || (p->cap > 0 && p->running > p->cap);
     if (retire) st32(&p->running, p->running - 1);
     co__waiter_t *sub = NULL;
     if (handoff && open && (!retire || has_room_locked(p)))
@@ -427,7 +428,7 @@ static void drain_chute_locked(co_pool_t *p, wakelist_t *wl, co__pw_t **tofree) 
         }
         /* The rest, one at a time: a retire, or a queue that must grow. */
         co__pw_t *n = rev->tok.pw_next;
-        finish_locked(p, rev, false, rev->last_used, NULL, tofree);
+        finish_locked(p, rev, rev->last_used, NULL, tofree);
         rev = n;
     }
     purge_arm_locked(p);
@@ -469,13 +470,12 @@ static __attribute__((noinline)) void chute_redrain(co_pool_t *p, void *pin) {
     rec_free_list(tofree);
 }
 
-/* worker_done under the lock: a panic, or the chute was not allowed. */
-static __attribute__((noinline)) bool worker_done_locked(co_pool_t *p, co__pw_t *w,
-                                                         bool panicked, int64_t now) {
+/* worker_done under the lock: the chute was not allowed. */
+static __attribute__((noinline)) bool worker_done_locked(co_pool_t *p, co__pw_t *w, int64_t now) {
     wakelist_t wl = {NULL};
     co__pw_t *tofree = NULL;
     plock(p);
-    co__waiter_t *sub = finish_locked(p, w, panicked, now, &wl, &tofree);
+    co__waiter_t *sub = finish_locked(p, w, now, &wl, &tofree);
     drain_chute_locked(p, &wl, &tofree);
     wake_waits_locked(p, &wl);
     punlock(p);
@@ -485,13 +485,13 @@ static __attribute__((noinline)) bool worker_done_locked(co_pool_t *p, co__pw_t 
     return sub != NULL;
 }
 
-/* A task of w just ended (panicked: it panicked). Returns true with w
+/* A task of w just ended (returned). Returns true with w
  * holding a new task, false if the coroutine must exit (w is then on the
  * chute, idle or retired, and no longer ours). */
-static inline bool worker_done(co_pool_t *p, co__pw_t *w, bool panicked) {
+static inline bool worker_done(co_pool_t *p, co__pw_t *w) {
     int64_t now = p->opts.disable_purge ? 0 : idle_stamp();
     uint64_t gen = w->gen;
-    if (CO_UNLIKELY(panicked) || !chute_ok(p, gen)) return worker_done_locked(p, w, panicked, now);
+    if (!chute_ok(p, gen)) return worker_done_locked(p, w, now);
     w->last_used = now;
     /* From the push on, *p may be destroyed (its last busy worker is
      * done) while we still read it: this M's pin holds destroy back
@@ -562,7 +562,7 @@ static void worker_run(void *arg) {
             pfn(w->arg);
         else
             w->fn(w->arg);
-        if (worker_done(p, w, false)) continue; /* handed a blocked submitter's task */
+        if (worker_done(p, w)) continue; /* handed a blocked submitter's task */
         w = co__take_unstarted(worker_main, same_pool, p);
         if (!w) return;
         *cur = w;
@@ -589,18 +589,67 @@ __attribute__((noinline, cold)) static void report_panic(co_pool_t *p, void *val
     }
 }
 
+/* A task of w panicked, first half: the worker retires before the panic is
+ * reported (ants: the goroutine's deferred exit gives its slot back, then
+ * calls the handler). `running` drops by one, the record goes back, and a
+ * blocked submitter goes round again for the slot; but the task stays
+ * counted in `busy` until the report is done (worker_panic_done), so
+ * wait_idle, release_timeout and destroy wait for the handler and *p
+ * outlives it. Returns the record's generation, for the second half. */
+static uint64_t worker_panic_retire(co_pool_t *p, co__pw_t *w) {
+    wakelist_t wl = {NULL};
+    co__pw_t *tofree = NULL;
+    plock(p);
+    uint64_t gen = w->gen;
+    st32(&p->running, p->running - 1);
+    rec_put_locked(p, w, &tofree);
+    if (p->state == CO__POOL_OPEN && has_room_locked(p)) retry_submitters_locked(p, 1, &wl);
+    drain_chute_locked(p, &wl, &tofree);
+    punlock(p);
+    wl_wake(&wl);
+    rec_free_list(tofree);
+    return gen;
+}
+
+/* Second half: the report is done; the task counts as panicked, no longer
+ * busy. Nothing after the unlock touches *p: a destroyer may free it. */
+static void worker_panic_done(co_pool_t *p, uint64_t gen) {
+    wakelist_t wl = {NULL};
+    plock(p);
+    p->panicked++;
+    st32(&p->busy, p->busy - 1);
+    if (gen != p->gen) p->busy_old--;
+    wake_waits_locked(p, &wl);
+    punlock(p);
+    wl_wake(&wl);
+}
+
+typedef struct {
+    co_pool_t *pool;
+    void *value;
+} panic_report_t;
+static void report_panic_frame(void *arg) {
+    panic_report_t *r = arg;
+    report_panic(r->pool, r->value);
+}
+
 /* A worker coroutine. Its tasks run under a recover frame tagged with the
- * pool: a panic lands here; the worker is retired (ants: the goroutine
- * ends), and if a blocked submitter can use the freed slot this coroutine
- * carries on with that submitter's task. */
+ * pool: a panic lands here. The worker retires, then the panic is reported
+ * on this coroutine, which holds no slot by then (a handler may submit to
+ * its own pool), under a frame tagged with the pool as a task is (a
+ * handler that waits for the pool to go idle would wait for itself: it
+ * gets CO_EDEADLK, as a task does); then the coroutine exits. */
 static void worker_main(void *arg) {
     co__pw_t *cur = arg; /* the record running now (worker_run updates it) */
     co_pool_t *p = cur->pool;
-    void *value;
-    while (co__recover_tagged(worker_run, &cur, &value, p)) {
-        report_panic(p, value); /* no lock held: user code */
-        if (!worker_done(p, cur, true)) return;
-    }
+    panic_report_t r = {p, NULL};
+    if (!co__recover_tagged(worker_run, &cur, &r.value, p)) return;
+    uint64_t gen = worker_panic_retire(p, cur);
+    void *again;
+    if (co__recover_tagged(report_panic_frame, &r, &again, p)) /* no lock held: user code */
+        co__fatal("panic %p inside the panic handler of pool %p (the task's panic was %p)", again,
+                  (void *)p, r.value);
+    worker_panic_done(p, gen);
 }
 
 /* Start a coroutine for an activated record (lock not held). On failure the

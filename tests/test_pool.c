@@ -97,6 +97,76 @@ static void t3_panic_handler(void) {
     }
 }
 
+/* The worker retires before its panic is reported: in the handler the
+ * panicked worker no longer holds its slot (running dropped; a submit to
+ * the full capacity-1 pool gets in at once instead of waiting for the
+ * handler's own worker forever), the task still counts as busy and not yet
+ * as panicked, and co_pool_wait_idle returns only after the handler did
+ * (from inside the handler it would wait for itself: CO_EDEADLK). */
+static co_pool_t *ph_pool;
+static atomic_int ph_submit_rc, ph_running, ph_busy, ph_panicked, ph_wait_rc, ph_done, ph_ran;
+static void ph_counted(void *arg) { atomic_fetch_add(&ph_ran, 1); }
+static void ph_handler(void *value, void *ctx) {
+    co_pool_stats_t st;
+    co_pool_stats(ph_pool, &st);
+    atomic_store(&ph_running, co_pool_running(ph_pool));
+    atomic_store(&ph_busy, (int)st.busy);
+    atomic_store(&ph_panicked, (int)st.panicked);
+    atomic_store(&ph_wait_rc, co_pool_wait_idle(ph_pool, CO_FOREVER));
+    atomic_store(&ph_submit_rc, co_pool_submit(ph_pool, ph_counted, NULL));
+    co_sleep(20 * MS); /* wait_idle below must wait for this */
+    atomic_store(&ph_done, 1);
+}
+static void panic_handler_holds_no_slot(void) {
+    for (int kind = 0; kind < 2; kind++) {
+        co_pool_opts_t o = {.prealloc = kind, .panic_handler = ph_handler, .disable_purge = true};
+        CHECK_EQ(co_pool_new(&ph_pool, 1, &o), 0);
+        atomic_store(&ph_done, 0);
+        atomic_store(&ph_ran, 0);
+        CHECK_EQ(co_pool_submit(ph_pool, panicking_task, (void *)0x5), 0);
+        CHECK_EQ(co_pool_wait_idle(ph_pool, CO_FOREVER), 0);
+        CHECK_EQ(atomic_load(&ph_done), 1); /* wait_idle waited for the handler */
+        CHECK_EQ(atomic_load(&ph_running), 0);
+        CHECK_EQ(atomic_load(&ph_busy), 1);
+        CHECK_EQ(atomic_load(&ph_panicked), 0);
+        CHECK_EQ(atomic_load(&ph_wait_rc), CO_EDEADLK);
+        CHECK_EQ(atomic_load(&ph_submit_rc), 0);
+        CHECK_EQ(atomic_load(&ph_ran), 1); /* the handler's task ran */
+        co_pool_stats_t st;
+        co_pool_stats(ph_pool, &st);
+        CHECK_EQ(st.panicked, 1);
+        CHECK_EQ(st.completed, 1);
+        CHECK_EQ(st.busy, 0);
+        CHECK_EQ(st.submitted, 2);
+        co_pool_destroy(ph_pool);
+    }
+}
+
+/* A blocked submitter gets the slot a panicking worker frees, while the
+ * handler still runs. */
+static co_waitgroup_t ph_gate = CO_WAITGROUP_INIT;
+static void ph_slow_handler(void *value, void *ctx) { co_waitgroup_wait(&ph_gate); }
+static void panic_slot_to_blocked_submitter(void) {
+    co_pool_opts_t o = {.panic_handler = ph_slow_handler, .disable_purge = true};
+    CHECK_EQ(co_pool_new(&ph_pool, 1, &o), 0);
+    atomic_store(&ph_ran, 0);
+    co_waitgroup_add(&ph_gate, 1);
+    CHECK_EQ(co_pool_submit(ph_pool, panicking_task, (void *)0x6), 0);
+    /* blocks until the panicked worker retires, not until its handler ends */
+    CHECK_EQ(co_pool_submit(ph_pool, ph_counted, NULL), 0);
+    CHECK(WAIT_FOR(atomic_load(&ph_ran) == 1));
+    co_pool_stats_t st;
+    co_pool_stats(ph_pool, &st);
+    CHECK_EQ(st.busy, 1); /* the panicked task, its handler still waiting */
+    CHECK_EQ(st.panicked, 0);
+    co_waitgroup_done(&ph_gate);
+    CHECK_EQ(co_pool_wait_idle(ph_pool, CO_FOREVER), 0);
+    co_pool_stats(ph_pool, &st);
+    CHECK_EQ(st.panicked, 1);
+    CHECK_EQ(st.completed, 1);
+    co_pool_destroy(ph_pool);
+}
+
 /* T4: without a handler the panic does not crash the process; the logger
  * (or stderr) gets a line naming the pool, the coroutine and the value. */
 static char logged[256];
@@ -569,6 +639,8 @@ int main(void) {
     T_RUN_SEL(t1_wait_to_get_worker);
     T_RUN_SEL(t2_get_worker_from_cache);
     T_RUN_SEL(t3_panic_handler);
+    T_RUN_SEL(panic_handler_holds_no_slot);
+    T_RUN_SEL(panic_slot_to_blocked_submitter);
     T_RUN_SEL(t4_panic_without_handler);
     T_RUN_SEL(t5_purge);
     T_RUN_SEL(t6_nonblocking);
