@@ -2,9 +2,12 @@
  * The default pool (ants' package-level Submit/Running/...): an unlimited
  * pool with default options, created on first use rather than at load time
  * (so a program that never submits starts nothing). co_shutdown's hook
- * releases it; if no worker is busy it is destroyed, and the next use
- * creates a fresh one. If a worker is still busy, co_shutdown fails anyway
- * (live coroutines), so the hook reopens the pool and leaves it usable.
+ * releases it and waits up to 100 ms (co_shutdown's own grace for
+ * stragglers) for its busy workers; then the pool is destroyed, and the
+ * next use creates a fresh one. If a worker is still busy, the hook reopens
+ * the pool, leaves it usable, and co_shutdown fails with CO_EBUSY at once:
+ * had it gone on, that worker could have ended within co_shutdown's grace
+ * and the runtime stopped under a live pool.
  */
 #include "internal.h"
 #include "pool_impl.h"
@@ -14,19 +17,22 @@
 static co_pool_t *dflt;
 static co__lock_t dflt_lock;
 
-static void default_pool_shutdown(void) {
+static int default_pool_shutdown(void) {
+    int rc = 0;
     co__lock(&dflt_lock);
     co_pool_t *p = dflt;
     if (p) {
         (void)co__pool_release_begin(p);
-        if (co__pool_drain_until(p, 0) == 0) { /* nobody busy: try once, no wait */
+        if (co__pool_drain_until(p, co_deadline_after(100 * 1000 * 1000)) == 0) {
             __atomic_store_n(&dflt, NULL, __ATOMIC_RELEASE);
             co_pool_destroy(p);
         } else {
             co_pool_reboot(p);
+            rc = CO_EBUSY;
         }
     }
     co__unlock(&dflt_lock);
+    return rc;
 }
 
 co_pool_t *co_default_pool(void) {

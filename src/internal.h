@@ -34,8 +34,10 @@ CO_HIDDEN _Noreturn void co__fatal(const char *fmt, ...) __attribute__((format(p
 CO_HIDDEN int co__ensure_init(void);
 
 /* Hook run at the start of co_shutdown(), before live coroutines are counted
- * (the default pool releases its idle workers here). At most 8 hooks. */
-CO_HIDDEN void co__at_shutdown(void (*fn)(void));
+ * (the default pool releases its idle workers here). It returns 0, or
+ * CO_EBUSY when what it owns is still in use (it then leaves it working),
+ * and co_shutdown fails with that at once. At most 8 hooks. */
+CO_HIDDEN void co__at_shutdown(int (*fn)(void));
 
 /* ---- futex-backed internal lock ---------------------------------------- */
 /* A 3-state futex mutex (0 free, 1 locked, 2 locked with sleepers): one CAS

@@ -59,7 +59,7 @@ static __thread void *tls_panic_top; /* co__panic_slot for plain threads */
 enum { RT_DOWN = 0, RT_UP = 2 };
 static uint32_t rt_state;  /* atomic: RT_*; acquire load on the fast path */
 static co__lock_t init_lock;
-static void (*shutdown_hooks[CO_MAX_HOOKS])(void);
+static int (*shutdown_hooks[CO_MAX_HOOKS])(void); /* under init_lock */
 static int nhooks;
 
 /* Reached through a non-inlined function so a coroutine that migrated to
@@ -1513,7 +1513,7 @@ static void *mstart(void *arg) {
 
 /* ---- init / shutdown ---------------------------------------------------- */
 
-void co__at_shutdown(void (*fn)(void)) {
+void co__at_shutdown(int (*fn)(void)) {
     co__lock(&init_lock);
     for (int i = 0; i < nhooks; i++)
         if (shutdown_hooks[i] == fn) {
@@ -1646,7 +1646,8 @@ int co_shutdown(void) {
     co__lock(&init_lock);
     int n = nhooks;
     co__unlock(&init_lock);
-    for (int i = 0; i < n; i++) shutdown_hooks[i]();
+    for (int i = 0; i < n; i++)
+        if (shutdown_hooks[i]() != 0) return CO_EBUSY; /* the hook left things working */
     /* A coroutine that just signalled its waiter may still be returning:
      * give stragglers up to 100 ms before calling them alive. */
     for (int i = 0; i < 100 && count_live() != 0; i++) {

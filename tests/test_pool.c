@@ -634,6 +634,35 @@ static void shutdown_with_default_pool(void) {
     CHECK_EQ(co_shutdown(), 0);
 }
 
+/* co_shutdown with a default-pool task still running: a short one (20 ms)
+ * is waited for, the pool destroyed and the runtime stopped; the next use
+ * makes a fresh pool whose tasks run. A long one (300 ms) makes co_shutdown
+ * fail with CO_EBUSY and leaves the pool open and working. (A co_shutdown
+ * that returned 0 used to leave the pool reopened over a stopped runtime:
+ * its later tasks were accepted and never ran.) */
+static void sleep_ms_task(void *arg) {
+    co_sleep((int64_t)(intptr_t)arg * MS);
+    atomic_fetch_add(&done_count, 1);
+}
+static void shutdown_with_busy_default_pool(void) {
+    atomic_store(&done_count, 0);
+    CHECK_EQ(co_submit(sleep_ms_task, (void *)(intptr_t)20), 0);
+    CHECK_EQ(co_shutdown(), 0);
+    CHECK_EQ(atomic_load(&done_count), 1);
+    CHECK_EQ(co_submit(noop_task, NULL), 0);
+    CHECK_EQ(co_pool_wait_idle(co_default_pool(), co_deadline_after(10000 * MS)), 0);
+    CHECK_EQ(atomic_load(&done_count), 2);
+
+    CHECK_EQ(co_submit(sleep_ms_task, (void *)(intptr_t)300), 0);
+    CHECK_EQ(co_shutdown(), CO_EBUSY);
+    CHECK(!co_pool_is_closed(co_default_pool()));
+    CHECK_EQ(co_submit(noop_task, NULL), 0);
+    CHECK_EQ(co_pool_wait_idle(co_default_pool(), co_deadline_after(10000 * MS)), 0);
+    CHECK_EQ(atomic_load(&done_count), 4);
+    CHECK(WAIT_FOR(co_count() == 0));
+    CHECK_EQ(co_shutdown(), 0);
+}
+
 int main(void) {
     t_begin(280);
     T_RUN_SEL(t1_wait_to_get_worker);
@@ -657,5 +686,6 @@ int main(void) {
     T_RUN_SEL(t16_reboot_calc);
     T_RUN_SEL(from_coroutine);
     T_RUN_SEL(shutdown_with_default_pool);
+    T_RUN_SEL(shutdown_with_busy_default_pool);
     return t_end();
 }
