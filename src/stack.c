@@ -253,6 +253,13 @@ int co__stack_alloc(co__stack_t *s, size_t size) {
 
 void co__stack_free(co__stack_t *s) {
     if (!s->map) return;
+#ifdef CO_ASAN
+    /* ASan keeps the shadow of an unmapped range: the frames a coroutine
+     * left poisoned (it never returned from them) would greet the next
+     * mapping there, a stack of another size (cached stacks are cleaned
+     * when attached, gcache.c) or any other memory. */
+    __asan_unpoison_memory_region(s->lo, s->size);
+#endif
     VALGRIND_STACK_DEREGISTER(s->vg_id);
     munmap(s->map, s->map_size);
     __atomic_sub_fetch(&stacks_mapped, 1, __ATOMIC_RELAXED);
