@@ -32,7 +32,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 /* ---- the descriptor table ------------------------------------------------ */
@@ -190,14 +189,19 @@ static int pd_setup(co__pd_t *pd) {
             rc = -errno;
             goto out;
         }
-        int type;
-        socklen_t tl = sizeof type;
+        int type, dom = 0;
+        socklen_t tl = sizeof type, dl = sizeof dom;
         pd->is_sock = getsockopt(pd->fd, SOL_SOCKET, SO_TYPE, &type, &tl) == 0;
-        struct stat st;
-        __atomic_store_n(&pd->stream,
-                         pd->is_sock ? type == SOCK_STREAM
-                                     : fstat(pd->fd, &st) == 0 && S_ISFIFO(st.st_mode),
-                         __ATOMIC_RELAXED);
+        /* Where a short read means an empty buffer (co_read's skip): TCP
+         * only, urgent data aside (its edge turns the skip off, see hup).
+         * Not a Unix stream socket (a read stops after a segment with
+         * SCM_RIGHTS, or between writers with SO_PASSCRED), nor a pipe
+         * (one in packet mode, O_DIRECT, returns one write per read, and
+         * only its write end shows the flag). */
+        bool stream = pd->is_sock && type == SOCK_STREAM &&
+                      getsockopt(pd->fd, SOL_SOCKET, SO_DOMAIN, &dom, &dl) == 0 &&
+                      (dom == AF_INET || dom == AF_INET6);
+        __atomic_store_n(&pd->stream, stream, __ATOMIC_RELAXED);
     }
     if (pd->kind == CO__PD_UNKNOWN || pd->kind == CO__PD_NEW_SOCK) {
         rc = co__np_register(pd->fd);
@@ -401,7 +405,8 @@ ssize_t co_read(int fd, void *buf, size_t len, int64_t deadline) {
          * connection saves one syscall per message). Never for a deadline
          * that has passed: that is a try, and tries read. Never after a
          * hang-up or error edge: EOF and errors stay pending with no edge to
-         * come (seq was loaded with acquire after the hup store it covers). */
+         * come; nor after TCP urgent data, where a read stops short at the
+         * mark (seq was loaded with acquire after the hup store it covers). */
         if (seq + 1 != 0 && __atomic_load_n(&pd->rdrained, __ATOMIC_RELAXED) == seq + 1 &&
             len > 0 && !__atomic_load_n(&pd->hup, __ATOMIC_RELAXED) && edge_wait_pays(deadline)) {
             __atomic_store_n(&pd->rdrained, 0, __ATOMIC_RELAXED); /* one skip per short read */
@@ -501,7 +506,7 @@ int co_accept(int fd, struct sockaddr *addr, socklen_t *addrlen, int64_t deadlin
         if (npd) {
             co__lock(&npd->lock);
             npd->is_sock = 1;
-            /* as the listener: SOCK_STREAM or SEQPACKET */
+            /* as the listener: a TCP one's connections are TCP */
             __atomic_store_n(&npd->stream, __atomic_load_n(&pd->stream, __ATOMIC_RELAXED),
                              __ATOMIC_RELAXED);
             __atomic_store_n(&npd->rdrained, 0, __ATOMIC_RELAXED);

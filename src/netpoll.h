@@ -52,11 +52,12 @@ typedef struct co__pd {
     uint32_t wseq;     /* atomic: same for the write side */
     uint8_t kind;      /* CO__PD_*, see above */
     uint8_t is_sock;   /* valid when kind is NEW_SOCK or POLLED: send(MSG_NOSIGNAL) */
-    uint8_t stream;    /* atomic relaxed; a byte stream (SOCK_STREAM socket, FIFO): a short read drained it */
+    uint8_t stream;    /* atomic relaxed; TCP or a plain pipe: a short read drained it */
     uint32_t rdrained; /* atomic relaxed, a hint: rseq + 1 when a read of a stream came
                           back short (the kernel buffer was empty then); 0: none */
-    uint8_t hup;       /* atomic: a hang-up or error was reported (never skip a read
-                          after that); set before the rseq bump (release) that reports it */
+    uint8_t hup;       /* atomic: a hang-up, an error or urgent data was reported (never
+                          skip a read after that); set before the rseq bump (release)
+                          that reports it */
     int fd;            /* the fd number this slot belongs to (constant) */
     co__waitq_t rq;    /* parked readers (co_read, co_accept, co_wait_fd) */
     co__waitq_t wq;    /* parked writers (co_write, co_connect, co_wait_fd) */

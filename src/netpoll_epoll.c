@@ -92,7 +92,7 @@ int co__np_register(int fd) {
     if (np.epfd < 0)
         return -EBADF;
     struct epoll_event e = {
-        .events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET,
+        .events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLPRI | EPOLLET,
         .data.u64 = (uint64_t)(uint32_t)fd,
     };
     if (epoll_ctl(np.epfd, EPOLL_CTL_ADD, fd, &e) == 0)
@@ -199,11 +199,13 @@ int co__netpoll(int64_t delay_ns) {
             continue;
         }
         int modes = 0;
-        if (ev & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
+        if (ev & (EPOLLIN | EPOLLPRI | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
             modes |= CO__PD_READ;
         if (ev & (EPOLLOUT | EPOLLHUP | EPOLLERR))
             modes |= CO__PD_WRITE;
-        if (ev & (EPOLLRDHUP | EPOLLHUP | EPOLLERR))
+        /* EPOLLPRI: TCP urgent data, where a read stops short of what is
+         * buffered: like a hang-up, it ends co_read's skip for good */
+        if (ev & (EPOLLPRI | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
             modes |= CO__PD_HUP;
         co__pd_t *pd = co__pd_peek((int)(uint32_t)evs[i].data.u64);
         if (pd && modes)

@@ -2,6 +2,7 @@
  * co_wait_fd, co_close from coroutines and plain threads, over socket
  * pairs and loopback TCP (127.0.0.1 only). Behaviour, not timing. */
 // ctest-timeout: 180
+#define _GNU_SOURCE 1 /* pipe2, O_DIRECT */
 #include "t.h"
 
 #include <colony.h>
@@ -16,6 +17,7 @@ bool co__netpoll_has_waiters(void);
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -704,6 +706,92 @@ static void test_reset(void) {
     co_close(l);
 }
 
+/* ---- short reads that did not drain the buffer ------------------------------- */
+
+/* After a short read of a byte stream, co_read may wait for the next edge
+ * without trying read(2) (docs/io.md, "No read(2) that must fail"). That
+ * holds only where a short read means an empty buffer; here it does not,
+ * and the second read must return the bytes already there at once instead
+ * of waiting for an edge that never comes: a packet-mode pipe (one read,
+ * one write), TCP urgent data (a read stops at the mark), and a Unix
+ * stream socket (a read stops after a segment carrying SCM_RIGHTS). An M
+ * sleeps in the poller meanwhile (a sleeping coroutine), as in a server. */
+static _Atomic int sr_stop;
+static void sr_sleeper(void *arg) {
+    while (!atomic_load(&sr_stop)) co_sleep(20 * MS);
+}
+static void sr_expect(int r, int w, const char *want1, const char *want2, const char *what) {
+    char b[100];
+    ssize_t n1 = co_read(r, b, sizeof b, co_deadline_after(5000 * MS));
+    CHECK_EQ(n1, (ssize_t)strlen(want1));
+    if (n1 > 0) CHECK(memcmp(b, want1, (size_t)n1) == 0);
+    ssize_t n2 = co_read(r, b, sizeof b, co_deadline_after(2000 * MS));
+    if (n2 != (ssize_t)strlen(want2)) fprintf(stderr, "  %s: second read %zd\n", what, n2);
+    CHECK_EQ(n2, (ssize_t)strlen(want2));
+    if (n2 > 0) CHECK(memcmp(b, want2, (size_t)n2) == 0);
+    (void)w;
+}
+static void test_short_read_not_drained(void) {
+    int before = count_fds();
+    atomic_store(&sr_stop, 0);
+    CHECK_EQ(co_go(sr_sleeper, NULL), 0);
+    struct timespec settle = {0, 20 * 1000 * 1000};
+    char b[8];
+    for (int round = 0; round < 3; round++) {
+        /* a packet-mode pipe */
+        int p[2];
+        CHECK_EQ(pipe2(p, O_DIRECT | O_CLOEXEC), 0);
+        CHECK_EQ(co_read(p[0], b, sizeof b, 0), CO_ETIMEDOUT); /* first use: registered */
+        CHECK_EQ(write(p[1], "ab", 2), 2);
+        CHECK_EQ(write(p[1], "cd", 2), 2);
+        nanosleep(&settle, NULL);
+        sr_expect(p[0], p[1], "ab", "cd", "O_DIRECT pipe");
+        co_close(p[0]);
+        co_close(p[1]);
+
+        /* TCP urgent data */
+        int port, l = listen_tcp(&port);
+        CHECK(l >= 0);
+        int c = connect_tcp(port, co_deadline_after(5000 * MS));
+        int s = co_accept(l, NULL, NULL, co_deadline_after(5000 * MS));
+        CHECK(c >= 0 && s >= 0);
+        CHECK_EQ(co_read(s, b, sizeof b, 0), CO_ETIMEDOUT);
+        CHECK_EQ(send(c, "abc", 3, 0), 3);
+        CHECK_EQ(send(c, "X", 1, MSG_OOB), 1);
+        CHECK_EQ(send(c, "def", 3, 0), 3);
+        nanosleep(&settle, NULL);
+        sr_expect(s, c, "abc", "def", "TCP urgent");
+        co_close(c);
+        co_close(s);
+        co_close(l);
+
+        /* a Unix stream socket, a segment with SCM_RIGHTS first */
+        int sp[2];
+        CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp), 0);
+        CHECK_EQ(co_read(sp[0], b, sizeof b, 0), CO_ETIMEDOUT);
+        int passed = dup(1);
+        char cbuf[CMSG_SPACE(sizeof(int))];
+        memset(cbuf, 0, sizeof cbuf);
+        struct iovec iov = {.iov_base = "AAA", .iov_len = 3};
+        struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
+                            .msg_controllen = sizeof cbuf};
+        struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+        cm->cmsg_level = SOL_SOCKET;
+        cm->cmsg_type = SCM_RIGHTS;
+        cm->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(cm), &passed, sizeof(int));
+        CHECK_EQ(sendmsg(sp[1], &mh, 0), 3);
+        close(passed);
+        CHECK_EQ(write(sp[1], "BBB", 3), 3);
+        nanosleep(&settle, NULL);
+        sr_expect(sp[0], sp[1], "AAA", "BBB", "Unix SCM_RIGHTS");
+        co_close(sp[0]);
+        co_close(sp[1]);
+    }
+    atomic_store(&sr_stop, 1);
+    CHECK_EQ(count_fds(), before);
+}
+
 int main(void) {
     t_begin(170);
     signal(SIGPIPE, SIG_DFL); /* co_write must not raise it on sockets */
@@ -718,6 +806,7 @@ int main(void) {
     T_RUN(test_close_many_waiters);
     T_RUN(test_write_all_and_half_close);
     T_RUN(test_reset);
+    T_RUN(test_short_read_not_drained);
     T_RUN(test_thread_server);
     T_RUN(test_thread_coroutine_mix);
     T_RUN(test_1000_connections);
