@@ -179,6 +179,22 @@ static void pd_exit(co__pd_t *pd) {
 static int pd_setup(co__pd_t *pd) {
     int rc = 0;
     co__lock(&pd->lock);
+    if (pd->kind == CO__PD_NEW_SOCK) {
+        /* co_accept made it non-blocking, but the number may have been
+         * closed with close(2) since and taken by another file: one look at
+         * the flags tells a blocking one (a read of it would block the M
+         * past any deadline), which gets the whole setup. A non-blocking
+         * file that is no socket is caught by co_write (ENOTSOCK). */
+        int fl = fcntl(pd->fd, F_GETFL);
+        if (fl < 0) {
+            rc = -errno;
+            goto out;
+        }
+        if (!(fl & O_NONBLOCK)) {
+            __atomic_store_n(&pd->kind, CO__PD_UNKNOWN, __ATOMIC_RELAXED);
+            __atomic_store_n(&pd->stream, 0, __ATOMIC_RELAXED);
+        }
+    }
     if (pd->kind == CO__PD_UNKNOWN) {
         int fl = fcntl(pd->fd, F_GETFL);
         if (fl < 0) {
@@ -458,6 +474,13 @@ ssize_t co_write(int fd, const void *buf, size_t len, int64_t deadline) {
         }
         if (n == -EINTR)
             continue;
+        if (CO_UNLIKELY(n == -ENOTSOCK) && sock) {
+            /* A number co_accept gave out, closed with close(2) and reused
+             * by a file that is no socket: write(2) it is, from now on. */
+            __atomic_store_n(&pd->is_sock, 0, __ATOMIC_RELAXED);
+            sock = false;
+            continue;
+        }
         if (!again(n) || pd_plain(pd)) {
             res = n;
             break;

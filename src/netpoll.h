@@ -51,7 +51,9 @@ typedef struct co__pd {
                           before its syscall (acquire) */
     uint32_t wseq;     /* atomic: same for the write side */
     uint8_t kind;      /* CO__PD_*, see above */
-    uint8_t is_sock;   /* valid when kind is NEW_SOCK or POLLED: send(MSG_NOSIGNAL) */
+    uint8_t is_sock;   /* valid when kind is NEW_SOCK or POLLED: send(MSG_NOSIGNAL);
+                          written under lock, or cleared (atomic relaxed) by co_write
+                          on ENOTSOCK */
     uint8_t stream;    /* atomic relaxed; TCP or a plain pipe: a short read drained it */
     uint32_t rdrained; /* atomic relaxed, a hint: rseq + 1 when a read of a stream came
                           back short (the kernel buffer was empty then); 0: none */

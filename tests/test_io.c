@@ -792,6 +792,52 @@ static void test_short_read_not_drained(void) {
     CHECK_EQ(count_fds(), before);
 }
 
+/* An fd from co_accept closed with close(2) before any other co_* call:
+ * the next file to take its number is set up as any other (a blocking
+ * pipe: co_read used to block the thread past its deadline), and a
+ * non-blocking one that is no socket is written with write(2) (co_write
+ * used to answer -ENOTSOCK). */
+static void test_accepted_then_plain_close(void) {
+    int before = count_fds();
+    int port, l = listen_tcp(&port);
+    CHECK(l >= 0);
+    for (int round = 0; round < 2; round++) {
+        int c = connect_tcp(port, co_deadline_after(5000 * MS));
+        int s = co_accept(l, NULL, NULL, co_deadline_after(5000 * MS));
+        CHECK(c >= 0 && s >= 0);
+        int q[2], r, w;
+        if (round == 0) {
+            close(s); /* plain close: never used with co_* */
+            CHECK_EQ(pipe2(q, O_CLOEXEC), 0);
+            r = q[0];
+            w = q[1];
+        } else {
+            CHECK_EQ(pipe2(q, O_CLOEXEC | O_NONBLOCK), 0);
+            close(s); /* plain close, then the pipe's write end takes the number */
+            CHECK_EQ(dup3(q[1], s, O_CLOEXEC), s);
+            close(q[1]);
+            r = q[0];
+            w = s;
+        }
+        if (round == 0) {
+            CHECK_EQ(r, s); /* the lowest free number */
+            char b[8];
+            int64_t t0 = co_now();
+            CHECK_EQ(co_read(r, b, sizeof b, co_deadline_after(50 * MS)), CO_ETIMEDOUT);
+            CHECK(co_now() - t0 < 5000 * MS);
+        } else {
+            CHECK_EQ(co_write(w, "hi", 2, co_deadline_after(5000 * MS)), 2);
+            char b[8];
+            CHECK_EQ(co_read(r, b, sizeof b, co_deadline_after(5000 * MS)), 2);
+        }
+        co_close(r);
+        co_close(w);
+        co_close(c);
+    }
+    co_close(l);
+    CHECK_EQ(count_fds(), before);
+}
+
 int main(void) {
     t_begin(170);
     signal(SIGPIPE, SIG_DFL); /* co_write must not raise it on sockets */
@@ -807,6 +853,7 @@ int main(void) {
     T_RUN(test_write_all_and_half_close);
     T_RUN(test_reset);
     T_RUN(test_short_read_not_drained);
+    T_RUN(test_accepted_then_plain_close);
     T_RUN(test_thread_server);
     T_RUN(test_thread_coroutine_mix);
     T_RUN(test_1000_connections);
