@@ -244,7 +244,9 @@ static void post_requeue(co_g_t *g, void *arg) {
 int co_blocking(void (*fn)(void *arg), void *arg) {
     if (!fn) return CO_EINVAL;
     co_m_t *m = co__getm();
-    if (!m || !m->curg) {
+    /* A plain thread, or a co_blocking inside another one's fn: this M
+     * runs without a P already (the outer call gave it up). */
+    if (!m || !m->curg || !m->p) {
         fn(arg);
         return 0;
     }

@@ -267,6 +267,36 @@ static void test_many_blocking_calls(void) {
     CHECK_EQ(done_blocking, 4 * N);
 }
 
+/* ---- co_blocking inside co_blocking ------------------------------------------ */
+
+/* The inner call runs on an M that already gave its P up: it just runs fn
+ * (it used to dereference the missing P and crash). Nested three deep, from
+ * several coroutines at once on the one P, with a 5 ms sleep at the
+ * bottom: every level runs, every call returns 0. */
+static int nested_depth_seen; /* atomic */
+static void nested_level(void *arg) {
+    int depth = (int)(intptr_t)arg;
+    __atomic_fetch_add(&nested_depth_seen, 1, __ATOMIC_RELAXED);
+    if (depth > 1)
+        CHECK_EQ(co_blocking(nested_level, (void *)(intptr_t)(depth - 1)), 0);
+    else
+        sleep_5ms(NULL);
+}
+static void nested_caller(void *arg) {
+    co_waitgroup_t *wg = arg;
+    CHECK_EQ(co_blocking(nested_level, (void *)(intptr_t)3), 0);
+    co_waitgroup_done(wg);
+}
+static void test_nested_blocking(void) {
+    enum { N = 8 };
+    __atomic_store_n(&nested_depth_seen, 0, __ATOMIC_RELAXED);
+    co_waitgroup_t wg = CO_WAITGROUP_INIT;
+    co_waitgroup_add(&wg, N);
+    for (int i = 0; i < N; i++) CHECK_EQ(co_go(nested_caller, &wg), 0);
+    co_waitgroup_wait(&wg);
+    CHECK_EQ(__atomic_load_n(&nested_depth_seen, __ATOMIC_RELAXED), 3 * N);
+}
+
 int main(void) {
     t_begin(100);
     co_config_t cfg = {.procs = 1};
@@ -276,6 +306,7 @@ int main(void) {
     T_RUN(test_blocking_call_keeps_p_running);
     T_RUN(test_cpu_loop_keeps_p_running);
     T_RUN(test_many_blocking_calls);
+    T_RUN(test_nested_blocking);
     T_RUN(test_lend_while_going_idle);
     T_RUN(test_lend_chain_keeps_timers);
     return t_end();
