@@ -236,6 +236,14 @@ static int http_precheck(const char *b, size_t n) {
     return 0; /* the rest is for http_parse */
 }
 
+/* A line ended by LF alone (RFC 9112 lets a server refuse it). */
+static bool http_bare_lf(const char *b, size_t n) {
+    for (const char *p = memchr(b, '\n', n); p; p = memchr(p + 1, '\n', (size_t)(b + n - p - 1)))
+        if (p == b || p[-1] != '\r')
+            return true;
+    return false;
+}
+
 /* Parse a complete head in b[0..head_len). Returns 0 or an HTTP status. */
 static int http_parse(char *b, size_t head_len, http_req_t *r) {
     memset(r, 0, sizeof *r);
@@ -358,6 +366,8 @@ static long http_read_head(http_conn_t *c) {
         int pre = http_precheck(c->buf, c->have);
         if (pre)
             return -pre;
+        if (http_bare_lf(c->buf, c->have))
+            return -400; /* lines end in CRLF here; waiting would only time out */
         if (c->have == sizeof c->buf)
             return -431;
         ssize_t n = co_read(c->base.fd, c->buf + c->have, sizeof c->buf - c->have, dl);

@@ -167,6 +167,8 @@ static void test_http_answers(void) {
     EX("GET / HTTP/2.0\r\nHost: x\r\n\r\n", 505);
     EX("GET / HTTX/1.1\r\nHost: x\r\n\r\n", 400);
     EX("GET  HTTP/1.1\r\nHost: x\r\n\r\n", 400);
+    EX("GET / HTTP/1.1\nHost: x\n\n", 400);            /* bare LF: refused, not timed out */
+    EX("GET / HTTP/1.1\r\nHost: x\n\r\n", 400);
     {
         static char big[12000];
         int n = snprintf(big, sizeof big, "GET / HTTP/1.1\r\nHost: x\r\nX-Big: ");
