@@ -55,11 +55,23 @@ int co_chan_new(co_chan_t **out, size_t elem_size, size_t cap) {
 
 void co_chan_free(co_chan_t *ch) {
     if (!ch) return;
-    /* Misuse check only: with correct use nobody else touches ch now. */
     chan_lock(ch);
+    /* Misuse check: with correct use nobody is blocked on ch now. */
     const char *busy = ch->recvq.head ? "receivers" : ch->sendq.head ? "senders" : NULL;
+    if (busy) {
+        chan_unlock(ch);
+        co__fatal("co_chan_free(%p): the channel still has blocked %s", (void *)ch, busy);
+    }
+    /* Operations this channel woke or dropped without claiming them (a
+     * select another case won, a receive whose deadline fired as the
+     * channel closed) still lock it once to finish: wait for them. They
+     * hold no other lock we could need, and do it at once when they run. */
+    while (ch->linger != 0) {
+        chan_unlock(ch);
+        co_yield(); /* sched_yield() on a plain thread */
+        chan_lock(ch);
+    }
     chan_unlock(ch);
-    if (busy) co__fatal("co_chan_free(%p): the channel still has blocked %s", (void *)ch, busy);
     free(ch);
 }
 
@@ -105,10 +117,10 @@ static int chan_block(co_chan_t *ch, co__waitq_t *q, void *data, int64_t deadlin
     int rc = co__park(&pk, deadline, chan_unlock_cb, ch);
     if (CO_UNLIKELY(rc == CO_ETIMEDOUT)) {
         /* The deadline claimed the parker, so no waker will touch w; a
-         * waker may already have popped it (its claim failed): then the
-         * remove is a no-op. */
+         * waker may already have popped it (its claim failed, and it
+         * counted w in linger, which keeps ch alive for this lock). */
         chan_lock(ch);
-        chq_remove(&w);
+        chq_leave(ch, &w);
         chan_unlock(ch);
         return CO_ETIMEDOUT;
     }
@@ -172,12 +184,12 @@ int co_chan_close(co_chan_t *ch) {
      * a private list (their links are ours once claimed) and wake them
      * after unlocking, as Go's closechan does with its glist. */
     co__waiter_t *head = NULL, **tail = &head, *w;
-    while ((w = chq_claim(&ch->recvq)) != NULL) {
+    while ((w = chq_claim(ch, &ch->recvq)) != NULL) {
         w->result = CO_ECLOSED; /* the receiver's buffer is left untouched */
         *tail = w;
         tail = &w->next;
     }
-    while ((w = chq_claim(&ch->sendq)) != NULL) {
+    while ((w = chq_claim(ch, &ch->sendq)) != NULL) {
         w->result = CO_ECLOSED;
         *tail = w;
         tail = &w->next;

@@ -19,7 +19,13 @@
  *  - the queues may hold *stale* waiters: their parker was already claimed
  *    by a deadline or by another case of their select, and their owner will
  *    re-lock the channel to unlink them. A waker that pops a stale waiter
- *    (co__claim fails) just drops it; the owner's unlink is then a no-op.
+ *    (co__claim fails) drops it and counts it in `linger`: its owner still
+ *    comes back to lock the channel, finds it unlinked and uncounts it.
+ *    co_chan_free waits for linger to drop to 0, so a channel closed and
+ *    freed at once (co_ctx_free: cancel, then free) outlives the selects
+ *    and timed-out operations it woke or dropped. An owner never re-locks
+ *    a channel on which its only waiter was claimed (by a waker, which
+ *    does not count it).
  *
  * Lock-free reads (the non-blocking fast paths of chan.go, and select's
  * snapshot of several channels):
@@ -54,7 +60,8 @@ struct co_chan {
     uint32_t ver;      /* atomic seq counter: odd while `lock` is held (see above) */
     size_t qcount;     /* atomic: elements in buf; written under lock (relaxed), read lock-free (acquire) */
     uint32_t closed;   /* atomic: 0/1; set once under lock (release), read lock-free (acquire) */
-    uint32_t _pad;
+    uint32_t linger;   /* stale waiters popped, whose owners will still lock the
+                          channel (see above); under lock */
     co__waitq_t recvq; /* blocked receivers; head also read lock-free */
     co__waitq_t sendq; /* blocked senders; head also read lock-free */
     size_t sendx;      /* next slot to fill (under lock) */
@@ -164,7 +171,7 @@ enum {
  * and find the waiter only by popping it (once). The store-release stands
  * for the CAS's effect (state WAITING -> WOKEN, winner recorded); the data
  * hand-over is published to the owner by co__unpark as usual. */
-static inline co__waiter_t *chq_claim(co__waitq_t *q) {
+static inline co__waiter_t *chq_claim(co_chan_t *ch, co__waitq_t *q) {
     co__waiter_t *w;
     while ((w = chq_pop(q)) != NULL) {
         if (w->idx == CHAN_W_EXCL) {
@@ -173,8 +180,20 @@ static inline co__waiter_t *chq_claim(co__waitq_t *q) {
             return w;
         }
         if (co__claim(w->pk, w)) return w;
+        ch->linger++; /* stale: its owner will lock ch once more (chq_leave) */
     }
     return NULL;
+}
+
+/* Under ch->lock, by the owner of w, whose parker was claimed by someone
+ * else than a waker popping w: take w off ch for good, or, if a waker
+ * already popped it (and counted it), uncount it. After the unlock that
+ * follows, the owner must not touch ch again. */
+static inline void chq_leave(co_chan_t *ch, co__waiter_t *w) {
+    if (w->q)
+        chq_remove(w);
+    else
+        ch->linger--;
 }
 
 /* ---- element copies ------------------------------------------------------ */
@@ -207,7 +226,7 @@ static inline __attribute__((always_inline)) int chan_send_locked(co_chan_t *ch,
                                                                  co__waiter_t **wake) {
     *wake = NULL;
     if (ch->closed) return CO_ECLOSED;
-    co__waiter_t *w = chq_claim(&ch->recvq);
+    co__waiter_t *w = chq_claim(ch, &ch->recvq);
     if (w) { /* a receiver waits: the buffer is empty; copy straight into it (sendDirect) */
         if (w->data) chan_copy(w->data, elem, ch->elem_size);
         w->result = 0;
@@ -227,7 +246,7 @@ static inline __attribute__((always_inline)) int chan_send_locked(co_chan_t *ch,
 static inline __attribute__((always_inline)) int chan_recv_locked(co_chan_t *ch, void *elem,
                                                                  co__waiter_t **wake) {
     *wake = NULL;
-    co__waiter_t *w = chq_claim(&ch->sendq);
+    co__waiter_t *w = chq_claim(ch, &ch->sendq);
     if (w) {
         if (ch->cap == 0) { /* unbuffered: take the sender's value directly */
             if (elem) chan_copy(elem, w->data, ch->elem_size);

@@ -77,6 +77,9 @@ typedef struct sel {
     co_case_t *cases;
     int *lockorder; /* indices of the cases with a channel, by channel address */
     int nn;         /* how many */
+    int unlocked;   /* atomic: set (release) by the park's unlock callback once
+                     * it let go of every lock and of *s; pass 3 waits for it
+                     * (acquire) before the select may return */
 } sel_t;
 
 static inline co_chan_t *lo_ch(const sel_t *s, int k) { return s->cases[s->lockorder[k]].ch; }
@@ -130,10 +133,7 @@ static void sel_lock(const sel_t *s) {
     }
 }
 
-/* Unlock in reverse order. Used as co__park's unlock callback too: once the
- * first lock in lockorder is released the select may run again and return,
- * so *s must not be touched after that last unlock (Go's selunlock rule).
- * Until then the select cannot get past pass 3, which needs that lock. */
+/* Unlock in reverse order. */
 static void sel_unlock(const sel_t *s) {
     for (int k = s->nn - 1; k >= 0; k--) {
         co_chan_t *c = lo_ch(s, k);
@@ -142,7 +142,34 @@ static void sel_unlock(const sel_t *s) {
     }
 }
 
-static void sel_unlock_cb(void *arg) { sel_unlock((const sel_t *)arg); }
+/* co__park's unlock callback, on the parking M after the select stopped
+ * running. A waker may take a channel's lock as soon as it is released
+ * and wake the select, which may then run on another M while this still
+ * unlocks the rest: pass 3 waits for `unlocked` before it touches a
+ * channel or returns (Go's select relies on re-locking every channel for
+ * this; here pass 3 skips the channel a close woke it on, which may be
+ * freed by then). The store is this callback's last touch of *s. */
+static void sel_unlock_cb(void *arg) {
+    sel_t *s = arg;
+    sel_unlock(s);
+    __atomic_store_n(&s->unlocked, 1, __ATOMIC_RELEASE);
+}
+
+/* Pass 3's locks: only the channels where a waiter of ours other than the
+ * winner may still sit (or was popped stale and counted: chq_leave). The
+ * winner's channel is left alone unless another case of ours is on it: its
+ * waker claimed us there and is done with us, and the channel may already
+ * be gone (co_ctx_free closes a context's done channel, then frees it). */
+static bool sel_needs(const sel_t *s, const co__waiter_t *ws, const co__waiter_t *win, int k0,
+                      int *k1) {
+    co_chan_t *c = lo_ch(s, k0);
+    bool need = false;
+    int k = k0;
+    for (; k < s->nn && lo_ch(s, k) == c; k++)
+        if (&ws[k] != win) need = true;
+    *k1 = k;
+    return need;
+}
 
 /* ---- step 0: the lock-free snapshot ------------------------------------- */
 
@@ -191,7 +218,7 @@ static int sel_run(co_case_t *cases, int n, int nn, int64_t deadline, int *pollo
         lockorder[np] = i;
         np++;
     }
-    sel_t s = {.cases = cases, .lockorder = lockorder, .nn = nn};
+    sel_t s = {.cases = cases, .lockorder = lockorder, .nn = nn, .unlocked = 0};
     if (nn > 1) sort_lockorder(&s);
 
     sel_lock(&s);
@@ -230,12 +257,24 @@ static int sel_run(co_case_t *cases, int n, int nn, int64_t deadline, int *pollo
     }
     int prc = co__park(&pk, deadline, sel_unlock_cb, &s);
 
-    /* pass 3: whoever claimed pk recorded its waiter (none for a deadline) */
+    /* pass 3: whoever claimed pk recorded its waiter (none for a deadline).
+     * Wait for the unlock callback to be done with s (see sel_unlock_cb);
+     * then take each other waiter off its channel, one channel at a time
+     * (no deadlock: we hold one lock at most, and the winner's claim is
+     * already made, so nobody waits on us). */
+    for (unsigned spin = 0; !__atomic_load_n(&s.unlocked, __ATOMIC_ACQUIRE); spin++) {
+        co__cpu_relax();
+        if (spin % 64 == 63) co_yield(); /* its M was preempted: let it run */
+    }
     co__waiter_t *win = prc == 0 ? (co__waiter_t *)pk.winner : NULL;
-    sel_lock(&s);
-    for (int k = 0; k < nn; k++)
-        if (&ws[k] != win) chq_remove(&ws[k]);
-    sel_unlock(&s);
+    for (int k = 0, k1; k < nn; k = k1) {
+        if (!sel_needs(&s, ws, win, k, &k1)) continue;
+        co_chan_t *c = lo_ch(&s, k);
+        chan_lock(c);
+        for (int j = k; j < k1; j++)
+            if (&ws[j] != win) chq_leave(c, &ws[j]);
+        chan_unlock(c); /* our last touch of c: co_chan_free may free it now */
+    }
     if (!win) return CO_ETIMEDOUT;
     cases[win->idx].result = win->result; /* 0 or CO_ECLOSED, set before co__unpark */
     return win->idx;

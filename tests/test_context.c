@@ -5,6 +5,7 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -432,6 +433,66 @@ static void test_cancel_while_adding(void) {
     }
 }
 
+/* co_ctx_free while a select waits on co_ctx_done(ctx): freeing cancels
+ * first, which wakes the select, and the free must not pull the done
+ * channel from under the woken select (it re-locked every channel of its
+ * cases after waking: a use after free, or a hang on the freed lock). One
+ * case, two cases (another channel as well), and the done channel twice;
+ * from coroutines and from a plain thread. */
+typedef struct {
+    co_chan_t *done, *other;
+    int shape; /* 0: done alone, 1: other + done, 2: done twice */
+    _Atomic int parked;
+    int rc;
+    co_waitgroup_t wg;
+} fs_t;
+static void fs_select(fs_t *f) {
+    char x, y;
+    int j;
+    co_case_t cs[2] = {{f->done, CO_RECV, &x, 0}, {NULL, CO_RECV, NULL, 0}};
+    int n = 1;
+    if (f->shape == 1) cs[n++] = (co_case_t){f->other, CO_RECV, &j, 0};
+    if (f->shape == 2) cs[n++] = (co_case_t){f->done, CO_RECV, &y, 0};
+    atomic_store(&f->parked, 1);
+    f->rc = co_select(cs, n, CO_FOREVER);
+}
+static void fs_co(void *arg) {
+    fs_t *f = arg;
+    fs_select(f);
+    co_waitgroup_done(&f->wg);
+}
+static void *fs_thread(void *arg) {
+    fs_t *f = arg;
+    fs_select(f);
+    co_waitgroup_done(&f->wg);
+    return NULL;
+}
+static void test_free_while_select_waits(void) {
+    co_chan_t *other;
+    CHECK_EQ(co_chan_new(&other, sizeof(int), 0), 0);
+    int rounds = t_small() ? 60 : 300;
+    for (int i = 0; i < rounds; i++) {
+        fs_t f = {.other = other, .shape = i % 3, .wg = CO_WAITGROUP_INIT};
+        co_ctx_t *ctx;
+        CHECK_EQ(co_ctx_with_cancel(&ctx, co_ctx_background()), 0);
+        f.done = co_ctx_done(ctx);
+        co_waitgroup_add(&f.wg, 1);
+        bool thread = i % 4 == 3;
+        pthread_t th;
+        if (thread)
+            CHECK_EQ(pthread_create(&th, NULL, fs_thread, &f), 0);
+        else
+            CHECK_EQ(co_go(fs_co, &f), 0);
+        while (!atomic_load(&f.parked)) co_sleep(100 * 1000);
+        co_sleep(300 * 1000); /* parked in the select by now, most rounds */
+        co_ctx_free(ctx);     /* cancels (closes done, waking it), then frees */
+        co_waitgroup_wait(&f.wg);
+        if (thread) pthread_join(th, NULL);
+        CHECK(f.rc == 0 || (f.shape == 2 && f.rc == 1)); /* a done case fired */
+    }
+    co_chan_free(other);
+}
+
 int main(int argc, char **argv) {
     if (argc == 3 && !strcmp(argv[1], "--misuse")) return run_misuse(argv[2]);
     t_begin(t_small() ? 240 : 120);
@@ -444,6 +505,7 @@ int main(int argc, char **argv) {
     T_RUN(test_deadline_past);
     T_RUN(test_deadline_earlier_wins);
     T_RUN(test_select_on_done);
+    T_RUN(test_free_while_select_waits);
     T_RUN(test_values);
     T_RUN(test_free_parent_first);
     T_RUN(test_free_random);
