@@ -26,6 +26,12 @@
 #define CO_CONTAINER_OF(p, T, m) ((T *)((char *)(p)-offsetof(T, m)))
 #define CO_STATIC_ASSERT(c, msg) _Static_assert(c, msg)
 
+/* t + d for a time t and a duration d >= 0, INT64_MAX where that overflows
+ * (a deadline that far off never comes: the sleep or timer waits forever). */
+static inline int64_t co__time_add(int64_t t, int64_t d) {
+    return d > INT64_MAX - t ? INT64_MAX : t + d;
+}
+
 /* Print "colony: fatal: <msg>" and abort. Used for misuse Go would panic on. */
 CO_HIDDEN _Noreturn void co__fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

@@ -284,7 +284,7 @@ static void purge_arm_locked(co_pool_t *p) {
     if (p->opts.disable_purge || p->purge_armed || co__wq_empty(&p->idle)) return;
     __atomic_store_n(&p->purge_armed, 1, __ATOMIC_RELAXED);
     gate_update_locked(p);
-    co__timer_add(&p->purge, co__wq_oldest(&p->idle)->last_used + p->expiry);
+    co__timer_add(&p->purge, co__time_add(co__wq_oldest(&p->idle)->last_used, p->expiry));
 }
 
 static void drain_chute_locked(co_pool_t *p, wakelist_t *wl, co__pw_t **tofree);
@@ -316,7 +316,7 @@ static void purge_fire(void *arg) {
     }
     co__pw_t *oldest = co__wq_oldest(&p->idle);
     if (open && oldest) {
-        co__timer_add(&p->purge, oldest->last_used + p->expiry);
+        co__timer_add(&p->purge, co__time_add(oldest->last_used, p->expiry));
     } else {
         __atomic_store_n(&p->purge_armed, 0, __ATOMIC_RELAXED);
         gate_update_locked(p);

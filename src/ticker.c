@@ -35,8 +35,8 @@ static void ticker_fire(void *arg) {
     if (__atomic_load_n(&t->stopped, __ATOMIC_SEQ_CST)) return;
     int64_t now = co_now();
     (void)co_chan_send(t->ch, &now, 0); /* full: the reader is behind, drop it */
-    int64_t next = t->when + t->period;
-    if (next <= now) next = t->when + t->period * (1 + (now - t->when) / t->period);
+    int64_t next = co__time_add(t->when, t->period);
+    if (next <= now) next = co__time_add(t->when, t->period * (1 + (now - t->when) / t->period));
     t->when = next;
     co__timer_add(&t->tm, next); /* last touch of *t in this callback */
 }
@@ -59,7 +59,7 @@ int co_ticker_new(co_ticker_t **out, int64_t period_ns) {
     t->tm.arg = t;
     t->tm.period = period_ns;
     t->tm.slot = -1;
-    t->when = co_now() + period_ns;
+    t->when = co__time_add(co_now(), period_ns); /* a period past INT64_MAX: never */
     co__timer_add(&t->tm, t->when);
     *out = t;
     return 0;

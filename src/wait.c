@@ -316,7 +316,7 @@ int co_sleep_until(int64_t deadline) {
 
 int co_sleep(int64_t ns) {
     if (ns <= 0) return 0;
-    int64_t deadline = co_now() + ns;
+    int64_t deadline = co__time_add(co_now(), ns); /* co_sleep(INT64_MAX): for ever */
     co_g_t *g = co__cur_g();
     if (g) {
         /* The deadline is ns ahead: skip co__park's second clock read. */

@@ -5,6 +5,8 @@
 
 #include <colony.h>
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
 
 static void test_errors(void) {
     co_ticker_t *t = (co_ticker_t *)1;
@@ -114,6 +116,40 @@ static void test_thread_reads_ticks(void) {
     co_ticker_stop(t);
 }
 
+/* Durations past the end of time (now + ns overflows) mean "never": a
+ * ticker of period INT64_MAX never ticks (its first expiry wrapped negative
+ * and it ticked without pause), and co_sleep(INT64_MAX) does not return,
+ * from a coroutine (it returned at once) or from a plain thread (it
+ * returned CO_EINVAL). */
+static _Atomic int ever_woke;
+static void sleep_forever_co(void *arg) {
+    co_sleep(INT64_MAX);
+    atomic_store(&ever_woke, 1);
+}
+static void *sleep_forever_thread(void *arg) {
+    co_sleep(INT64_MAX);
+    atomic_store(&ever_woke, 2);
+    return NULL;
+}
+static void test_end_of_time(void) {
+    co_ticker_t *t;
+    CHECK_EQ(co_ticker_new(&t, INT64_MAX), 0);
+    int64_t v;
+    CHECK_EQ(co_chan_recv(co_ticker_chan(t), &v, co_deadline_after(50 * 1000000)), CO_ETIMEDOUT);
+    co_ticker_stop(t);
+    CHECK_EQ(co_ticker_new(&t, INT64_MAX - 1000), 0);
+    CHECK_EQ(co_chan_recv(co_ticker_chan(t), &v, co_deadline_after(20 * 1000000)), CO_ETIMEDOUT);
+    co_ticker_stop(t);
+
+    atomic_store(&ever_woke, 0);
+    CHECK_EQ(co_go(sleep_forever_co, NULL), 0);
+    pthread_t th;
+    CHECK_EQ(pthread_create(&th, NULL, sleep_forever_thread, NULL), 0);
+    pthread_detach(th); /* sleeps until the process ends */
+    co_sleep(50 * 1000000);
+    CHECK_EQ(atomic_load(&ever_woke), 0);
+}
+
 static int run(void *arg) {
     T_RUN(test_errors);
     T_RUN(test_ticks);
@@ -121,6 +157,7 @@ static int run(void *arg) {
     T_RUN(test_select_with_ticker);
     T_RUN(test_stop_while_firing);
     T_RUN(test_thread_reads_ticks);
+    T_RUN(test_end_of_time);
     return 0;
 }
 
