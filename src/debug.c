@@ -40,7 +40,13 @@ void co__debug_parse_env(void) {
     const char *e = getenv("COLONY_DEBUG");
     if (!e) return;
     const char *k = strstr(e, "schedtrace=");
-    if (k) co__sched.schedtrace_ms = atoll(k + strlen("schedtrace="));
+    if (k) {
+        /* at most a year between lines: MS * 1000000 stays far from overflow
+         * (an overflowed period printed a line every half millisecond) */
+        long long ms = atoll(k + strlen("schedtrace="));
+        const long long year_ms = 365LL * 24 * 3600 * 1000;
+        co__sched.schedtrace_ms = ms < 0 ? 0 : ms > year_ms ? year_ms : ms;
+    }
     /* chaos: a test mode that makes the scheduler's rare interleavings
      * common. A spinning M sometimes stalls for a few ms (as when the OS
      * preempts it on a loaded machine) and sysmon lends Ps after 1 ms of
@@ -52,7 +58,7 @@ void co_sched_stats(co_sched_stats_t *out) {
     if (!out) return;
     memset(out, 0, sizeof *out);
     co_sched_t *s = &co__sched;
-    if (!s->allp) return;
+    if (!co__stats_enter()) return; /* not running: zeros */
     out->global_runq = co__globrunq_len();
     co__lock(&s->lock);
     out->procs = s->nprocs;
@@ -62,19 +68,29 @@ void co_sched_stats(co_sched_stats_t *out) {
     co__unlock(&s->lock);
     out->spinning_threads = (int)__atomic_load_n(&s->nmspinning, __ATOMIC_ACQUIRE);
     out->coroutines = co_count();
+    co__stats_exit();
 }
 
 int co_sched_runq_lens(int *lens, int max) {
     co_sched_t *s = &co__sched;
-    if (!lens || max <= 0 || !s->allp) return 0;
-    int n = s->nprocs < max ? s->nprocs : max;
-    for (int i = 0; i < n; i++) lens[i] = co__runq_len(co__allp(i));
+    if (!lens || max <= 0 || !co__stats_enter()) return 0;
+    /* under sched.lock, which holds allp still (a lent P is swapped in
+     * under it) */
+    co__lock(&s->lock);
+    int n = 0;
+    if (s->allp) {
+        n = s->nprocs < max ? s->nprocs : max;
+        for (int i = 0; i < n; i++) lens[i] = co__runq_len(co__allp(i));
+    }
+    co__unlock(&s->lock);
+    co__stats_exit();
     return n;
 }
 
 void co__schedtrace(FILE *out) {
     co_sched_stats_t st;
     co_sched_stats(&st);
+    if (st.procs == 0) return; /* shutting down */
     char buf[1024];
     int n = snprintf(buf, sizeof buf,
                      "SCHED %lldms: gomaxprocs=%d idleprocs=%d threads=%d spinningthreads=%d "

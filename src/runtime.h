@@ -283,6 +283,10 @@ typedef struct co_sched {
 
 extern co_sched_t co__sched;
 
+/* A reader of the scheduler's state from any thread: true if the runtime
+ * is up, and then it stays allocated until co__stats_exit (sched.c). */
+CO_HIDDEN bool co__stats_enter(void);
+CO_HIDDEN void co__stats_exit(void);
 static inline co_p_t *co__allp(int i) {
     return __atomic_load_n(&co__sched.allp[i], __ATOMIC_ACQUIRE);
 }

@@ -55,9 +55,18 @@ co_sched_t co__sched;
 static __thread co_m_t *tls_m __attribute__((tls_model("initial-exec")));
 static __thread void *tls_panic_top; /* co__panic_slot for plain threads */
 
-/* States of the runtime as a whole. Changed only under init_lock. */
-enum { RT_DOWN = 0, RT_UP = 2 };
+/* States of the runtime as a whole. Changed only under init_lock; STOPPING
+ * while co_shutdown tears it down (co__ensure_init then waits on init_lock
+ * and starts a fresh one). */
+enum { RT_DOWN = 0, RT_STOPPING = 1, RT_UP = 2 };
 static uint32_t rt_state;  /* atomic: RT_*; acquire load on the fast path */
+/* Readers of the scheduler's state from any thread (co_count,
+ * co_sched_stats, co_sched_runq_lens): each counts itself in (seq_cst)
+ * and then checks rt_state (seq_cst); co_shutdown stores STOPPING
+ * (seq_cst) and waits for the count to drop before it frees anything,
+ * and co_init waits for it before it resets the state: a reader either
+ * sees the runtime not up and touches nothing, or is waited for. */
+static uint32_t stat_readers;
 static co__lock_t init_lock;
 static int (*shutdown_hooks[CO_MAX_HOOKS])(void); /* under init_lock */
 static int nhooks;
@@ -1550,6 +1559,8 @@ int co_init(const co_config_t *cfg) {
         co__unlock(&init_lock);
         return same ? 0 : CO_EINVAL;
     }
+    /* A reader that saw the old runtime up may still be reading. */
+    while (__atomic_load_n(&stat_readers, __ATOMIC_SEQ_CST) != 0) sched_yield();
     memset(s, 0, sizeof *s);
     s->nprocs = cfg && cfg->procs ? cfg->procs : default_procs();
     s->stack_size = cfg && cfg->stack_size ? cfg->stack_size : CO_DEFAULT_STACK;
@@ -1639,26 +1650,44 @@ static void free_p(co_p_t *p) {
     free(p);
 }
 
+/* One co_shutdown at a time: a second caller waits for the first and then
+ * finds the runtime down (or still up, if the first failed). A plain mutex:
+ * only plain threads get here. */
+static pthread_mutex_t shutdown_mu = PTHREAD_MUTEX_INITIALIZER;
+static int shutdown_locked(void);
+
 int co_shutdown(void) {
+    if (getm()) return CO_EPERM; /* from inside the runtime */
+    pthread_mutex_lock(&shutdown_mu);
+    int rc = shutdown_locked();
+    pthread_mutex_unlock(&shutdown_mu);
+    return rc;
+}
+
+static int shutdown_locked(void) {
     co_sched_t *s = &co__sched;
     if (__atomic_load_n(&rt_state, __ATOMIC_ACQUIRE) != RT_UP) return 0;
-    if (getm()) return CO_EPERM; /* from inside the runtime */
-    co__lock(&init_lock);
-    int n = nhooks;
-    co__unlock(&init_lock);
-    for (int i = 0; i < n; i++)
-        if (shutdown_hooks[i]() != 0) return CO_EBUSY; /* the hook left things working */
     /* A coroutine that just signalled its waiter may still be returning:
-     * give stragglers up to 100 ms before calling them alive. */
+     * give stragglers up to 100 ms before calling them alive. Checked
+     * before the hooks run, so that CO_EBUSY changes nothing (the default
+     * pool's busy workers are coroutines, counted here). */
     for (int i = 0; i < 100 && count_live() != 0; i++) {
         struct timespec ts = {0, 1000000};
         nanosleep(&ts, NULL);
     }
+    if (count_live() != 0 || any_alive()) return CO_EBUSY;
+    co__lock(&init_lock);
+    int n = nhooks;
+    co__unlock(&init_lock);
+    for (int i = 0; i < n; i++)
+        if (shutdown_hooks[i]() != 0) return CO_EBUSY; /* a task came in meanwhile: left working */
     co__lock(&init_lock);
     if (count_live() != 0 || any_alive()) {
         co__unlock(&init_lock);
         return CO_EBUSY;
     }
+    __atomic_store_n(&rt_state, RT_STOPPING, __ATOMIC_SEQ_CST);
+    while (__atomic_load_n(&stat_readers, __ATOMIC_SEQ_CST) != 0) sched_yield();
     __atomic_store_n(&s->stopping, 1, __ATOMIC_SEQ_CST);
     co__sysmon_stop();
     /* Wake everyone: idle Ms, the poller. */
@@ -1741,11 +1770,21 @@ int co_procs(void) {
     return co__sched.nprocs;
 }
 
+bool co__stats_enter(void) {
+    __atomic_add_fetch(&stat_readers, 1, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&rt_state, __ATOMIC_SEQ_CST) == RT_UP) return true;
+    __atomic_sub_fetch(&stat_readers, 1, __ATOMIC_SEQ_CST);
+    return false;
+}
+void co__stats_exit(void) { __atomic_sub_fetch(&stat_readers, 1, __ATOMIC_SEQ_CST); }
+
 int co_count(void) {
     /* Not under init_lock: co_shutdown holds it while it joins sysmon,
      * whose schedtrace line counts coroutines. */
-    if (__atomic_load_n(&rt_state, __ATOMIC_ACQUIRE) != RT_UP) return 0;
-    return (int)count_live();
+    if (!co__stats_enter()) return 0;
+    int n = (int)count_live();
+    co__stats_exit();
+    return n;
 }
 
 uint64_t co_id(void) {

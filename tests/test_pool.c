@@ -663,6 +663,35 @@ static void shutdown_with_busy_default_pool(void) {
     CHECK_EQ(co_shutdown(), 0);
 }
 
+/* co_shutdown that fails because some other coroutine lives changes
+ * nothing: the default pool it would release stays the same, open pool
+ * (its hook used to destroy it first: a saved pointer dangled). */
+static co_chan_t *blk_ch;
+static void blk_task(void *arg) {
+    int v;
+    co_chan_recv(blk_ch, &v, CO_FOREVER);
+    atomic_fetch_add(&done_count, 1);
+}
+static void failed_shutdown_changes_nothing(void) {
+    atomic_store(&done_count, 0);
+    CHECK_EQ(co_chan_new(&blk_ch, sizeof(int), 0), 0);
+    CHECK_EQ(co_go(blk_task, NULL), 0);
+    co_pool_t *p = co_default_pool();
+    CHECK_EQ(co_submit(noop_task, NULL), 0);
+    CHECK_EQ(co_pool_wait_idle(p, co_deadline_after(10000 * MS)), 0);
+    CHECK_EQ(co_shutdown(), CO_EBUSY);
+    CHECK(co_default_pool() == p);
+    CHECK(!co_pool_is_closed(p));
+    CHECK_EQ(co_pool_submit(p, noop_task, NULL), 0);
+    CHECK_EQ(co_pool_wait_idle(p, co_deadline_after(10000 * MS)), 0);
+    int v = 1;
+    CHECK_EQ(co_chan_send(blk_ch, &v, CO_FOREVER), 0);
+    CHECK(WAIT_FOR(atomic_load(&done_count) == 3));
+    CHECK(WAIT_FOR(co_count() == 0));
+    co_chan_free(blk_ch);
+    CHECK_EQ(co_shutdown(), 0);
+}
+
 int main(void) {
     t_begin(280);
     T_RUN_SEL(t1_wait_to_get_worker);
@@ -687,5 +716,6 @@ int main(void) {
     T_RUN_SEL(from_coroutine);
     T_RUN_SEL(shutdown_with_default_pool);
     T_RUN_SEL(shutdown_with_busy_default_pool);
+    T_RUN_SEL(failed_shutdown_changes_nothing);
     return t_end();
 }

@@ -674,6 +674,45 @@ static void test_shutdown_with_schedtrace(void) {
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 }
 
+/* schedtrace=MS with an MS so large that MS * 10^6 ns overflowed printed a
+ * line every half millisecond; a huge period now means no line (at most
+ * one a year). In a child, stderr into a pipe. */
+static void test_schedtrace_huge(void) {
+    if (t_tsan()) return; /* TSan cannot start threads in a forked child */
+    int pfd[2];
+    CHECK_EQ(pipe(pfd), 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(pfd[1], 2);
+        close(pfd[0]);
+        close(pfd[1]);
+        setenv("COLONY_DEBUG", "schedtrace=18446744073710", 1);
+        extern int co__test_reset_after_fork(void);
+        if (co__test_reset_after_fork() != 0) _exit(2); /* reads COLONY_DEBUG */
+        co_waitgroup_add(&wg, 1);
+        if (co_go(incr, NULL) != 0) _exit(3);
+        co_waitgroup_wait(&wg);
+        struct timespec ts = {0, 100 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+        _exit(co_shutdown() == 0 ? 0 : 4);
+    }
+    close(pfd[1]);
+    char buf[65536];
+    size_t got = 0;
+    ssize_t r;
+    while (got < sizeof buf - 1 && (r = read(pfd[0], buf + got, sizeof buf - 1 - got)) > 0)
+        got += (size_t)r;
+    buf[got] = 0;
+    close(pfd[0]);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    int lines = 0;
+    for (char *q = buf; (q = strstr(q, "SCHED ")) != NULL; q++) lines++;
+    CHECK(lines <= 1);
+}
+
 static void test_shutdown_restart(void) {
     CHECK_EQ(co_shutdown(), 0);
     CHECK_EQ(co_count(), 0);
@@ -684,6 +723,60 @@ static void test_shutdown_restart(void) {
     CHECK_EQ(co_main(spawn_many, (void *)1000L), 42);
     CHECK_EQ(atomic_load(&counter), 1000);
     CHECK_EQ(co_shutdown(), 0);
+}
+
+/* Two threads call co_shutdown at once: one tears the runtime down, the
+ * other waits for it and finds it down (it tore it down a second time:
+ * SIGSEGV every run). Then a third thread reads the scheduler's figures
+ * while the runtime is started and stopped 200 times with different P
+ * counts (co_sched_runq_lens read a NULL P, co_count a half-built allp). */
+static pthread_barrier_t sd_bar;
+static int sd_rc[2];
+static void *sd_thread(void *arg) {
+    pthread_barrier_wait(&sd_bar);
+    sd_rc[(intptr_t)arg] = co_shutdown();
+    return NULL;
+}
+static _Atomic int st_stop;
+static void *st_reader(void *arg) {
+    long n = 0;
+    while (!atomic_load(&st_stop)) {
+        int lens[8];
+        co_sched_stats_t st;
+        int k = co_sched_runq_lens(lens, 8);
+        co_sched_stats(&st);
+        if (k < 0 || k > 8 || st.procs < 0 || st.procs > 8) n = -1000000;
+        n += co_count() >= 0;
+    }
+    return (void *)n;
+}
+static void test_shutdown_races(void) {
+    for (int round = 0; round < 20; round++) {
+        CHECK_EQ(co_init(NULL), 0);
+        pthread_t t[2];
+        pthread_barrier_init(&sd_bar, NULL, 2);
+        for (intptr_t i = 0; i < 2; i++) pthread_create(&t[i], NULL, sd_thread, (void *)i);
+        for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+        pthread_barrier_destroy(&sd_bar);
+        CHECK_EQ(sd_rc[0], 0);
+        CHECK_EQ(sd_rc[1], 0);
+        CHECK_EQ(co_count(), 0);
+    }
+    atomic_store(&st_stop, 0);
+    pthread_t r;
+    pthread_create(&r, NULL, st_reader, NULL);
+    for (int i = 0; i < 200; i++) {
+        co_config_t c = {.procs = 1 + i % 4};
+        CHECK_EQ(co_init(&c), 0);
+        co_waitgroup_add(&wg, 1);
+        CHECK_EQ(co_go(incr, NULL), 0);
+        co_waitgroup_wait(&wg);
+        CHECK_EQ(co_shutdown(), 0);
+    }
+    atomic_store(&st_stop, 1);
+    void *n;
+    pthread_join(r, &n);
+    CHECK((long)n >= 0);
 }
 
 /* Plain threads hand coroutines to the Ms through the lock-free injection
@@ -947,6 +1040,8 @@ int main(void) {
     T_RUN(test_stack_wait);
     T_RUN(test_init_no_fds);
     T_RUN(test_shutdown_with_schedtrace);
+    T_RUN(test_schedtrace_huge);
     T_RUN(test_shutdown_restart);
+    T_RUN(test_shutdown_races);
     return t_end();
 }
