@@ -95,8 +95,9 @@ int co_sem_acquire(co_sem_t *pub, int64_t n, int64_t deadline) {
         bool front = s->q.head == &w;
         co__waitq_remove(&w);
         /* If we were the head and blocked smaller waiters behind us, they
-         * may fit now. */
-        if (front && s->size > s->cur) sem_notify(s, &wake);
+         * may fit now: even with every token held, a waiter for 0 does
+         * (sem_notify serves the head while it fits). */
+        if (front) sem_notify(s, &wake);
     }
     co__unlock(&s->lock);
     sem_wake(wake);

@@ -5,6 +5,7 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -163,6 +164,36 @@ static void test_head_timeout_unblocks(void) {
     co_sem_release(&fs, 10);
 }
 
+/* Every token held; the head waiter (n = 1) gives up at its deadline;
+ * a waiter for 0 behind it fits now and is served then, with no release
+ * (it waited for a release or its own deadline). */
+static _Atomic int zero_done;
+static void zero_behind(void *a) {
+    CHECK_EQ(co_sem_acquire(&fs, 0, CO_FOREVER), 0);
+    atomic_store(&zero_done, 1);
+    co_waitgroup_done(a);
+}
+static void head_one(void *a) {
+    CHECK_EQ(co_sem_acquire(&fs, 1, co_deadline_after(20 * MS)), CO_ETIMEDOUT);
+    co_waitgroup_done(a);
+}
+static void test_head_timeout_zero_behind(void) {
+    co_waitgroup_t head = CO_WAITGROUP_INIT, zero = CO_WAITGROUP_INIT;
+    co_sem_init(&fs, 1);
+    CHECK_EQ(co_sem_acquire(&fs, 1, CO_FOREVER), 0); /* all held */
+    atomic_store(&zero_done, 0);
+    co_waitgroup_add(&head, 1);
+    co_waitgroup_add(&zero, 1);
+    CHECK_EQ(co_go(head_one, &head), 0);
+    co_sleep(2 * MS); /* queued first, most runs; either order must pass */
+    CHECK_EQ(co_go(zero_behind, &zero), 0);
+    co_waitgroup_wait(&head);
+    for (int i = 0; i < 10000 && !atomic_load(&zero_done); i++) co_sleep(MS);
+    CHECK(atomic_load(&zero_done)); /* served without a release */
+    co_sem_release(&fs, 1);
+    co_waitgroup_wait(&zero);
+}
+
 /* FIFO among equal waiters, coroutines and threads. */
 static co_waitgroup_t fifo_wg = CO_WAITGROUP_INIT;
 static void fifo_take(int who) {
@@ -261,6 +292,7 @@ int main(int argc, char **argv) {
     T_RUN(test_basic);
     T_RUN(test_large_not_starved);
     T_RUN(test_head_timeout_unblocks);
+    T_RUN(test_head_timeout_zero_behind);
     T_RUN(test_fifo);
     T_RUN(test_stress);
     T_RUN(test_misuse);
