@@ -1578,8 +1578,14 @@ int co_init(const co_config_t *cfg) {
     int rc = co__netpoll_init();
     if (rc < 0) goto fail; /* no fd for epoll (EMFILE): nothing started yet */
     co__debug_parse_env();
+    /* Before the runtime is up: nobody can have used it if this fails (no
+     * thread for sysmon: a runtime without it would never lend a P or
+     * retry a coroutine waiting for a stack). */
+    if (co__sysmon_start() != 0) {
+        co__netpoll_fini();
+        goto nomem;
+    }
     __atomic_store_n(&rt_state, RT_UP, __ATOMIC_RELEASE);
-    co__sysmon_start();
     co__unlock(&init_lock);
     return 0;
 nomem:
