@@ -104,6 +104,19 @@ __attribute__((unused)) static void t_execl(const char *path, const char *arg0, 
         execv(path, argv);
 }
 
+/* Read a forked child's output from fd until EOF (at most size - 1 bytes,
+ * NUL-terminated into buf), close fd, reap the child: its wait status. */
+__attribute__((unused)) static int t_drain_and_wait(int fd, char *buf, size_t size, pid_t pid) {
+    size_t len = 0;
+    ssize_t r;
+    while (len < size - 1 && (r = read(fd, buf + len, size - 1 - len)) > 0) len += (size_t)r;
+    buf[len] = 0;
+    close(fd);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    return st;
+}
+
 /* Misuse tests: re-execute this test binary as `<prog> --misuse <name>` in
  * a child with stderr captured; the child prints "obj=<address>" and then
  * misuses that object. Checks that it died of SIGABRT and that its
@@ -120,14 +133,7 @@ __attribute__((unused)) static void t_expect_abort(const char *prog, const char 
     }
     close(fd[1]);
     char buf[4096];
-    size_t len = 0;
-    ssize_t r;
-    while (len < sizeof buf - 1 && (r = read(fd[0], buf + len, sizeof buf - 1 - len)) > 0)
-        len += (size_t)r;
-    buf[len] = 0;
-    close(fd[0]);
-    int st = 0;
-    waitpid(pid, &st, 0);
+    int st = t_drain_and_wait(fd[0], buf, sizeof buf, pid);
     CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT);
     char *obj = strstr(buf, "obj=");
     char *fatal = strstr(buf, "colony: fatal: ");

@@ -698,15 +698,8 @@ static void test_schedtrace_huge(void) {
         _exit(co_shutdown() == 0 ? 0 : 4);
     }
     close(pfd[1]);
-    char buf[65536];
-    size_t got = 0;
-    ssize_t r;
-    while (got < sizeof buf - 1 && (r = read(pfd[0], buf + got, sizeof buf - 1 - got)) > 0)
-        got += (size_t)r;
-    buf[got] = 0;
-    close(pfd[0]);
-    int st = 0;
-    waitpid(pid, &st, 0);
+    static char buf[65536];
+    int st = t_drain_and_wait(pfd[0], buf, sizeof buf, pid);
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
     int lines = 0;
     for (char *q = buf; (q = strstr(q, "SCHED ")) != NULL; q++) lines++;
