@@ -20,7 +20,7 @@
 #endif
 #endif
 
-static int fail_threads; /* atomic: pthread_create fails while set */
+__attribute__((unused)) static int fail_threads; /* atomic: pthread_create fails while set */
 
 #ifndef T_NO_INTERPOSE
 int pthread_create(pthread_t *t, const pthread_attr_t *a, void *(*f)(void *), void *arg) {
@@ -32,7 +32,7 @@ int pthread_create(pthread_t *t, const pthread_attr_t *a, void *(*f)(void *), vo
 #endif
 
 static co_waitgroup_t wg = CO_WAITGROUP_INIT;
-static void done(void *arg) { co_waitgroup_done(&wg); }
+__attribute__((unused)) static void done(void *arg) { co_waitgroup_done(&wg); }
 
 static void test_no_sysmon_thread(void) {
 #ifdef T_NO_INTERPOSE
