@@ -244,10 +244,10 @@ static void wake_waits_locked(co_pool_t *p, wakelist_t *wl) {
     }
 }
 
-/* Lock held. A busy record stops being busy. */
-static void busy_dec_locked(co_pool_t *p, co__pw_t *w, wakelist_t *wl) {
+/* Lock held. A busy task of release generation gen stops being busy. */
+static void busy_dec_locked(co_pool_t *p, uint64_t gen, wakelist_t *wl) {
     st32(&p->busy, p->busy - 1);
-    if (w->gen != p->gen) p->busy_old--;
+    if (gen != p->gen) p->busy_old--;
     wake_waits_locked(p, wl);
 }
 
@@ -617,9 +617,7 @@ static void worker_panic_done(co_pool_t *p, uint64_t gen) {
     wakelist_t wl = {NULL};
     plock(p);
     p->panicked++;
-    st32(&p->busy, p->busy - 1);
-    if (gen != p->gen) p->busy_old--;
-    wake_waits_locked(p, &wl);
+    busy_dec_locked(p, gen, &wl);
     punlock(p);
     wl_wake(&wl);
 }
@@ -675,7 +673,7 @@ static int launch(co_pool_t *p, co__pw_t *w) {
     p->submitted--;
     rejected_inc(p);
     st32(&p->running, p->running - 1);
-    busy_dec_locked(p, w, &wl);
+    busy_dec_locked(p, w->gen, &wl);
     rec_put_locked(p, w, &tofree);
     /* The slot we held may be what a blocked submitter waits for. */
     if (p->state == CO__POOL_OPEN && has_room_locked(p)) retry_submitters_locked(p, 1, &wl);
