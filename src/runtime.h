@@ -128,6 +128,11 @@ typedef struct co_p {
     struct co_m *m;            /* owner M while RUNNING/SYSCALL */
     struct co_p *link;         /* idle list, under sched.lock */
     uint32_t schedtick;        /* owner only; incremented per schedule */
+    /* The yield slot (yslot.h): a coroutine that yielded with nothing else
+     * queued here, invisible to thieves. Atomic; the owner inside a window
+     * of yseq, or anyone by exchange once retire is set. */
+    uint32_t yseq;             /* atomic; owner-written: odd while a window is open */
+    co_g_t *yieldg;
     uint32_t syscalltick;      /* owner; incremented per co_blocking (sysmon reads) */
 
     /* Run queue: the owner pushes at tail (store-release); the owner and
@@ -217,6 +222,7 @@ typedef struct co_sched {
     int64_t start_ns;
     int64_t schedtrace_ms;     /* COLONY_DEBUG=schedtrace=MS; 0 off */
     int chaos;                 /* COLONY_DEBUG=chaos: widen race windows (tests) */
+    int no_yslot;              /* COLONY_DEBUG=noyieldslot: never use the yield slot */
 
     /* lock protects: pidle, npidle writes, midle, nmidle, allm, mcount,
      * runq (the global queue), runqsize, pspare, pretiring. */

@@ -38,6 +38,7 @@
  */
 #include "runtime.h"
 #include "san.h"
+#include "yslot.h"
 
 #include <errno.h>
 #include <sched.h>
@@ -132,13 +133,16 @@ int co__test_fail_alloc;
  * G's post-switch action, then any due timers of the P (only now: a timer
  * callback may need a lock the previous G released in its action). */
 static void post_yield(co_g_t *g, void *arg);
+static void post_yslot(co_g_t *g, void *arg);
 static inline __attribute__((always_inline)) void yield_requeue(co_m_t *m, co_g_t *g);
 
 static inline __attribute__((always_inline)) void run_post(co_m_t *m) {
     void (*f)(co_g_t *, void *) = m->post_fn;
     if (f) {
         m->post_fn = NULL;
-        if (f == post_yield) /* the yield path, inline: no call, m at hand */
+        if (f == post_yslot) /* co_yield's fast path: g is saved now */
+            co__yslot_close(m->p); /* release: publishes the slot to sysmon */
+        else if (f == post_yield) /* the yield path, inline: no call, m at hand */
             yield_requeue(m, m->post_g);
         else
             f(m->post_g, m->post_arg);
@@ -159,6 +163,7 @@ static inline __attribute__((always_inline)) void run_post(co_m_t *m) {
         }
     }
 }
+
 
 /* Switch from `from` (running on m) to `to`. Returns when `from` is
  * resumed, possibly on another M; runs that M's post-switch action. */
@@ -358,16 +363,21 @@ static co_g_t *runqsteal(co_p_t *p, co_p_t *pp, bool steal_next) {
     return g;
 }
 
-bool co__runq_empty(co_p_t *p) {
+/* Nothing a thief could take: the ring and runnext. */
+static bool runq_nothing_to_steal(co_p_t *p) {
     uint32_t h = __atomic_load_n(&p->runqhead, __ATOMIC_ACQUIRE);
     uint32_t t = __atomic_load_n(&p->runqtail, __ATOMIC_ACQUIRE);
     return h == t && __atomic_load_n(&p->runnext, __ATOMIC_ACQUIRE) == NULL;
 }
 
+/* Nothing queued at all: the ring, runnext and the yield slot. */
+bool co__runq_empty(co_p_t *p) { return runq_nothing_to_steal(p) && !co__yslot_peek(p); }
+
 int co__runq_len(co_p_t *p) {
     uint32_t h = __atomic_load_n(&p->runqhead, __ATOMIC_ACQUIRE);
     uint32_t t = __atomic_load_n(&p->runqtail, __ATOMIC_ACQUIRE);
-    return (int)(t - h) + (__atomic_load_n(&p->runnext, __ATOMIC_ACQUIRE) ? 1 : 0);
+    return (int)(t - h) + (__atomic_load_n(&p->runnext, __ATOMIC_ACQUIRE) ? 1 : 0) +
+           (co__yslot_peek(p) ? 1 : 0);
 }
 
 /* ---- the global run queue (sched.lock) ---------------------------------- */
@@ -629,6 +639,14 @@ static inline __attribute__((always_inline)) co_g_t *runq_next_fast(co_p_t *p) {
     __atomic_store_n(&p->schedtick, tick, __ATOMIC_RELAXED);
     co_g_t *g;
     if (tick % 61 == 0 && (g = globrunqget(p, 1))) return g;
+    /* The yield slot is older than the ring, runnext comes first (yslot.h) */
+    if (co__yslot_peek(p) && !__atomic_load_n(&p->runnext, __ATOMIC_RELAXED) &&
+        co__yslot_open(p)) {
+        g = __atomic_load_n(&p->yieldg, __ATOMIC_RELAXED); /* window open: exact */
+        __atomic_store_n(&p->yieldg, NULL, __ATOMIC_RELAXED);
+        co__yslot_close(p);
+        if (g) return g;
+    }
     if ((g = runqget(p))) return g;
     return globrunqget(p, 0);
 }
@@ -959,7 +977,10 @@ static co_g_t *findrunnable(co_m_t *m) {
             __atomic_sub_fetch(&s->nmspinning, 1, __ATOMIC_SEQ_CST);
             /* Re-check every queue after the decrement (see the essay). */
             bool work = co__globrunq_pending(__ATOMIC_SEQ_CST);
-            for (int i = 0; !work && i < s->nprocs; i++) work = !co__runq_empty(co__allp(i));
+            /* The yield slots do not count: a busy owner runs its own,
+             * and a thief could not take it (yslot.h). */
+            for (int i = 0; !work && i < s->nprocs; i++)
+                work = !runq_nothing_to_steal(co__allp(i));
             if (work) {
                 co_p_t *p2 = co__pidleget();
                 if (p2) {
@@ -1322,8 +1343,21 @@ void co__park_m(co_m_t *m, void (*post)(co_g_t *, void *), void *arg, int reason
  * others. run_post does it inline; post_yield is its name for m->post_fn. */
 static inline __attribute__((always_inline)) void yield_requeue(co_m_t *m, co_g_t *g) {
     __atomic_store_n(&g->status, CO_G_RUNNABLE, __ATOMIC_RELAXED);
-    if (m->p && !__atomic_load_n(&m->p->retire, __ATOMIC_ACQUIRE)) {
-        runqput_(m->p, g, false, true);
+    co_p_t *p = m->p;
+    if (p && !__atomic_load_n(&p->retire, __ATOMIC_ACQUIRE)) {
+        /* Nothing else queued here and no P idle (one could steal it): the
+         * yield slot (yslot.h). Relaxed loads: the owner's own fields, and
+         * npidle a hint either way. */
+        if (__atomic_load_n(&co__yslot_on, __ATOMIC_RELAXED) && !co__yslot_peek(p) &&
+            !__atomic_load_n(&p->runnext, __ATOMIC_RELAXED) &&
+            __atomic_load_n(&p->runqhead, __ATOMIC_RELAXED) == p->runqtail &&
+            !__atomic_load_n(&co__sched.npidle, __ATOMIC_RELAXED) && co__yslot_open(p)) {
+            /* release: g's state before it, for whoever takes it (sysmon) */
+            __atomic_store_n(&p->yieldg, g, __ATOMIC_RELEASE);
+            co__yslot_close(p);
+            return;
+        }
+        runqput_(p, g, false, true);
     } else {
         co__globrunqput(&g, 1);
     }
@@ -1334,16 +1368,21 @@ static void post_yield(co_g_t *g, void *arg) {
     yield_requeue(getm(), g);
 }
 
-void co_yield(void) {
-    co_m_t *m = getm();
-    if (!m || !m->curg) {
-        sched_yield();
-        return;
-    }
-    co_g_t *g = m->curg;
-    co_g_t *next = runq_next_fast(m->p);
+/* Never called: run_post recognises it and does co_yield's fast path's
+ * post-switch work inline (m at hand). */
+static void post_yslot(co_g_t *g, void *arg) {
+    (void)g;
+    (void)arg;
+    abort();
+}
+
+/* co_yield without the yield slot: the ring (or the global queue). Out of
+ * line so that co_yield's fast path keeps nothing in callee-saved
+ * registers across its switch (no pushes and pops of its own). */
+static __attribute__((noinline)) void yield_slow(co_m_t *m, co_g_t *g, co_p_t *p) {
+    co_g_t *next = runq_next_fast(p);
     if (!next) {
-        if (!m->p || !__atomic_load_n(&m->p->retire, __ATOMIC_ACQUIRE))
+        if (!p || !__atomic_load_n(&p->retire, __ATOMIC_ACQUIRE))
             return; /* nothing else is runnable here: keep running */
         next = &m->g0; /* our P was lent away: requeue globally via g0 */
     }
@@ -1351,6 +1390,58 @@ void co_yield(void) {
     m->post_fn = post_yield; /* run_post handles it inline: post_arg unused */
     m->post_g = g;
     gogo(m, g, next, false);
+}
+
+void co_yield(void) {
+    co_m_t *m = getm();
+    if (!m || !m->curg) {
+        sched_yield();
+        return;
+    }
+    co_g_t *g = m->curg;
+    co_p_t *p = m->p;
+    co_g_t *next;
+    /* The fast path: the yield slot holds the other party of a ping-pong
+     * and nothing else is queued here (yslot.h). No CAS: a yield costs 9 ns
+     * instead of 25 (bench/RESULTS.md). Every 61st schedule goes the long
+     * way, for the global queue's check, and so does a yield while a P is
+     * idle (the yielder should be where a thief can take it). g goes in
+     * the slot before it is saved: the window stays open across the switch
+     * (run_post closes it on the other side, post_yslot), and until then
+     * nobody else may take from the slot (yslot.h). */
+    if (p && (next = co__yslot_peek(p)) != NULL) {
+        uint32_t tick = p->schedtick + 1;
+        if (tick % 61 != 0 && !__atomic_load_n(&p->runnext, __ATOMIC_RELAXED) &&
+            __atomic_load_n(&p->runqhead, __ATOMIC_RELAXED) == p->runqtail &&
+            !__atomic_load_n(&co__sched.npidle, __ATOMIC_RELAXED) && co__yslot_open(p)) {
+            /* Still next: only a sysmon could have emptied the slot since the
+             * peek, and only with p retiring, when the window cannot open. */
+            /* relaxed store: sysmon reads it to spot a P that stopped scheduling */
+            __atomic_store_n(&p->schedtick, tick, __ATOMIC_RELAXED);
+            co__stack_check(g);
+            /* (nobody acts on a RUNNABLE status before its switch: any_alive
+             * only tells DEAD and IDLE from the rest) */
+            __atomic_store_n(&g->status, CO_G_RUNNABLE, __ATOMIC_RELAXED);
+            __atomic_store_n(&p->yieldg, g, __ATOMIC_RELAXED); /* published by the close */
+            m->post_fn = post_yslot; /* (needs no post_g) */
+            /* next ran before (it yielded), so it has a stack: a plain switch */
+            m->curg = next;
+            __atomic_store_n(&next->status, CO_G_RUNNING, __ATOMIC_RELAXED);
+#ifdef CO_ASAN
+            __sanitizer_start_switch_fiber(&g->asan_fake, next->stack.lo, next->stack.size);
+#endif
+#ifdef CO_TSAN
+            __tsan_switch_to_fiber(next->tsan_fiber, 0);
+#endif
+            co__ctx_switch(&g->ctx, &next->ctx);
+#ifdef CO_ASAN
+            __sanitizer_finish_switch_fiber(g->asan_fake, NULL, NULL);
+#endif
+            run_post(getm());
+            return;
+        }
+    }
+    yield_slow(m, g, p);
 }
 
 /* Owner of the P: the coroutine running now takes over the job of the
@@ -1369,8 +1460,11 @@ void co_yield(void) {
 void *co__take_unstarted(void (*fn)(void *), bool (*accept)(void *arg, void *ctx), void *ctx) {
     co_m_t *m = getm();
     co_p_t *p = m ? m->p : NULL;
+    /* A coroutine in the yield slot is older than the ring's head: it goes
+     * first (the owner's slot: a relaxed look is exact, or racing a sysmon
+     * that empties it, when refusing is harmless). */
     if (!p || !m->curg || __atomic_load_n(&p->runnext, __ATOMIC_ACQUIRE) ||
-        __atomic_load_n(&p->retire, __ATOMIC_ACQUIRE))
+        __atomic_load_n(&p->retire, __ATOMIC_ACQUIRE) || co__yslot_peek(p))
         return NULL;
     uint32_t tick = p->schedtick + 1;
     if (tick % 61 == 0) return NULL;
@@ -1444,6 +1538,12 @@ static void retire_p_nowake(co_m_t *m) {
     co_p_t *p = m->p;
     m->p = NULL;
     co__runq_drain_global(p);
+    /* acq_rel: sysmon may be taking it too (co__yslot_steal); one gets it */
+    co_g_t *y = __atomic_exchange_n(&p->yieldg, NULL, __ATOMIC_ACQ_REL);
+    if (y) {
+        co__globrunqput(&y, 1);
+        co__wakep();
+    }
     co_p_t *dst = co__allp(p->id);
     if (CO_UNLIKELY(s->chaos) && co__fastrand() % 4 == 0) { /* COLONY_DEBUG=chaos: */
         struct timespec ts = {0, 2000000}; /* dst may retire meanwhile */
@@ -1578,6 +1678,7 @@ int co_init(const co_config_t *cfg) {
     int rc = co__netpoll_init();
     if (rc < 0) goto fail; /* no fd for epoll (EMFILE): nothing started yet */
     co__debug_parse_env();
+    co__yslot_init();
     /* Before the runtime is up: nobody can have used it if this fails (no
      * thread for sysmon: a runtime without it would never lend a P or
      * retry a coroutine waiting for a stack). */

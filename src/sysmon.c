@@ -19,6 +19,7 @@
  * co_blocking and co_shutdown can kick it awake.
  */
 #include "runtime.h"
+#include "yslot.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +30,17 @@
 #define GFREE_TRIM_NS 1000000000 /* dead Gs unused this long are freed... */
 #define GFREE_KEEP 1024          /* ...beyond this many kept for the next burst */
 #define STACKWAIT_RETRY_NS 10000000 /* Gs that found no stack to start on retry this often */
+
+/* p is retiring (p->retire set): its yield slot's coroutine to the global
+ * queue, unless its owner is in a window now (the next round retries: p
+ * stays on pretiring while anything is queued on it). */
+static void drain_yslot(co_p_t *p) {
+    co_g_t *y = co__yslot_steal(p);
+    if (y) {
+        co__globrunqput(&y, 1);
+        co__wakep();
+    }
+}
 
 static bool retake_syscall(co_p_t *p, int64_t now) {
     co_sched_t *s = &co__sched;
@@ -118,6 +130,7 @@ static bool lend_spare(co_p_t *p, int i, int64_t now) {
      * moving them too: both move p -> np under both heap locks. */
     co__timers_move(p, np, false);
     co__runq_drain_global(p);
+    drain_yslot(p);
     co__handoffp(np);
     return true;
 }
@@ -142,6 +155,7 @@ static int retake(int64_t now) {
     co__unlock(&s->lock);
     if (q) {
         co__runq_drain_global(q);
+        drain_yslot(q);
         n++;
     }
     return n;

@@ -1,0 +1,274 @@
+/* co_yield: order, and the yield slot (src/yslot.h), which keeps a yielder
+ * where thieves never look when nothing else is queued on its P. Nothing
+ * may be stranded there: not behind a coroutine that computes without
+ * yielding, not behind one in a blocking call. */
+#include "colony.h"
+#include "t.h"
+
+#include <pthread.h>
+#include <time.h>
+
+static void start(int procs) {
+    co_config_t cfg = {.procs = procs};
+    CHECK_EQ(co_init(&cfg), 0);
+    CHECK_EQ(co_procs(), procs);
+}
+
+static void stop(void) {
+    /* coroutines counted done may still be exiting */
+    int rc;
+    for (int i = 0; i < 5000 && (rc = co_shutdown()) == CO_EBUSY; i++) usleep(1000);
+    CHECK_EQ(co_shutdown(), 0);
+}
+
+/* ---- order: K coroutines on one P take turns, first in, first out ------- */
+
+#define ORDER_ROUNDS 2000
+static int order_log[8 * ORDER_ROUNDS]; /* one P: no race */
+static int order_len;
+
+typedef struct {
+    int id;
+    co_waitgroup_t *wg;
+} order_arg_t;
+
+static void order_worker(void *arg) {
+    order_arg_t *a = arg;
+    for (int i = 0; i < ORDER_ROUNDS; i++) {
+        order_log[order_len++] = a->id;
+        co_yield();
+    }
+    co_waitgroup_done(a->wg);
+}
+
+typedef struct {
+    int k;
+    co_waitgroup_t done;
+} order_run_t;
+
+/* Spawns the k workers from a coroutine, so that all of them are queued
+ * on the P before the first runs (from a plain thread, the first could
+ * finish before the main thread had spawned the second). */
+static void order_launcher(void *arg) {
+    order_run_t *run = arg;
+    int k = run->k;
+    co_waitgroup_t wg = CO_WAITGROUP_INIT;
+    order_arg_t args[8];
+    co_waitgroup_add(&wg, k);
+    for (int i = 0; i < k; i++) {
+        args[i] = (order_arg_t){i, &wg};
+        CHECK_EQ(co_go(order_worker, &args[i]), 0);
+    }
+    co_waitgroup_wait(&wg);
+    co_waitgroup_done(&run->done);
+}
+
+static void check_order(int k) {
+    order_len = 0;
+    order_run_t run = {k, CO_WAITGROUP_INIT};
+    co_waitgroup_add(&run.done, 1);
+    CHECK_EQ(co_go(order_launcher, &run), 0);
+    co_waitgroup_wait(&run.done);
+    CHECK_EQ(order_len, k * ORDER_ROUNDS);
+    /* Round robin: after the first k turns, each turn repeats the one k
+     * turns before (a yielder goes behind every other runnable one; with
+     * k = 2 that is the slot, with more the ring). The tail, as coroutines
+     * finish, shrinks the period, so only full rounds are checked. */
+    int bad = 0;
+    for (int i = k; i < k * (ORDER_ROUNDS - 1); i++) {
+        if (order_log[i] != order_log[i - k] && bad++ < 3) {
+            fprintf(stderr, "k=%d: turn %d: ", k, i);
+            for (int j = i - 2 * k; j < i + 2 * k; j++) fprintf(stderr, "%d ", j >= 0 ? order_log[j] : -1);
+            fprintf(stderr, "\n");
+        }
+    }
+    CHECK_EQ(bad, 0);
+}
+
+static void test_order(void) {
+    start(1);
+    for (int k = 1; k <= 5; k++) check_order(k);
+    stop();
+}
+
+/* Runs a and b (each takes a waitgroup to finish) from a coroutine, so that
+ * both are queued before either runs, and waits for them. */
+typedef struct {
+    void (*a)(void *), (*b)(void *);
+    co_waitgroup_t done;
+} pair_t;
+
+static void pair_launcher(void *arg) {
+    pair_t *pr = arg;
+    co_waitgroup_t wg = CO_WAITGROUP_INIT;
+    co_waitgroup_add(&wg, 2);
+    CHECK_EQ(co_go(pr->a, &wg), 0);
+    CHECK_EQ(co_go(pr->b, &wg), 0);
+    co_waitgroup_wait(&wg);
+    co_waitgroup_done(&pr->done);
+}
+
+static void run_pair(void (*a)(void *), void (*b)(void *)) {
+    pair_t pr = {a, b, CO_WAITGROUP_INIT};
+    co_waitgroup_add(&pr.done, 1);
+    CHECK_EQ(co_go(pair_launcher, &pr), 0);
+    co_waitgroup_wait(&pr.done);
+}
+
+/* ---- a hog never strands the yielder ------------------------------------
+ * On one P, a and b take turns yielding, so each in turn waits in the
+ * slot. Then b stops yielding and spins until a has finished: a is in the
+ * slot, and only sysmon can take it out (it lends a spare P after 10 ms
+ * without a schedule, 1 ms in chaos mode). Without that this hangs. */
+
+static int hog_a_done; /* atomic */
+static int hog_a_yields, hog_b_yields;
+
+static void hog_a(void *arg) {
+    for (int i = 0; i < 4000; i++) {
+        co_yield();
+        __atomic_add_fetch(&hog_a_yields, 1, __ATOMIC_RELAXED);
+    }
+    __atomic_store_n(&hog_a_done, 1, __ATOMIC_RELEASE);
+    co_waitgroup_done(arg);
+}
+
+static void hog_b(void *arg) {
+    for (int i = 0; i < 1000; i++) {
+        co_yield();
+        __atomic_add_fetch(&hog_b_yields, 1, __ATOMIC_RELAXED);
+    }
+    /* a is in the yield slot now (it yielded last; checked by hand) */
+    while (!__atomic_load_n(&hog_a_done, __ATOMIC_ACQUIRE)) {
+        /* spin without yielding: C cannot be preempted */
+    }
+    co_waitgroup_done(arg);
+}
+
+static void test_hog_behind_yielder(void) {
+    start(1);
+    for (int round = 0; round < 3; round++) {
+        __atomic_store_n(&hog_a_done, 0, __ATOMIC_RELAXED);
+        hog_a_yields = hog_b_yields = 0;
+        run_pair(hog_a, hog_b);
+        CHECK_EQ(__atomic_load_n(&hog_a_yields, __ATOMIC_RELAXED), 4000);
+        CHECK_EQ(__atomic_load_n(&hog_b_yields, __ATOMIC_RELAXED), 1000);
+    }
+    stop();
+}
+
+/* ---- a blocking call never strands the yielder --------------------------
+ * b enters co_blocking while a waits in the slot: the P must go to another
+ * M (sysmon's retake sees the slot), and a run while b's call waits for it. */
+
+static int blk_a_done; /* atomic */
+
+static void blk_a(void *arg) {
+    for (int i = 0; i < 2000; i++) co_yield();
+    __atomic_store_n(&blk_a_done, 1, __ATOMIC_RELEASE);
+    co_waitgroup_done(arg);
+}
+
+static void blk_wait(void *arg) {
+    (void)arg;
+    struct timespec ts = {0, 100000};
+    while (!__atomic_load_n(&blk_a_done, __ATOMIC_ACQUIRE)) nanosleep(&ts, NULL);
+}
+
+static void blk_b(void *arg) {
+    for (int i = 0; i < 500; i++) co_yield();
+    CHECK_EQ(co_blocking(blk_wait, NULL), 0);
+    co_waitgroup_done(arg);
+}
+
+static void test_blocking_behind_yielder(void) {
+    start(1);
+    for (int round = 0; round < 3; round++) {
+        __atomic_store_n(&blk_a_done, 0, __ATOMIC_RELAXED);
+        run_pair(blk_a, blk_b);
+    }
+    stop();
+}
+
+/* ---- stress: yielders, parkers, spawners and hogs on many Ps ------------ */
+
+#define ST_WORKERS 48
+#define ST_ITERS 3000
+static long long st_yields, st_spawned, st_children; /* atomic */
+static co_waitgroup_t st_children_wg;
+
+static void st_child(void *arg) {
+    (void)arg;
+    co_yield();
+    __atomic_add_fetch(&st_children, 1, __ATOMIC_RELAXED);
+    co_waitgroup_done(&st_children_wg);
+}
+
+static int st_worker(void *arg) {
+    long id = (long)(intptr_t)arg;
+    co_chan_t *ch = NULL;
+    CHECK_EQ(co_chan_new(&ch, sizeof(int), 0), 0);
+    for (int i = 0; i < ST_ITERS; i++) {
+        co_yield();
+        __atomic_add_fetch(&st_yields, 1, __ATOMIC_RELAXED);
+        switch ((i + id) % 97) {
+        case 0: /* park on a timer */
+            CHECK_EQ(co_sleep(1000), 0);
+            break;
+        case 1: /* spawn: something new on this P's queue */
+            co_waitgroup_add(&st_children_wg, 1);
+            if (co_go(st_child, NULL) == 0)
+                __atomic_add_fetch(&st_spawned, 1, __ATOMIC_RELAXED);
+            else
+                co_waitgroup_done(&st_children_wg);
+            break;
+        case 2: { /* compute a while without yielding (sysmon may lend) */
+            int64_t end = co_now() + 200000;
+            while (co_now() < end) {
+            }
+            break;
+        }
+        case 3: { /* park on a channel nobody receives from: times out */
+            int v = 1;
+            CHECK_EQ(co_chan_send(ch, &v, co_deadline_after(1000)), CO_ETIMEDOUT);
+            break;
+        }
+        default:
+            break;
+        }
+    }
+    co_chan_free(ch);
+    return 0;
+}
+
+static void test_stress(void) {
+    int procs[] = {2, 4};
+    for (int r = 0; r < 2; r++) {
+        start(procs[r]);
+        __atomic_store_n(&st_yields, 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&st_spawned, 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&st_children, 0, __ATOMIC_RELAXED);
+        co_group_t *g = NULL;
+        CHECK_EQ(co_group_new(&g, NULL), 0);
+        if (!g) return;
+        for (long i = 0; i < ST_WORKERS; i++)
+            CHECK_EQ(co_group_go(g, st_worker, (void *)(intptr_t)i), 0);
+        CHECK_EQ(co_group_wait(g), 0);
+        co_group_free(g);
+        co_waitgroup_wait(&st_children_wg);
+        CHECK_EQ(__atomic_load_n(&st_yields, __ATOMIC_RELAXED), (long long)ST_WORKERS * ST_ITERS);
+        CHECK(__atomic_load_n(&st_spawned, __ATOMIC_RELAXED) > 0);
+        CHECK_EQ(__atomic_load_n(&st_children, __ATOMIC_RELAXED),
+                 __atomic_load_n(&st_spawned, __ATOMIC_RELAXED));
+        stop();
+    }
+}
+
+int main(void) {
+    t_begin(120);
+    T_RUN(test_order);
+    T_RUN(test_hog_behind_yielder);
+    T_RUN(test_blocking_behind_yielder);
+    T_RUN(test_stress);
+    return t_end();
+}
