@@ -164,7 +164,6 @@ static inline __attribute__((always_inline)) void run_post(co_m_t *m) {
     }
 }
 
-
 /* Switch from `from` (running on m) to `to`. Returns when `from` is
  * resumed, possibly on another M; runs that M's post-switch action. */
 static inline __attribute__((always_inline)) void gogo(co_m_t *m, co_g_t *from, co_g_t *to,
@@ -1377,8 +1376,8 @@ static void post_yslot(co_g_t *g, void *arg) {
 }
 
 /* co_yield without the yield slot: the ring (or the global queue). Out of
- * line so that co_yield's fast path keeps nothing in callee-saved
- * registers across its switch (no pushes and pops of its own). */
+ * line, to keep co_yield's fast path short (gcc still saves four
+ * registers in co_yield's prologue: run_post's calls need them). */
 static __attribute__((noinline)) void yield_slow(co_m_t *m, co_g_t *g, co_p_t *p) {
     co_g_t *next = runq_next_fast(p);
     if (!next) {
