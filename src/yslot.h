@@ -8,7 +8,7 @@
  * bench/RESULTS.md. Two coroutines taking turns on one P (the yield
  * benchmark, a producer and a consumer that yield to each other, a
  * computation that yields now and then beside another) never need a thief:
- * the slot hands them over with plain loads and stores (9.4 ns).
+ * the slot hands them over with plain loads and stores (12.6 ns).
  *
  * When. yield_requeue (sched.c) puts the yielder in the slot, instead of the
  * ring, only if the slot, the ring and runnext are empty and no P is idle:
