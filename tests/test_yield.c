@@ -17,8 +17,8 @@ static void start(int procs) {
 static void stop(void) {
     /* coroutines counted done may still be exiting */
     int rc;
-    for (int i = 0; i < 5000 && (rc = co_shutdown()) == CO_EBUSY; i++) usleep(1000);
-    CHECK_EQ(co_shutdown(), 0);
+    for (int i = 0; (rc = co_shutdown()) == CO_EBUSY && i < 5000; i++) usleep(1000);
+    CHECK_EQ(rc, 0);
 }
 
 /* ---- order: K coroutines on one P take turns, first in, first out ------- */
