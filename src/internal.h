@@ -194,6 +194,10 @@ CO_HIDDEN void co__ready(struct co_g *g);          /* sched.c */
  * prefetches all of its stack in use (up to 1 KiB, not just the top lines)
  * and the first two lines of its argument. */
 CO_HIDDEN void co__ready_cold(struct co_g *g);     /* sched.c */
+/* co__ready of n Gs at once, in order, at the tail of the current P's queue
+ * (the global one from a plain thread), without prefetching their stacks:
+ * for releasing many waiters (sched.c). */
+CO_HIDDEN void co__ready_many(struct co_g *const *gs, size_t n);
 CO_HIDDEN void co__unpark_thread(co__parker_t *pk); /* wait.c */
 static inline void co__unpark_as(co__parker_t *pk, bool cold) {
     struct co_g *g = pk->g; /* read before readying: pk dies once g runs */

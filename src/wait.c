@@ -17,6 +17,7 @@
  */
 #include "runtime.h"
 
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -226,6 +227,65 @@ CO_STATIC_ASSERT(sizeof(wg_impl_t) <= sizeof(co_waitgroup_t), "co_waitgroup_t to
 #define WG_COUNT(s) ((int32_t)((s) >> 32))
 #define WG_WAITERS(s) ((uint32_t)(s))
 
+/* The waiters a release claimed, to be unparked once it no longer touches
+ * the waitgroup. Their coroutines (G records) are kept in an array, so that
+ * unparking them reads no waiter again: each waiter sits on its own
+ * coroutine's stack, a page of its own, and walking them is a cache and a
+ * TLB miss each (100,000 coroutines released at once: see co__ready_many). Plain threads'
+ * parkers go at the array's end. Without memory for the array, the
+ * waiters are linked through their `next` instead (as they were). */
+typedef struct wg_release {
+    co_g_t **gs;           /* [0, ng): coroutines */
+    co__parker_t **pks;    /* (pks + cap - nt, pks + cap]: plain threads */
+    size_t ng, nt, cap;
+    co__waiter_t *list;    /* the rest, when the array could not be had */
+    void *small[16];
+} wg_release_t;
+
+static void wg_release_init(wg_release_t *r, uint32_t nwaiters) {
+    r->ng = r->nt = 0;
+    r->list = NULL;
+    r->cap = sizeof r->small / sizeof r->small[0];
+    r->gs = (co_g_t **)r->small;
+    if (nwaiters > r->cap && !(__atomic_load_n(&co__test_fail_alloc, __ATOMIC_RELAXED) & 4)) {
+        void **v = malloc(nwaiters * sizeof *v);
+        if (v) {
+            r->gs = (co_g_t **)v;
+            r->cap = nwaiters;
+        }
+    }
+    r->pks = (co__parker_t **)(void *)r->gs;
+}
+
+/* w's parker is claimed: remember whom to unpark. */
+static void wg_release_add(wg_release_t *r, co__waiter_t *w) {
+    co__parker_t *pk = w->pk;
+    if (r->ng + r->nt < r->cap) {
+        if (pk->g)
+            r->gs[r->ng++] = pk->g;
+        else
+            r->pks[r->cap - ++r->nt] = pk;
+    } else {
+        w->next = r->list;
+        r->list = w;
+    }
+}
+
+static void wg_release_run(wg_release_t *r) {
+    if (r->ng > 8) {
+        co__ready_many(r->gs, r->ng);
+    } else {
+        for (size_t i = 0; i < r->ng; i++) co__ready(r->gs[i]);
+    }
+    for (size_t i = 0; i < r->nt; i++) co__unpark_thread(r->pks[r->cap - 1 - i]);
+    while (r->list) {
+        co__waiter_t *n = r->list->next;
+        co__unpark(r->list->pk);
+        r->list = n;
+    }
+    if ((void *)r->gs != (void *)r->small) free(r->gs);
+}
+
 void co_waitgroup_add(co_waitgroup_t *wg_, int delta) {
     wg_impl_t *wg = (wg_impl_t *)wg_;
     /* acq_rel: Done's writes happen before a waiter's return */
@@ -233,22 +293,18 @@ void co_waitgroup_add(co_waitgroup_t *wg_, int delta) {
     int32_t v = WG_COUNT(s);
     if (v < 0) co__fatal("co_waitgroup %p: negative counter (%d)", (void *)wg_, v);
     if (v != 0 || WG_WAITERS(s) == 0 || delta == 0) return;
+    /* The counter is zero: no waiter joins or leaves the count any more, so
+     * at most WG_WAITERS(s) are queued. */
+    wg_release_t r;
+    wg_release_init(&r, WG_WAITERS(s));
     co__lock(&wg->lock);
-    co__waiter_t *w, *ready = NULL;
-    while ((w = co__waitq_pop(&wg->q))) {
-        if (co__claim(w->pk, w)) {
-            w->next = ready;
-            ready = w;
-        }
-    }
+    co__waiter_t *w;
+    while ((w = co__waitq_pop(&wg->q)))
+        if (co__claim(w->pk, w)) wg_release_add(&r, w);
     co__unlock(&wg->lock);
     /* release: the last touch of *wg by this adder (see above) */
     __atomic_store_n(&wg->state, 0, __ATOMIC_RELEASE);
-    while (ready) {
-        co__waiter_t *n = ready->next;
-        co__unpark(ready->pk);
-        ready = n;
-    }
+    wg_release_run(&r);
 }
 
 void co_waitgroup_done(co_waitgroup_t *wg) { co_waitgroup_add(wg, -1); }
@@ -258,11 +314,16 @@ int co_waitgroup_wait_until(co_waitgroup_t *wg_, int64_t deadline) {
     uint64_t s = __atomic_load_n(&wg->state, __ATOMIC_ACQUIRE);
     if (WG_COUNT(s) == 0) return 0;
     if (deadline != CO_FOREVER && deadline <= co_now()) return CO_ETIMEDOUT;
-    co__parker_t pk;
-    co__parker_init(&pk, CO__WR_WAITGROUP);
-    co__waiter_t w;
-    memset(&w, 0, sizeof w);
-    w.pk = &pk;
+    /* The parker and the waiter's links share a line (wg_release_t) */
+    struct {
+        co__parker_t pk;
+        co__waiter_t w;
+    } __attribute__((aligned(64))) pw;
+    co__parker_t *const pkp = &pw.pk;
+    co__waiter_t *const wp = &pw.w;
+    co__parker_init(pkp, CO__WR_WAITGROUP);
+    memset(wp, 0, sizeof *wp);
+    wp->pk = pkp;
     co__lock(&wg->lock);
     do {
         s = __atomic_load_n(&wg->state, __ATOMIC_ACQUIRE);
@@ -272,15 +333,15 @@ int co_waitgroup_wait_until(co_waitgroup_t *wg_, int64_t deadline) {
         }
     } while (!__atomic_compare_exchange_n(&wg->state, &s, s + 1, false, __ATOMIC_ACQ_REL,
                                           __ATOMIC_ACQUIRE));
-    co__waitq_push(&wg->q, &w);
-    int rc = co__park_lock(&pk, deadline, &wg->lock);
+    co__waitq_push(&wg->q, wp);
+    int rc = co__park_lock(pkp, deadline, &wg->lock);
     if (rc == 0) return 0;
     co__lock(&wg->lock);
     s = __atomic_load_n(&wg->state, __ATOMIC_ACQUIRE);
     while (WG_COUNT(s) != 0) {
         if (__atomic_compare_exchange_n(&wg->state, &s, s - 1, false, __ATOMIC_ACQ_REL,
                                         __ATOMIC_ACQUIRE)) {
-            co__waitq_remove(&w);
+            co__waitq_remove(wp);
             co__unlock(&wg->lock);
             return CO_ETIMEDOUT;
         }
