@@ -10,7 +10,8 @@
 # (odd runs colony first, even runs Go first), each a fresh process:
 #   sleep10   1,000,000 tasks of 10 ms, capacity 50,000: wall, peak RSS
 #   tiny_co   1,000,000 tiny tasks (an atomic add), capacity 1,000, one
-#             submitting coroutine; tiny_thread: one submitting plain thread
+#             submitting coroutine (colony) and one submitting plain thread
+#             (colony_thread), in the same rounds as Go's
 #   latency   a blocking submit on a full pool (capacity 1,000, tasks of
 #             1 ms), 200,000 submits: p50 / p99
 #   sleep1s   1,000,000 tasks of 1 s, capacity 50,000 (>20 s a run: runs
@@ -23,8 +24,8 @@
 # small sizes, 1 run).
 #
 # Environment: BENCH_RUNS (default 3), BENCH_FAST_RUNS (the tiny-task and
-# latency rows, a fraction of a second each: default 7, as single runs of
-# them spread by 2-4x on this shared machine), BENCH_SLOW_RUNS (default 1),
+# latency rows, a fraction of a second each, as single runs of
+# them spread by 2-4x on this shared machine; default 11), BENCH_SLOW_RUNS (default 1),
 # BENCH_QUICK=1, BENCH_GO_CACHE (GOCACHE/GOPATH root, default
 # $TMPDIR/colony-bench-go), BENCH_NO_LOCKS=1 (skip the lock variants).
 set -u
@@ -36,7 +37,7 @@ case "$BUILD" in /*) ;; *) BUILD="$ROOT/$BUILD" ;; esac
 
 QUICK=${BENCH_QUICK:-0}
 RUNS=${BENCH_RUNS:-3}
-FAST_RUNS=${BENCH_FAST_RUNS:-7}
+FAST_RUNS=${BENCH_FAST_RUNS:-11}
 SLOW_RUNS=${BENCH_SLOW_RUNS:-1}
 if [ "$QUICK" = 1 ]; then
     RUNS=${BENCH_RUNS:-1} FAST_RUNS=${BENCH_FAST_RUNS:-1} SLOW_RUNS=1
@@ -145,10 +146,11 @@ echo "bench/run_pool.sh: $MACHINE; load $LOAD_BEFORE; $RUNS runs" >&2
 set -- "colony $C sleep 2 $N_SLEEP $CAP_SLEEP 10" "colony_raw $C raw_sleep 2 $N_SLEEP 10"
 [ "$GO_OK" = 1 ] && set -- "$@" "go_raw $G raw_sleep 2 $N_SLEEP 10" "go_ants $G ants_sleep 2 $N_SLEEP $CAP_SLEEP 10"
 rounds sleep10 "$RUNS" "$@"
-set -- "colony $C tiny 2 $N_TINY 1000 0"
+# both submitters in the same alternating rounds as Go's, so that each ratio
+# compares runs taken side by side
+set -- "colony $C tiny 2 $N_TINY 1000 0" "colony_thread $C tiny 2 $N_TINY 1000 1"
 [ "$GO_OK" = 1 ] && set -- "$@" "go_raw $G raw_tiny 2 $N_TINY" "go_ants $G ants_tiny 2 $N_TINY 1000"
 rounds tiny_co "$FAST_RUNS" "$@"
-rounds tiny_thread "$FAST_RUNS" "colony $C tiny 2 $N_TINY 1000 1"
 set -- "colony $C latency 2 $N_LAT 1000 1000"
 [ "$GO_OK" = 1 ] && set -- "$@" "go_ants $G ants_latency 2 $N_LAT 1000 1000"
 rounds latency "$FAST_RUNS" "$@"
@@ -229,10 +231,10 @@ END {
     print "| | M tasks/s | cpu ns/task | runs |"
     print "|---|---:|---:|---:|"
     printf "| colony, submitted from one coroutine | %s | %s | %d |\n", fmt(med("tiny_co", "colony", "mtasks_per_s"), 2), fmt(med("tiny_co", "colony", "cpu_ns_per_op"), 0), cnt("tiny_co", "colony")
-    printf "| colony, submitted from one plain thread | %s | %s | %d |\n", fmt(med("tiny_thread", "colony", "mtasks_per_s"), 2), fmt(med("tiny_thread", "colony", "cpu_ns_per_op"), 0), cnt("tiny_thread", "colony")
+    printf "| colony, submitted from one plain thread | %s | %s | %d |\n", fmt(med("tiny_co", "colony_thread", "mtasks_per_s"), 2), fmt(med("tiny_co", "colony_thread", "cpu_ns_per_op"), 0), cnt("tiny_co", "colony_thread")
     printf "| go_raw (a goroutine per task) | %s | | %d |\n", fmt(med("tiny_co", "go_raw", "mtasks_per_s"), 2), cnt("tiny_co", "go_raw")
     printf "| go_ants (capacity 1,000) | %s | | %d |\n", fmt(med("tiny_co", "go_ants", "mtasks_per_s"), 2), cnt("tiny_co", "go_ants")
-    a = med("tiny_co", "colony", "mtasks_per_s"); b = med("tiny_thread", "colony", "mtasks_per_s"); g = med("tiny_co", "go_raw", "mtasks_per_s")
+    a = med("tiny_co", "colony", "mtasks_per_s"); b = med("tiny_co", "colony_thread", "mtasks_per_s"); g = med("tiny_co", "go_raw", "mtasks_per_s")
     print ""
     printf "Target: >= 4x Go raw goroutines and >= 5 M/s. Coroutine submitter: %sx Go raw, %s M/s -> %s. Plain thread: %sx, %s M/s -> %s.\n", ratio(a, g, 2), fmt(a, 2), (a != "" && g != "") ? yes(a >= 4 * g && a >= 5) : "n/a", ratio(b, g, 2), fmt(b, 2), (b != "" && g != "") ? yes(b >= 4 * g && b >= 5) : "n/a"
     print ""
