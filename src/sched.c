@@ -1054,15 +1054,52 @@ static void post_gfree(co_g_t *g, void *arg) {
     co__gfput(m->p, g);
 }
 
+#ifdef CO__HAVE_FRESH_START
+/* goexit of g, whose default-size stack goes straight to next, which never
+ * ran (so has none): next starts at the stack's top, where g's first frame
+ * was, with no switch, no saved context and no trip of the stack through
+ * the cache. g's frames below are dropped, this one included: nothing here
+ * is needed once next runs. Spawning, running and joining 1,000,000
+ * empty coroutines (bench_runtime spawn) took 52-58 ns each on 1 P instead
+ * of 69-76, 66 on 2 Ps instead of 74 (medians of 7 and 9 alternating
+ * runs). */
+static void goexit_handover(co_m_t *m, co_g_t *g, co_g_t *next) __attribute__((noreturn));
+static void goexit_handover(co_m_t *m, co_g_t *g, co_g_t *next) {
+    next->stack = g->stack;
+    g->stack.map = NULL;
+    m->curg = next;
+    __atomic_store_n(&next->status, CO_G_RUNNING, __ATOMIC_RELAXED);
+#ifdef CO_ASAN
+    __sanitizer_start_switch_fiber(NULL, next->stack.lo, next->stack.size);
+    /* as co__stack_attach: next starts on clean shadow (the frames g
+     * never returned from may have left some poisoned) */
+    __asan_unpoison_memory_region(next->stack.lo, next->stack.size);
+#endif
+#ifdef CO_TSAN
+    __tsan_switch_to_fiber(next->tsan_fiber, 0);
+#endif
+    /* g's record, without its stack, back to the cache only now, in
+     * next's fiber: as post_gfree does, after the switch */
+    co__gfput(m->p, g);
+    uintptr_t top = ((uintptr_t)next->stack.lo + next->stack.size) & ~(uintptr_t)15;
+    co__fresh_start((void *)top, next, next->fpenv);
+}
+#endif
+
 static void goexit(co_g_t *g) __attribute__((noreturn));
 static void goexit(co_g_t *g) {
     co__stack_check(g);
     __atomic_store_n(&g->status, CO_G_DEAD, __ATOMIC_RELAXED);
     co_m_t *m = getm();
     live_add(m->p, -1);
+    co_g_t *next = runq_next_fast(m->p);
+#ifdef CO__HAVE_FRESH_START
+    /* (m->post_fn is empty: run_post cleared it when g last resumed) */
+    if (next && !next->stack.map && g->stack.size == co__sched.stack_size)
+        goexit_handover(m, g, next);
+#endif
     m->post_fn = post_gfree;
     m->post_g = g;
-    co_g_t *next = runq_next_fast(m->p);
     gogo(m, g, next ? next : &m->g0, true);
     __builtin_unreachable();
 }

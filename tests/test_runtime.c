@@ -892,6 +892,38 @@ static int fp_parent(void *arg) {
     return 0;
 }
 
+/* A coroutine that exits hands its stack straight to the next one if that
+ * one never ran (goexit_handover): the next still starts with its
+ * spawner's FP control words, not with those the exiting one left. */
+static atomic_int fp_handover_bad;
+static void fp_handover_child(void *arg) {
+    int want = (int)(intptr_t)arg;
+    if (fegetround() != want) atomic_fetch_add(&fp_handover_bad, 1);
+    fesetround(want == FE_UPWARD ? FE_DOWNWARD : FE_UPWARD); /* left behind on exit */
+    co_waitgroup_done(&fp_wg);
+}
+
+static int fp_handover_parent(void *arg) {
+    (void)arg;
+    const int modes[] = {FE_UPWARD, FE_DOWNWARD, FE_TOWARDZERO, FE_TONEAREST};
+    for (int i = 0; i < 40; i++) {
+        int mode = modes[i % 4];
+        fesetround(mode);
+        co_waitgroup_add(&fp_wg, 8);
+        for (int k = 0; k < 8; k++)
+            if (co_go(fp_handover_child, (void *)(intptr_t)mode) != 0) return -1;
+        co_waitgroup_wait(&fp_wg); /* they run one after another, exiting into each other */
+    }
+    fesetround(FE_TONEAREST);
+    return 0;
+}
+
+static void test_fp_handover(void) {
+    CHECK_EQ(co_main(fp_handover_parent, NULL), 0);
+    CHECK_EQ(atomic_load(&fp_handover_bad), 0);
+    CHECK_EQ(fegetround(), FE_TONEAREST);
+}
+
 static void test_fp_inherited(void) {
     CHECK_EQ(co_main(fp_parent, NULL), 0);
     CHECK_EQ(fegetround(), FE_TONEAREST);
@@ -1013,6 +1045,7 @@ int main(void) {
     T_RUN(test_yield);
     T_RUN(test_fp_control_words);
     T_RUN(test_fp_inherited);
+    T_RUN(test_fp_handover);
     T_RUN(test_sleep);
     T_RUN(test_many_timers);
     T_RUN(test_timer_deletes);

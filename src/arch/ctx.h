@@ -104,5 +104,11 @@ __attribute__((visibility("hidden"))) void co__ctx_switch(co__ctx_t *from, co__c
 #else
 __attribute__((visibility("hidden"))) void co__jump(void **save_sp, void *to_sp);
 static inline void co__ctx_switch(co__ctx_t *from, co__ctx_t *to) { co__jump(&from->sp, to->sp); }
+/* Start g afresh on the stack whose 16-byte aligned top is `top`, dropping
+ * the caller's frames (they may be on that stack): the exit of a coroutine
+ * whose stack goes straight to one that never ran (sched.c's goexit). */
+__attribute__((visibility("hidden"), noreturn)) void co__fresh_start(void *top, struct co_g *g,
+                                                                      uint64_t fpenv);
+#define CO__HAVE_FRESH_START 1
 #endif
 #endif

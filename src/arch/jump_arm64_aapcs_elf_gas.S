@@ -67,4 +67,25 @@ co__trampoline:
     brk     #0
     .size   co__trampoline, .-co__trampoline
 
+/*
+ * void co__fresh_start(void *top, struct co_g *g, uint64_t fpenv)
+ *
+ * Start g on the stack whose (16-byte aligned) top is `top`, abandoning
+ * the caller's frames (which may lie on that very stack): see the x86-64
+ * file. Loads FPCR from fpenv and calls co__g_entry(g) as co__trampoline.
+ */
+    .globl  co__fresh_start
+    .hidden co__fresh_start
+    .type   co__fresh_start, %function
+    .p2align 4
+co__fresh_start:
+    hint    #34
+    mov     sp, x0
+    msr     fpcr, x2
+    mov     x0, x1
+    mov     x29, #0
+    bl      co__g_entry
+    brk     #0
+    .size   co__fresh_start, .-co__fresh_start
+
     .section .note.GNU-stack,"",%progbits

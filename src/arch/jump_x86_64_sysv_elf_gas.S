@@ -73,4 +73,34 @@ co__trampoline:
     .cfi_endproc
     .size   co__trampoline, .-co__trampoline
 
+/*
+ * void co__fresh_start(void *top, struct co_g *g, uint64_t fpenv)
+ *
+ * Start g on the stack whose (16-byte aligned) top is `top`, abandoning
+ * the caller's frames, which may lie on that very stack: an exiting
+ * coroutine hands its stack to a coroutine that never ran (sched.c's
+ * goexit). Nothing is saved. Loads the FP control words from fpenv (MXCSR
+ * in bits 0-31, x87 control word in bits 32-47, as co__ctx_make) and calls
+ * co__g_entry(g) as co__trampoline does, with rsp = top before the call.
+ */
+    .globl  co__fresh_start
+    .hidden co__fresh_start
+    .type   co__fresh_start, @function
+    .p2align 4
+co__fresh_start:
+    .cfi_startproc
+    .cfi_undefined rip
+    endbr64
+    movq    %rdi, %rsp
+    pushq   %rdx
+    ldmxcsr (%rsp)
+    fldcw   4(%rsp)
+    addq    $8, %rsp
+    movq    %rsi, %rdi
+    xorl    %ebp, %ebp
+    call    co__g_entry
+    ud2
+    .cfi_endproc
+    .size   co__fresh_start, .-co__fresh_start
+
     .section .note.GNU-stack,"",%progbits
