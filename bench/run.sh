@@ -13,7 +13,8 @@
 #                    1,000,000-coroutine RSS benchmark runs min(N, 3) times)
 #   BENCH_QUICK=1    smoke run: small sizes, 1 run, writes <builddir>/bench-quick.md
 #                    and leaves bench/RESULTS.md and bench/results/ alone
-#   BENCH_ONLY=ids   space-separated benchmark ids to run (e.g. "yield chan_pingpong")
+#   BENCH_ONLY=ids   space-separated benchmark ids to run (e.g. "yield chan_pingpong");
+#                    writes <builddir>/bench-only.md, leaves bench/ alone
 #   BENCH_NO_OTHERS=1  do not run bench/run_pool.sh and bench/run_net.sh
 #   BENCH_ASSEMBLE_ONLY=1  measure nothing: rebuild bench/RESULTS.md from bench/results/*.md
 # The helper scripts get the build directory as $1 and BENCH_RUNS, BENCH_QUICK,
@@ -351,6 +352,14 @@ $(extras)
 if [ "$QUICK" = 1 ]; then
     printf '%s\n' "$SECTION" >"$BUILD/bench-quick.md"
     echo "bench/run.sh: smoke run written to $BUILD/bench-quick.md (raw: $RAW)" >&2
+    printf '%s\n' "$SECTION"
+    exit 0
+fi
+
+if [ -n "${BENCH_ONLY:-}" ]; then
+    # a subset: the committed tables stay whole
+    printf '%s\n' "$SECTION" >"$BUILD/bench-only.md"
+    echo "bench/run.sh: BENCH_ONLY run written to $BUILD/bench-only.md (raw: $RAW)" >&2
     printf '%s\n' "$SECTION"
     exit 0
 fi
