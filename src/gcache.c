@@ -188,19 +188,15 @@ static cache_t scache(co_p_t *p) {
                      &co__sched.sfree, sizeof(co__stack_t), drop_stack};
 }
 
-co_g_t *co__gfget(co_p_t *p) {
+/* co__gfget once p's own cache is empty (runtime.h) */
+co_g_t *co__gfget_slow(co_p_t *p) {
     co_g_t *g;
-    if (p && p->gfree_n) { /* the common case, inline */
-        g = p->gfree[--p->gfree_n];
-        /* the next spawn's G: start its (likely cold) first line coming */
-        if (p->gfree_n) __builtin_prefetch(p->gfree[p->gfree_n - 1], 1);
-        return g;
-    }
     cache_t c = gcache(p);
     return cache_get(&c, &g) ? g : NULL;
 }
 
-void co__gfput(co_p_t *p, co_g_t *g) {
+/* co__gfput of a G with a stack, or with p's cache full (runtime.h) */
+void co__gfput_slow(co_p_t *p, co_g_t *g) {
     co_sched_t *s = &co__sched;
     if (g->stack.map) {
         if (g->stack.size == s->stack_size) {

@@ -1121,21 +1121,19 @@ void co__g_entry(co_g_t *g) {
     goexit(g);
 }
 
-static co_g_t *g_alloc(co_p_t *p);
+static inline __attribute__((always_inline)) co_g_t *g_alloc(co_p_t *p);
 static inline __attribute__((always_inline)) void g_init(co_p_t *p, co_g_t *g,
                                                          void (*fn)(void *), void *arg,
                                                          const char *name);
 static inline __attribute__((always_inline)) void queue_new(co_p_t *p, co_g_t *e, bool next);
 
-int co__spawn(void (*fn)(void *), void *arg, size_t stack_size, const char *name) {
-    if (!fn) return CO_EINVAL;
-    if (stack_size != 0 && (stack_size < CO_STACK_MIN || stack_size > CO_STACK_MAX))
-        return CO_EINVAL;
-    int rc = co__ensure_init();
-    if (rc < 0) return rc;
+/* co__spawn on the calling thread's M (NULL: a plain thread), the runtime
+ * up. Inline in co__spawn and in co_go's path, which needs m after it. */
+static inline __attribute__((always_inline)) int spawn_on(co_m_t *m, void (*fn)(void *),
+                                                         void *arg, size_t stack_size,
+                                                         const char *name) {
     co_sched_t *s = &co__sched;
     if (stack_size == 0) stack_size = s->stack_size;
-    co_m_t *m = getm();
     co_p_t *p = m ? m->p : NULL;
     co_g_t *g = g_alloc(p);
     if (!g) return CO_ENOMEM;
@@ -1156,26 +1154,43 @@ int co__spawn(void (*fn)(void *), void *arg, size_t stack_size, const char *name
     return 0;
 }
 
+static inline int spawn_check(void (*fn)(void *), size_t stack_size) {
+    if (!fn) return CO_EINVAL;
+    if (stack_size != 0 && (stack_size < CO_STACK_MIN || stack_size > CO_STACK_MAX))
+        return CO_EINVAL;
+    return co__ensure_init();
+}
+
+int co__spawn(void (*fn)(void *), void *arg, size_t stack_size, const char *name) {
+    int rc = spawn_check(fn, stack_size);
+    if (rc < 0) return rc;
+    return spawn_on(getm(), fn, arg, stack_size, name);
+}
+
+/* A new G, on the all-G list, for when the caches hold none: NULL without
+ * memory. Out of line: g_alloc is inline in every spawn. */
+static __attribute__((noinline)) co_g_t *g_new(void) {
+    co_sched_t *s = &co__sched;
+    /* calloc, not a 64-byte aligned allocation: glibc's memalign is
+     * slow enough to cost more than the line it saves (measured) */
+    co_g_t *g = calloc(1, sizeof *g);
+    if (!g) return NULL;
+#ifdef CO_TSAN
+    g->tsan_fiber = __tsan_create_fiber(0);
+#endif
+    co__lock(&s->allg_lock);
+    g->alllink_next = s->allg;
+    if (s->allg) s->allg->alllink_prev = g;
+    s->allg = g;
+    co__unlock(&s->allg_lock);
+    return g;
+}
+
 /* A G from the caches, or a new one (on the all-G list): NULL without
  * memory. Its fields are to be set by g_init. */
-static co_g_t *g_alloc(co_p_t *p) {
-    co_sched_t *s = &co__sched;
+static inline __attribute__((always_inline)) co_g_t *g_alloc(co_p_t *p) {
     co_g_t *g = co__gfget(p);
-    if (!g) {
-        /* calloc, not a 64-byte aligned allocation: glibc's memalign is
-         * slow enough to cost more than the line it saves (measured) */
-        g = calloc(1, sizeof *g);
-        if (!g) return NULL;
-#ifdef CO_TSAN
-        g->tsan_fiber = __tsan_create_fiber(0);
-#endif
-        co__lock(&s->allg_lock);
-        g->alllink_next = s->allg;
-        if (s->allg) s->allg->alllink_prev = g;
-        s->allg = g;
-        co__unlock(&s->allg_lock);
-    }
-    return g;
+    return g ? g : g_new();
 }
 
 /* A new G's entry, id and name (NULL: none). */
@@ -1217,7 +1232,11 @@ static inline void wakep_if_idle(void) {
 /* Spawn back-pressure's test (co__spawn_backpressure): p's queue is full,
  * or the global queue holds a full queue's worth per P. */
 static inline bool spawn_queue_full(co_p_t *p) {
-    return co__runq_len(p) >= CO_RUNQ_SIZE ||
+    /* co__runq_len, inline (a hint: relaxed) */
+    uint32_t h = __atomic_load_n(&p->runqhead, __ATOMIC_RELAXED);
+    int len = (int)(p->runqtail - h) + (__atomic_load_n(&p->runnext, __ATOMIC_RELAXED) ? 1 : 0) +
+              (co__yslot_peek(p) ? 1 : 0);
+    return len >= CO_RUNQ_SIZE ||
            __atomic_load_n(&co__sched.runqsize, __ATOMIC_RELAXED) >=
                (int64_t)CO_RUNQ_SIZE * co__sched.nprocs;
 }
@@ -1306,8 +1325,12 @@ void co__spawn_backpressure(void) {
 }
 
 static int spawn_user(void (*fn)(void *), void *arg, size_t stack_size, const char *name) {
-    int rc = co__spawn(fn, arg, stack_size, name);
-    if (rc == 0) co__spawn_backpressure();
+    int rc = spawn_check(fn, stack_size);
+    if (rc < 0) return rc;
+    co_m_t *m = getm();
+    rc = spawn_on(m, fn, arg, stack_size, name);
+    /* co__spawn_backpressure, with m at hand */
+    if (rc == 0 && m && m->curg && m->p && spawn_queue_full(m->p)) co_yield();
     return rc;
 }
 
