@@ -1251,7 +1251,7 @@ static inline __attribute__((always_inline)) void queue_new(co_p_t *p, co_g_t *e
     } else {
         co__globrunq_inject(e);
     }
-    co__wakep();
+    wakep_if_idle();
 }
 
 /* A coroutine to be, for the pool: the token goes on the caller's P's run
