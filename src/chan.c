@@ -82,6 +82,19 @@ size_t co_chan_len(const co_chan_t *ch) {
 
 size_t co_chan_cap(const co_chan_t *ch) { return ch ? ch->cap : 0; }
 
+/* For tests (hidden; tests link the static library): how many waiters are
+ * queued to receive on ch now. A select's waiter is queued before it parks
+ * and dropped only by its wake-up, so a test can tell that a select has
+ * got as far as waiting before it frees what the select waits on. */
+CO_HIDDEN int co__test_chan_receivers(co_chan_t *ch);
+int co__test_chan_receivers(co_chan_t *ch) {
+    int n = 0;
+    co__lock(&ch->lock);
+    for (co__waiter_t *w = ch->recvq.head; w; w = w->next) n++;
+    co__unlock(&ch->lock);
+    return n;
+}
+
 /* co__park unlock callback: releases the channel lock once the caller can
  * no longer run. Touches only *ch, which outlives the operation. */
 static void chan_unlock_cb(void *arg) { chan_unlock((co_chan_t *)arg); }

@@ -442,7 +442,6 @@ static void test_cancel_while_adding(void) {
 typedef struct {
     co_chan_t *done, *other;
     int shape; /* 0: done alone, 1: other + done, 2: done twice */
-    _Atomic int parked;
     int rc;
     co_waitgroup_t wg;
 } fs_t;
@@ -453,7 +452,6 @@ static void fs_select(fs_t *f) {
     int n = 1;
     if (f->shape == 1) cs[n++] = (co_case_t){f->other, CO_RECV, &j, 0};
     if (f->shape == 2) cs[n++] = (co_case_t){f->done, CO_RECV, &y, 0};
-    atomic_store(&f->parked, 1);
     f->rc = co_select(cs, n, CO_FOREVER);
 }
 static void fs_co(void *arg) {
@@ -467,6 +465,7 @@ static void *fs_thread(void *arg) {
     co_waitgroup_done(&f->wg);
     return NULL;
 }
+extern int co__test_chan_receivers(co_chan_t *ch); /* library test hook */
 static void test_free_while_select_waits(void) {
     co_chan_t *other;
     CHECK_EQ(co_chan_new(&other, sizeof(int), 0), 0);
@@ -483,9 +482,13 @@ static void test_free_while_select_waits(void) {
             CHECK_EQ(pthread_create(&th, NULL, fs_thread, &f), 0);
         else
             CHECK_EQ(co_go(fs_co, &f), 0);
-        while (!atomic_load(&f.parked)) co_sleep(100 * 1000);
-        co_sleep(300 * 1000); /* parked in the select by now, most rounds */
-        co_ctx_free(ctx);     /* cancels (closes done, waking it), then frees */
+        /* until the select waits on done (freeing the channel before the
+         * select even looked at it would be the test's own use after free:
+         * under TSan on a loaded machine the waiter can take longer than any
+         * fixed sleep to get there) */
+        int want = f.shape == 2 ? 2 : 1;
+        while (co__test_chan_receivers(f.done) < want) co_sleep(100 * 1000);
+        co_ctx_free(ctx); /* cancels (closes done, waking it), then frees */
         co_waitgroup_wait(&f.wg);
         if (thread) pthread_join(th, NULL);
         CHECK(f.rc == 0 || (f.shape == 2 && f.rc == 1)); /* a done case fired */
