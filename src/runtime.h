@@ -142,6 +142,12 @@ typedef struct co_p {
     uint32_t runqtail;
     co_g_t *runq[CO_RUNQ_SIZE];
     co_g_t *runnext;
+    /* Owner only: runq_sp[i] is the saved stack pointer of the G the owner
+     * put in runq[i] (NULL if it never ran), for prefetching its stack a
+     * turn ahead without reading a G this M may no longer own (sched.c's
+     * runqget). Stale for slots a steal filled: a prefetch of any address
+     * is harmless. */
+    void *runq_sp[CO_RUNQ_SIZE];
 
     /* gcache.c, owner only: dead Gs (bare: no stack) and free stacks of
      * the runtime's default size. */
