@@ -231,9 +231,9 @@ CO_STATIC_ASSERT(sizeof(wg_impl_t) <= sizeof(co_waitgroup_t), "co_waitgroup_t to
  * the waitgroup. Their coroutines (G records) are kept in an array, so that
  * unparking them reads no waiter again: each waiter sits on its own
  * coroutine's stack, a page of its own, and walking them is a cache and a
- * TLB miss each (100,000 coroutines released at once: see co__ready_many). Plain threads'
- * parkers go at the array's end. Without memory for the array, the
- * waiters are linked through their `next` instead (as they were). */
+ * TLB miss each (100,000 coroutines released at once: see co__ready_many).
+ * Plain threads' parkers go at the array's end. Without memory for the
+ * array, the waiters are linked through their `next` instead. */
 typedef struct wg_release {
     co_g_t **gs;           /* [0, ng): coroutines */
     co__parker_t **pks;    /* (pks + cap - nt, pks + cap]: plain threads */
@@ -314,7 +314,8 @@ int co_waitgroup_wait_until(co_waitgroup_t *wg_, int64_t deadline) {
     uint64_t s = __atomic_load_n(&wg->state, __ATOMIC_ACQUIRE);
     if (WG_COUNT(s) == 0) return 0;
     if (deadline != CO_FOREVER && deadline <= co_now()) return CO_ETIMEDOUT;
-    /* The parker and the waiter's links share a line (wg_release_t) */
+    /* One line holds what a release reads of a waiter: the parker (its
+     * state, to claim it, and its G) and the waiter's links */
     struct {
         co__parker_t pk;
         co__waiter_t w;
