@@ -51,7 +51,8 @@ static void test_release_many(void) {
         for (int i = 0; i < NCO; i++) CHECK_EQ(co_go(waiter, NULL), 0);
         /* deadlines from 50 us to 3 ms: some fire before the release, some
          * race it, some come after it */
-        for (int i = 0; i < NTIMED; i++) CHECK_EQ(co_go(waiter, (void *)(intptr_t)(50 + 50 * i)), 0);
+        for (int i = 0; i < NTIMED; i++)
+            CHECK_EQ(co_go(waiter, (void *)(intptr_t)(50 + 50 * i)), 0);
         pthread_t th[NTHREADS];
         for (int i = 0; i < NTHREADS; i++)
             CHECK_EQ(pthread_create(&th[i], NULL, thread_waiter, NULL), 0);
@@ -60,7 +61,9 @@ static void test_release_many(void) {
         co_waitgroup_done(&gate);
         co_waitgroup_wait(&finished);
         for (int i = 0; i < NTHREADS; i++) pthread_join(th[i], NULL);
-        if (getenv("T_VERBOSE")) fprintf(stderr, "round %d: passed %ld timed %ld\n", round, atomic_load(&passed), atomic_load(&timed));
+        if (getenv("T_VERBOSE"))
+            fprintf(stderr, "round %d: passed %ld timed %ld\n", round, atomic_load(&passed),
+                    atomic_load(&timed));
         CHECK_EQ(atomic_load(&forever_bad), 0);
         CHECK_EQ(atomic_load(&passed) + atomic_load(&timed), total);
         /* every waiter without a deadline got through */
