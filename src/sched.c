@@ -1240,35 +1240,39 @@ static inline bool spawn_queue_full(co_p_t *p) {
                (int64_t)CO_RUNQ_SIZE * co__sched.nprocs;
 }
 
-/* Global-queue batches taken by Ms as this plain thread last saw them, and
- * its pushes since that count last changed. */
-static __thread uint32_t inject_seen_takes, inject_unseen;
+/* A plain thread's view, at its last push, of the global-queue batches Ms
+ * took and of sysmon's rounds, and its pushes since that take count last
+ * changed. */
+static __thread uint32_t inject_seen_takes, inject_seen_round, inject_unseen;
 #define INJECT_UNSEEN_MAX 32
 
 /* After a plain thread queued new work globally: wake an M for it, as Go
- * does when a P is idle and no M spins, unless an M is running and has
- * taken from the global queue since this thread's last push. A thread
- * feeding a pool on a machine with as many Ps as CPUs would otherwise
- * keep every P's M awake beside itself, one thread more than there are
- * CPUs: 1,000,000 tiny pool tasks from a plain thread took 87 ns each
- * instead of 101 (bench_pool tiny thread=1, 2 Ps, 2 CPUs, medians of 11
- * alternating runs). Never
- * stranded: an M that gives up the last running P looks at the injection
- * stack after marking its P idle (seq_cst, see "the injection stack"),
- * and this load of npidle comes after the push; a running M takes global
- * work within 61 schedules or when its own queue runs dry, and one stuck
- * in a long coroutine is seen by sysmon, which wakes an M for global work
- * waiting beside an idle P (sysmon.c), within its 2 ms rounds. */
+ * does when a P is idle and no M spins, unless this thread is in a burst
+ * of pushes (its last one came in this sysmon round or the one before) and
+ * a running M has taken from the global queue within its last 32 pushes:
+ * that M will take this one too. A thread feeding a pool on a machine with
+ * as many Ps as CPUs otherwise kept every P's M awake beside itself, one
+ * thread more than there are CPUs: 1,000,000 tiny pool tasks from a plain
+ * thread took 87 ns each instead of 101 (bench_pool tiny thread=1, 2 Ps,
+ * 2 CPUs, medians of 11 alternating runs). A push after a pause wakes an
+ * M as before. Never stranded: an M that gives up the last running P
+ * looks at the injection stack after marking its P idle (seq_cst, see
+ * "the injection stack"), and this load of npidle comes after the push; a
+ * running M takes global work within 61 schedules or when its own queue
+ * runs dry; and if the running Ms are stuck in long coroutines, sysmon
+ * wakes an M for global work left untaken for a round beside an idle P
+ * (sysmon.c). */
 static inline __attribute__((always_inline)) void wakep_after_inject(void) {
     co_sched_t *s = &co__sched;
     uint32_t takes = __atomic_load_n(&s->globq_takes, __ATOMIC_RELAXED);
+    uint32_t round = __atomic_load_n(&s->sysmon_rounds, __ATOMIC_RELAXED);
+    bool burst = round - inject_seen_round <= 1;
+    inject_seen_round = round;
     if (takes != inject_seen_takes) {
         inject_seen_takes = takes;
         inject_unseen = 0;
     }
-    /* An M takes a batch at a time: tolerate INJECT_UNSEEN_MAX pushes
-     * without a take before waking one anyway. */
-    if (inject_unseen++ < INJECT_UNSEEN_MAX &&
+    if (burst && inject_unseen++ < INJECT_UNSEEN_MAX &&
         __atomic_load_n(&s->npidle, __ATOMIC_SEQ_CST) < (uint32_t)s->nprocs)
         return;
     inject_unseen = 0;

@@ -200,6 +200,8 @@ static void *sysmon_main(void *arg) {
          * since the last round: a plain thread's push may have left the
          * wake-up to the running Ms (sched.c, wakep_after_inject), and they
          * may be stuck in long coroutines. */
+        /* relaxed: a hint (sched.c, wakep_after_inject) */
+        __atomic_store_n(&s->sysmon_rounds, s->sysmon_rounds + 1, __ATOMIC_RELAXED);
         uint32_t takes = __atomic_load_n(&s->globq_takes, __ATOMIC_RELAXED);
         if (takes == last_takes && co__globrunq_pending(__ATOMIC_SEQ_CST) &&
             __atomic_load_n(&s->npidle, __ATOMIC_SEQ_CST) != 0 &&
