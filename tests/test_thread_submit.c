@@ -50,6 +50,21 @@ static void *submitter(void *arg) {
     return NULL;
 }
 
+static void nap(void) {
+    struct timespec ts = {0, 1000000};
+    nanosleep(&ts, NULL);
+}
+
+/* Every task done, the pool gone, the runtime shut down. */
+static void teardown(co_pool_t *pool) {
+    CHECK_EQ(co_pool_wait_idle(pool, CO_FOREVER), 0);
+    co_pool_release(pool);
+    co_pool_destroy(pool);
+    int rc;
+    while ((rc = co_shutdown()) == CO_EBUSY) nap();
+    CHECK_EQ(rc, 0);
+}
+
 /* One hog per P but one: the task a fresh plain thread queues must still
  * run while the hogs spin (on the idle P). */
 static void hog_round(co_pool_t *pool, int warmup) {
@@ -71,12 +86,10 @@ static void hog_round(co_pool_t *pool, int warmup) {
     CHECK_EQ(pthread_create(&th, NULL, submitter, &one), 0);
     pthread_join(th, NULL);
     while (!atomic_load(&hog_released)) {
-        struct timespec ts = {0, 1000000};
-        nanosleep(&ts, NULL);
+        nap();
     }
     while (atomic_load(&ran) < warmup + 1) {
-        struct timespec ts = {0, 1000000};
-        nanosleep(&ts, NULL);
+        nap();
     }
 }
 
@@ -86,15 +99,7 @@ static void test_stuck_ms(void) {
     co_pool_t *pool;
     CHECK_EQ(co_pool_new(&pool, 4, NULL), 0);
     for (int r = 0; r < 8; r++) hog_round(r % 2 ? pool : NULL, (r / 2) % 2 ? 100 : 0);
-    CHECK_EQ(co_pool_wait_idle(pool, CO_FOREVER), 0);
-    co_pool_release(pool);
-    co_pool_destroy(pool);
-    int rc;
-    while ((rc = co_shutdown()) == CO_EBUSY) {
-        struct timespec ts = {0, 1000000};
-        nanosleep(&ts, NULL);
-    }
-    CHECK_EQ(rc, 0);
+    teardown(pool);
 }
 
 /* Four threads, each 20,000 pool submits or spawns: every task runs once. */
@@ -112,15 +117,7 @@ static void test_many_threads(void) {
         CHECK_EQ(pthread_create(&th[i], NULL, submitter, &jobs[i]), 0);
     }
     for (int i = 0; i < T; i++) pthread_join(th[i], NULL);
-    CHECK_EQ(co_pool_wait_idle(pool, CO_FOREVER), 0);
-    co_pool_release(pool);
-    co_pool_destroy(pool);
-    int rc;
-    while ((rc = co_shutdown()) == CO_EBUSY) {
-        struct timespec ts = {0, 1000000};
-        nanosleep(&ts, NULL);
-    }
-    CHECK_EQ(rc, 0);
+    teardown(pool);
     CHECK_EQ(atomic_load(&ran), (long)T * N);
 }
 
