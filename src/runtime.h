@@ -248,11 +248,6 @@ typedef struct co_sched {
     co_g_t *runqhead, *runqtail;
     struct co__token *tokhead, *toktail; /* tokens, when no chunk could be allocated */
     int64_t runqsize;          /* atomic for lock-free emptiness checks: all Gs queued */
-    uint32_t globq_takes;      /* atomic, written under lock: batches Ms took from the global
-                                * queue; a plain thread's wake-up test reads it (sched.c,
-                                * wakep_after_inject) */
-    uint32_t sysmon_rounds;    /* atomic, written by sysmon only: its rounds, the same
-                                * test's clock */
     co_p_t *pspare;            /* retired Ps, ready to be lent again */
     co_p_t *pretiring;         /* Ps lent away whose M has not retired them yet */
 

@@ -642,8 +642,6 @@ static co_g_t *globrunqget_locked(co_p_t *p, int max) {
     if (max > 0 && n > max) n = max;
     if (n > CO_RUNQ_SIZE / 2) n = CO_RUNQ_SIZE / 2;
     __atomic_store_n(&s->runqsize, sz - n, __ATOMIC_RELEASE);
-    /* relaxed: a hint for wakep_after_inject */
-    __atomic_store_n(&s->globq_takes, s->globq_takes + 1, __ATOMIC_RELAXED);
     co_g_t *g = rq_pop_locked();
     for (int64_t i = 1; i < n; i++) runqput(p, rq_pop_locked(), false);
     return g;
@@ -1240,45 +1238,6 @@ static inline bool spawn_queue_full(co_p_t *p) {
                (int64_t)CO_RUNQ_SIZE * co__sched.nprocs;
 }
 
-/* A plain thread's view, at its last push, of the global-queue batches Ms
- * took and of sysmon's rounds, and its pushes since that take count last
- * changed. */
-static __thread uint32_t inject_seen_takes, inject_seen_round, inject_unseen;
-#define INJECT_UNSEEN_MAX 32
-
-/* After a plain thread queued new work globally: wake an M for it, as Go
- * does when a P is idle and no M spins, unless this thread is in a burst
- * of pushes (its last one came in this sysmon round or the one before) and
- * a running M has taken from the global queue within its last 32 pushes:
- * that M will take this one too. A thread feeding a pool on a machine with
- * as many Ps as CPUs otherwise kept every P's M awake beside itself, one
- * thread more than there are CPUs: 1,000,000 tiny pool tasks from a plain
- * thread took 87 ns each instead of 101 (bench_pool tiny thread=1, 2 Ps,
- * 2 CPUs, medians of 11 alternating runs). A push after a pause wakes an
- * M as before. Never stranded: an M that gives up the last running P
- * looks at the injection stack after marking its P idle (seq_cst, see
- * "the injection stack"), and this load of npidle comes after the push; a
- * running M takes global work within 61 schedules or when its own queue
- * runs dry; and if the running Ms are stuck in long coroutines, sysmon
- * wakes an M for global work left untaken for a round beside an idle P
- * (sysmon.c). */
-static inline __attribute__((always_inline)) void wakep_after_inject(void) {
-    co_sched_t *s = &co__sched;
-    uint32_t takes = __atomic_load_n(&s->globq_takes, __ATOMIC_RELAXED);
-    uint32_t round = __atomic_load_n(&s->sysmon_rounds, __ATOMIC_RELAXED);
-    bool burst = round - inject_seen_round <= 1;
-    inject_seen_round = round;
-    if (takes != inject_seen_takes) {
-        inject_seen_takes = takes;
-        inject_unseen = 0;
-    }
-    if (burst && inject_unseen++ < INJECT_UNSEEN_MAX &&
-        __atomic_load_n(&s->npidle, __ATOMIC_SEQ_CST) < (uint32_t)s->nprocs)
-        return;
-    inject_unseen = 0;
-    wakep_if_idle();
-}
-
 /* A new coroutine (a G, or a token) counts as live and is queued: on p
  * (runnext if next), or globally from a plain thread; an M is woken if one
  * may be needed. */
@@ -1286,11 +1245,10 @@ static inline __attribute__((always_inline)) void queue_new(co_p_t *p, co_g_t *e
     live_add(p, 1);
     if (p) {
         runqput(p, e, next);
-        wakep_if_idle();
     } else {
         co__globrunq_inject(e);
-        wakep_after_inject();
     }
+    wakep_if_idle();
 }
 
 /* A coroutine to be, for the pool: the token goes on the caller's P's run

@@ -168,7 +168,6 @@ static void *sysmon_main(void *arg) {
     int idle = 0;
     int64_t last_trace = co_now();
     int64_t last_trim = last_trace, last_stackwait = last_trace;
-    uint32_t last_takes = 0; /* globq_takes a round ago */
     while (!__atomic_load_n(&s->stopping, __ATOMIC_ACQUIRE)) {
         bool long_sleep = delay > 1000000;
         if (long_sleep) __atomic_store_n(&s->sysmon_sleeping, 1, __ATOMIC_SEQ_CST);
@@ -196,20 +195,6 @@ static void *sysmon_main(void *arg) {
                 work += co__timers_run(p, now);
             p->sysmon_timertick = tick;
         }
-        /* Global work beside an idle P, no M looking for it, and none taken
-         * since the last round: a plain thread's push may have left the
-         * wake-up to the running Ms (sched.c, wakep_after_inject), and they
-         * may be stuck in long coroutines. */
-        /* relaxed: a hint (sched.c, wakep_after_inject) */
-        __atomic_store_n(&s->sysmon_rounds, s->sysmon_rounds + 1, __ATOMIC_RELAXED);
-        uint32_t takes = __atomic_load_n(&s->globq_takes, __ATOMIC_RELAXED);
-        if (takes == last_takes && co__globrunq_pending(__ATOMIC_SEQ_CST) &&
-            __atomic_load_n(&s->npidle, __ATOMIC_SEQ_CST) != 0 &&
-            __atomic_load_n(&s->nmspinning, __ATOMIC_SEQ_CST) == 0) {
-            co__wakep();
-            work++;
-        }
-        last_takes = takes;
         if (__atomic_load_n(&s->nstackwait, __ATOMIC_RELAXED) &&
             now - last_stackwait >= STACKWAIT_RETRY_NS) {
             last_stackwait = now;

@@ -1,8 +1,8 @@
-/* Work queued by plain threads is never stranded, even when a plain
- * thread's push leaves the wake-up of an idle P to the Ms already running
- * (sched.c, wakep_after_inject) and those are stuck in coroutines that do
- * not yield: sysmon wakes an M for it. And plain threads feeding pools and
- * spawning, many at once, lose nothing. */
+/* Work queued by plain threads is never stranded, even while the running
+ * Ms are stuck in coroutines that do not yield beside an idle P: a fresh
+ * thread's spawn or pool submit still runs (an M is woken for the idle P).
+ * And plain threads feeding pools and spawning, many at once, lose
+ * nothing. */
 #include <colony.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -74,8 +74,8 @@ static void hog_round(co_pool_t *pool, int warmup) {
     CHECK_EQ(co_go(hog, NULL), 0);
     while (!atomic_load(&hog_spinning)) {
     }
-    /* warmup: some tasks first, so that the thread has seen Ms take from
-     * the global queue (the case where its push wakes no M itself) */
+    /* warmup: some tasks first, so that the Ms have taken from the global
+     * queue before the task that releases the hogs */
     struct thread_job w = {pool, warmup, count};
     pthread_t th;
     if (warmup) {
