@@ -232,39 +232,33 @@ CO_STATIC_ASSERT(sizeof(wg_impl_t) <= sizeof(co_waitgroup_t), "co_waitgroup_t to
  * unparking them reads no waiter again: each waiter sits on its own
  * coroutine's stack, a page of its own, and walking them is a cache and a
  * TLB miss each (100,000 coroutines released at once: see co__ready_many).
- * Plain threads' parkers go at the array's end. Without memory for the
- * array, the waiters are linked through their `next` instead. */
+ * Plain threads' waiters, and every waiter when there is no memory for the
+ * array, are linked through their `next` instead. */
 typedef struct wg_release {
     co_g_t **gs;           /* [0, ng): coroutines */
-    co__parker_t **pks;    /* (pks + cap - nt, pks + cap]: plain threads */
-    size_t ng, nt, cap;
-    co__waiter_t *list;    /* the rest, when the array could not be had */
-    void *small[16];
+    size_t ng, cap;
+    co__waiter_t *list;    /* the rest, newest first */
+    co_g_t *small[16];
 } wg_release_t;
 
 static void wg_release_init(wg_release_t *r, uint32_t nwaiters) {
-    r->ng = r->nt = 0;
+    r->ng = 0;
     r->list = NULL;
     r->cap = sizeof r->small / sizeof r->small[0];
-    r->gs = (co_g_t **)r->small;
+    r->gs = r->small;
     if (nwaiters > r->cap && !(__atomic_load_n(&co__test_fail_alloc, __ATOMIC_RELAXED) & 4)) {
-        void **v = malloc(nwaiters * sizeof *v);
+        co_g_t **v = malloc(nwaiters * sizeof *v);
         if (v) {
-            r->gs = (co_g_t **)v;
+            r->gs = v;
             r->cap = nwaiters;
         }
     }
-    r->pks = (co__parker_t **)(void *)r->gs;
 }
 
 /* w's parker is claimed: remember whom to unpark. */
 static void wg_release_add(wg_release_t *r, co__waiter_t *w) {
-    co__parker_t *pk = w->pk;
-    if (r->ng + r->nt < r->cap) {
-        if (pk->g)
-            r->gs[r->ng++] = pk->g;
-        else
-            r->pks[r->cap - ++r->nt] = pk;
+    if (w->pk->g && r->ng < r->cap) {
+        r->gs[r->ng++] = w->pk->g;
     } else {
         w->next = r->list;
         r->list = w;
@@ -277,13 +271,12 @@ static void wg_release_run(wg_release_t *r) {
     } else {
         for (size_t i = 0; i < r->ng; i++) co__ready(r->gs[i]);
     }
-    for (size_t i = 0; i < r->nt; i++) co__unpark_thread(r->pks[r->cap - 1 - i]);
     while (r->list) {
         co__waiter_t *n = r->list->next;
         co__unpark(r->list->pk);
         r->list = n;
     }
-    if ((void *)r->gs != (void *)r->small) free(r->gs);
+    if (r->gs != r->small) free(r->gs);
 }
 
 void co_waitgroup_add(co_waitgroup_t *wg_, int delta) {
