@@ -188,7 +188,7 @@ static void *sysmon_main(void *arg) {
         for (int i = 0; i < s->nprocs; i++) {
             co_p_t *p = co__allp(i);
             int64_t w = __atomic_load_n(&p->timer0_when, __ATOMIC_ACQUIRE);
-            if (!w || w + 1000000 >= now) continue;
+            if (!w || w >= now - 1000000) continue; /* (w may be INT64_MAX: no w + 1 ms) */
             uint32_t tick = __atomic_load_n(&p->schedtick, __ATOMIC_RELAXED);
             if (__atomic_load_n(&p->status, __ATOMIC_ACQUIRE) != CO_P_RUNNING ||
                 tick == p->sysmon_timertick)
