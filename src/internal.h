@@ -223,6 +223,14 @@ typedef struct co__waiter {
     int idx;               /* select: case index */
 } co__waiter_t;
 
+/* A parker and a waiter together, the parker first: what a waitgroup's
+ * release reads of a waiter (the parker's state and G, the waiter's links)
+ * then sits within 64 bytes. A coroutine's is in its G record (wait.c). */
+typedef struct co__pkw {
+    co__parker_t pk;
+    co__waiter_t w;
+} co__pkw_t;
+
 /* Intrusive FIFO of waiters. Protected by the lock of the object that
  * embeds it; zero-initialised == empty. */
 typedef struct co__waitq {

@@ -65,6 +65,11 @@ typedef struct co_g {
                                 * its pusher, then by the M that takes the stack */
     struct co_g *alllink_next, *alllink_prev; /* all-G list, under sched.allg_lock */
     char name[32];
+    /* Its waiter while it waits on a waitgroup (wait.c): a release walks
+     * these, records allocated close together, not the waiters' stacks,
+     * a page each. The G's own while it waits; the waitgroup's lock
+     * protects the links. */
+    co__pkw_t wgwait;
 #ifdef CO_ASAN
     void *asan_fake;           /* ASan fake stack of this fiber while switched out */
 #endif

@@ -307,15 +307,14 @@ int co_waitgroup_wait_until(co_waitgroup_t *wg_, int64_t deadline) {
     uint64_t s = __atomic_load_n(&wg->state, __ATOMIC_ACQUIRE);
     if (WG_COUNT(s) == 0) return 0;
     if (deadline != CO_FOREVER && deadline <= co_now()) return CO_ETIMEDOUT;
-    /* One line holds what a release reads of a waiter: the parker (its
-     * state, to claim it, and its G) and the waiter's links */
-    struct {
-        co__parker_t pk;
-        co__waiter_t w;
-    } __attribute__((aligned(64))) pw;
-    co__parker_t *const pkp = &pw.pk;
-    co__waiter_t *const wp = &pw.w;
-    co__parker_init(pkp, CO__WR_WAITGROUP);
+    /* A coroutine waits with the waiter in its G record (runtime.h), a
+     * plain thread with one on its stack, in one line. */
+    co__pkw_t stackw __attribute__((aligned(64)));
+    co_g_t *cg = co__cur_g();
+    co__pkw_t *pw = cg ? &cg->wgwait : &stackw;
+    co__parker_t *const pkp = &pw->pk;
+    co__waiter_t *const wp = &pw->w;
+    co__parker_init_g(pkp, cg, CO__WR_WAITGROUP);
     memset(wp, 0, sizeof *wp);
     wp->pk = pkp;
     co__lock(&wg->lock);
