@@ -229,9 +229,10 @@ CO_STATIC_ASSERT(sizeof(wg_impl_t) <= sizeof(co_waitgroup_t), "co_waitgroup_t to
 
 /* The waiters a release claimed, to be unparked once it no longer touches
  * the waitgroup. Their coroutines (G records) are kept in an array, so that
- * unparking them reads no waiter again: each waiter sits on its own
- * coroutine's stack, a page of its own, and walking them is a cache and a
- * TLB miss each (100,000 coroutines released at once: see co__ready_many).
+ * the list of waiters, a chain of dependent cache misses, is walked once,
+ * and the unparking can prefetch ahead (co__ready_many). A coroutine's
+ * waiter is in its G record (co_g_t.wgwait), so the one walk touches
+ * records allocated close together, not a stack page per waiter.
  * Plain threads' waiters, and every waiter when there is no memory for the
  * array, are linked through their `next` instead. */
 typedef struct wg_release {
