@@ -10,7 +10,7 @@
 
 #include "t.h"
 
-static atomic_int hog_spinning, hog_released;
+static atomic_int hog_spinning, hog_released, hog_done;
 static atomic_long ran;
 
 /* Holds its P without ever entering the scheduler until released (or
@@ -19,9 +19,11 @@ static void hog(void *arg) {
     (void)arg;
     atomic_store(&hog_spinning, 1);
     int64_t end = co_deadline_after(60LL * 1000000000);
-    while (!atomic_load(&hog_released) && co_now() < end) {
+    int released;
+    while (!(released = atomic_load(&hog_released)) && co_now() < end) {
     }
-    CHECK(atomic_load(&hog_released));
+    CHECK(released); /* (the flag is reset for the next round once hog_done is set) */
+    atomic_store(&hog_done, 1);
 }
 
 static void release_hog(void *arg) {
@@ -70,6 +72,7 @@ static void teardown(co_pool_t *pool) {
 static void hog_round(co_pool_t *pool, int warmup) {
     atomic_store(&hog_spinning, 0);
     atomic_store(&hog_released, 0);
+    atomic_store(&hog_done, 0);
     atomic_store(&ran, 0);
     CHECK_EQ(co_go(hog, NULL), 0);
     while (!atomic_load(&hog_spinning)) {
@@ -91,6 +94,7 @@ static void hog_round(co_pool_t *pool, int warmup) {
     while (atomic_load(&ran) < warmup + 1) {
         nap();
     }
+    while (!atomic_load(&hog_done)) nap(); /* before the next round resets the flags */
 }
 
 static void test_stuck_ms(void) {
