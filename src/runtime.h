@@ -195,6 +195,8 @@ typedef struct co_p {
 typedef struct co_m {
     int id;
     pthread_t thread;
+    uint32_t exited;           /* atomic: set (release) by the M's thread as its last act;
+                                * co_shutdown joins it only then */
     co_g_t g0;                 /* the scheduler context on the thread's own stack */
     co_g_t *curg;              /* running G, or NULL while in g0 */
     co_p_t *p;                 /* attached P (owned), NULL when none */

@@ -1726,6 +1726,8 @@ static void *mstart(void *arg) {
         m->p = NULL;
     }
     co__stack_m_fini(m);
+    /* release: everything this thread did happens before the join */
+    __atomic_store_n(&m->exited, 1, __ATOMIC_RELEASE);
     return NULL;
 }
 
@@ -1917,16 +1919,16 @@ static int shutdown_locked(void) {
     co_m_t *all = s->allm;
     co__unlock(&s->lock);
     for (co_m_t *m = all; m; m = m->alllink) {
-        for (;;) {
-            co__netpoll_break();
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_nsec += 10 * 1000 * 1000;
-            if (ts.tv_nsec >= 1000000000) {
-                ts.tv_sec++;
-                ts.tv_nsec -= 1000000000;
-            }
-            if (pthread_timedjoin_np(m->thread, NULL, &ts) == 0) break;
+        /* Wait for the M's last act, waking idle Ms and the poller again
+         * every 10 ms (an M may have gone idle after the wake above), then
+         * join it. Not pthread_timedjoin_np: TSan (LLVM 14) forgets the
+         * thread when one times out and aborts on the next. */
+        for (int i = 0;; i++) {
+            if (i % 100 == 0) co__netpoll_break();
+            if (__atomic_load_n(&m->exited, __ATOMIC_ACQUIRE)) break;
+            struct timespec ts = {0, 100 * 1000};
+            nanosleep(&ts, NULL);
+            if (i % 100 != 99) continue;
             co__lock(&s->lock);
             for (co_m_t *im = s->midle; im; im = im->link) {
                 __atomic_store_n(&im->park, 1, __ATOMIC_RELEASE);
@@ -1935,6 +1937,7 @@ static int shutdown_locked(void) {
             s->midle = NULL;
             co__unlock(&s->lock);
         }
+        pthread_join(m->thread, NULL);
     }
     while (all) {
         co_m_t *next = all->alllink;
