@@ -403,12 +403,16 @@ static bool runq_nothing_to_steal(co_p_t *p) {
 /* Nothing queued at all: the ring, runnext and the yield slot. */
 bool co__runq_empty(co_p_t *p) { return runq_nothing_to_steal(p) && !co__yslot_peek(p); }
 
-int co__runq_len(co_p_t *p) {
-    uint32_t h = __atomic_load_n(&p->runqhead, __ATOMIC_ACQUIRE);
-    uint32_t t = __atomic_load_n(&p->runqtail, __ATOMIC_ACQUIRE);
-    return (int)(t - h) + (__atomic_load_n(&p->runnext, __ATOMIC_ACQUIRE) ? 1 : 0) +
+/* What is queued on p: the ring, runnext and the yield slot. A snapshot
+ * (relaxed loads): exact only for the owner, a hint for anyone else. */
+static inline int runq_len(co_p_t *p) {
+    uint32_t h = __atomic_load_n(&p->runqhead, __ATOMIC_RELAXED);
+    uint32_t t = __atomic_load_n(&p->runqtail, __ATOMIC_RELAXED);
+    return (int)(t - h) + (__atomic_load_n(&p->runnext, __ATOMIC_RELAXED) ? 1 : 0) +
            (co__yslot_peek(p) ? 1 : 0);
 }
+
+int co__runq_len(co_p_t *p) { return runq_len(p); }
 
 /* ---- the global run queue (sched.lock) ---------------------------------- */
 
@@ -1229,11 +1233,7 @@ static inline void wakep_if_idle(void) {
 /* Spawn back-pressure's test (co__spawn_backpressure): p's queue is full,
  * or the global queue holds a full queue's worth per P. */
 static inline bool spawn_queue_full(co_p_t *p) {
-    /* co__runq_len, inline (a hint: relaxed) */
-    uint32_t h = __atomic_load_n(&p->runqhead, __ATOMIC_RELAXED);
-    int len = (int)(p->runqtail - h) + (__atomic_load_n(&p->runnext, __ATOMIC_RELAXED) ? 1 : 0) +
-              (co__yslot_peek(p) ? 1 : 0);
-    return len >= CO_RUNQ_SIZE ||
+    return runq_len(p) >= CO_RUNQ_SIZE ||
            __atomic_load_n(&co__sched.runqsize, __ATOMIC_RELAXED) >=
                (int64_t)CO_RUNQ_SIZE * co__sched.nprocs;
 }
@@ -1308,8 +1308,7 @@ static co_g_t *token_g_slow(co_p_t *p, co_g_t *e) {
  * few hundred coroutines wait per P, not millions. co__spawn itself never
  * yields (its callers may hold a lock); co_go, co_go_with, a pool's submit
  * and co_group_go call this after a successful spawn, holding none. */
-void co__spawn_backpressure(void) {
-    co_m_t *m = getm();
+static inline __attribute__((always_inline)) void spawn_backpressure_m(co_m_t *m) {
     if (!m || !m->curg || !m->p) return;
     /* Hints: a thief may shorten the queue right after; then the yield is
      * merely early. The global queue counts too: thieves that took this
@@ -1321,13 +1320,14 @@ void co__spawn_backpressure(void) {
     if (spawn_queue_full(m->p)) co_yield();
 }
 
+void co__spawn_backpressure(void) { spawn_backpressure_m(getm()); }
+
 static int spawn_user(void (*fn)(void *), void *arg, size_t stack_size, const char *name) {
     int rc = spawn_check(fn, stack_size);
     if (rc < 0) return rc;
     co_m_t *m = getm();
     rc = spawn_on(m, fn, arg, stack_size, name);
-    /* co__spawn_backpressure, with m at hand */
-    if (rc == 0 && m && m->curg && m->p && spawn_queue_full(m->p)) co_yield();
+    if (rc == 0) spawn_backpressure_m(m); /* with m at hand */
     return rc;
 }
 
@@ -1882,6 +1882,17 @@ int co_shutdown(void) {
     return rc;
 }
 
+/* Shutdown, sched.lock held: every idle M off the idle list and awake
+ * (it sees `stopping` and exits). */
+static void wake_idle_ms_locked(void) {
+    co_sched_t *s = &co__sched;
+    for (co_m_t *m = s->midle; m; m = m->link) {
+        __atomic_store_n(&m->park, 1, __ATOMIC_RELEASE);
+        co__futex_wake(&m->park, 1);
+    }
+    s->midle = NULL;
+}
+
 static int shutdown_locked(void) {
     co_sched_t *s = &co__sched;
     if (__atomic_load_n(&rt_state, __ATOMIC_ACQUIRE) != RT_UP) return 0;
@@ -1910,11 +1921,7 @@ static int shutdown_locked(void) {
     co__sysmon_stop();
     /* Wake everyone: idle Ms, the poller. */
     co__lock(&s->lock);
-    for (co_m_t *m = s->midle; m; m = m->link) {
-        __atomic_store_n(&m->park, 1, __ATOMIC_RELEASE);
-        co__futex_wake(&m->park, 1);
-    }
-    s->midle = NULL;
+    wake_idle_ms_locked();
     s->nmidle = 0;
     co_m_t *all = s->allm;
     co__unlock(&s->lock);
@@ -1930,11 +1937,7 @@ static int shutdown_locked(void) {
             nanosleep(&ts, NULL);
             if (i % 100 != 99) continue;
             co__lock(&s->lock);
-            for (co_m_t *im = s->midle; im; im = im->link) {
-                __atomic_store_n(&im->park, 1, __ATOMIC_RELEASE);
-                co__futex_wake(&im->park, 1);
-            }
-            s->midle = NULL;
+            wake_idle_ms_locked();
             co__unlock(&s->lock);
         }
         pthread_join(m->thread, NULL);
