@@ -5,6 +5,8 @@
  * caller, stores its stack pointer into *save_sp, loads to_sp and pops the
  * other context's registers. A fresh context starts in co__trampoline, which
  * calls co__g_entry(g) with the G stored in a callee-saved slot.
+ * co__jump_post and co__jump_yslot do the same, then have the other side
+ * call the post-switch work before it returns to where it was.
  * The portable fallback (ctx_ucontext.c, -DCOLONY_UCONTEXT=ON) uses
  * makecontext/swapcontext with the same two entry points.
  */
@@ -104,6 +106,16 @@ __attribute__((visibility("hidden"))) void co__ctx_switch(co__ctx_t *from, co__c
 #else
 __attribute__((visibility("hidden"))) void co__jump(void **save_sp, void *to_sp);
 static inline void co__ctx_switch(co__ctx_t *from, co__ctx_t *to) { co__jump(&from->sp, to->sp); }
+/* co__jump whose other side first calls co__switch_post() (sched.c), as if
+ * from where it was: the post-switch work runs inside the switch, and a
+ * C caller with nothing left to do after the switch tail-calls it.
+ * co__jump_yslot is the same with co__post_yslot(), co_yield's fast
+ * path's. A build switches only through co__jump, or only through these
+ * two (the frames are the same; what follows the restore is not). */
+__attribute__((visibility("hidden"))) void co__jump_post(void **save_sp, void *to_sp);
+__attribute__((visibility("hidden"))) void co__jump_yslot(void **save_sp, void *to_sp);
+__attribute__((visibility("hidden"))) void co__switch_post(void);
+__attribute__((visibility("hidden"))) void co__post_yslot(void);
 /* Start g afresh on the stack whose 16-byte aligned top is `top`, dropping
  * the caller's frames (they may be on that stack): the exit of a coroutine
  * whose stack goes straight to one that never ran (sched.c's goexit). */

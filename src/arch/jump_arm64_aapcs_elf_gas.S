@@ -17,11 +17,9 @@
  * BTI: entry points start with `bti c` (hint 34, a no-op without BTI).
  */
     .text
-    .globl  co__jump
-    .hidden co__jump
-    .type   co__jump, %function
-    .p2align 4
-co__jump:
+/* The body both entry points share; `tail` ends it: ret for co__jump, a
+ * branch to co__switch_post for co__jump_post (see the x86-64 file). */
+    .macro  CO_JUMP_BODY tail:vararg
     hint    #34
     sub     sp, sp, #176
     stp     x19, x20, [sp, #0]
@@ -52,8 +50,35 @@ co__jump:
     ldr     x9, [sp, #160]
     msr     fpcr, x9
     add     sp, sp, #176
-    ret
+    \tail
+    .endm
+
+    .globl  co__jump
+    .hidden co__jump
+    .type   co__jump, %function
+    .p2align 4
+co__jump:
+    CO_JUMP_BODY ret
     .size   co__jump, .-co__jump
+
+/* co__jump, but the other side starts with the switcher's post-switch
+ * work, co__switch_post() or co__post_yslot(), returning through x30 to
+ * where that side was (see co__jump_post in the x86-64 file). */
+    .globl  co__jump_post
+    .hidden co__jump_post
+    .type   co__jump_post, %function
+    .p2align 4
+co__jump_post:
+    CO_JUMP_BODY b co__switch_post
+    .size   co__jump_post, .-co__jump_post
+
+    .globl  co__jump_yslot
+    .hidden co__jump_yslot
+    .type   co__jump_yslot, %function
+    .p2align 4
+co__jump_yslot:
+    CO_JUMP_BODY b co__post_yslot
+    .size   co__jump_yslot, .-co__jump_yslot
 
     .globl  co__trampoline
     .hidden co__trampoline

@@ -22,12 +22,9 @@
  * is not supported: a switch changes stacks without telling the CPU.
  */
     .text
-    .globl  co__jump
-    .hidden co__jump
-    .type   co__jump, @function
-    .p2align 4
-co__jump:
-    .cfi_startproc
+/* The body both entry points share; `tail` is what ends it: ret for
+ * co__jump, a jump to co__switch_post for co__jump_post. */
+    .macro  CO_JUMP_BODY tail:vararg
     endbr64
     pushq   %rbp
     pushq   %rbx
@@ -54,9 +51,55 @@ co__jump:
     popq    %r12
     popq    %rbx
     popq    %rbp
-    ret
+    \tail
+    .endm
+
+    .globl  co__jump
+    .hidden co__jump
+    .type   co__jump, @function
+    .p2align 4
+co__jump:
+    .cfi_startproc
+    CO_JUMP_BODY ret
     .cfi_endproc
     .size   co__jump, .-co__jump
+
+/*
+ * void co__jump_post(void **save_sp, void *to_sp)
+ * void co__jump_yslot(void **save_sp, void *to_sp)
+ *
+ * co__jump, but the other side's first act is a call of the switcher's
+ * post-switch work, co__switch_post() or co__post_yslot() (sched.c),
+ * entered by a jump with rsp at the other side's return address, as if
+ * that side had called it: its ret returns there. The C caller runs
+ * nothing after the switch, so a switch in tail position (co_yield's fast
+ * path) is a jump, and its function keeps no registers of its own across
+ * it: the callee-saved ones are saved once, here, not also in the
+ * caller's prologue; and the post-switch work is picked by the entry
+ * point, not looked up. Every switch of a build goes through these two,
+ * or every one through co__jump (a context saved by either must be
+ * resumed by a switch that runs the post-switch work): sanitizer builds
+ * use co__jump and do it in C, after their fiber calls.
+ */
+    .globl  co__jump_post
+    .hidden co__jump_post
+    .type   co__jump_post, @function
+    .p2align 4
+co__jump_post:
+    .cfi_startproc
+    CO_JUMP_BODY jmp co__switch_post
+    .cfi_endproc
+    .size   co__jump_post, .-co__jump_post
+
+    .globl  co__jump_yslot
+    .hidden co__jump_yslot
+    .type   co__jump_yslot, @function
+    .p2align 4
+co__jump_yslot:
+    .cfi_startproc
+    CO_JUMP_BODY jmp co__post_yslot
+    .cfi_endproc
+    .size   co__jump_yslot, .-co__jump_yslot
 
 /* First code of every coroutine: rsp is 16-byte aligned here, r12 = G. */
     .globl  co__trampoline
