@@ -7,7 +7,8 @@
  * next use creates a fresh one. If a worker is still busy, the hook reopens
  * the pool, leaves it usable, and co_shutdown fails with CO_EBUSY at once:
  * had it gone on, that worker could have ended within co_shutdown's grace
- * and the runtime stopped under a live pool.
+ * and the runtime stopped under a live pool. Unlike the pools users make,
+ * it does not hold the runtime up (co__rt_hold): the hook destroys it.
  */
 #include "internal.h"
 #include "pool_impl.h"
@@ -42,6 +43,9 @@ co_pool_t *co_default_pool(void) {
     co__lock(&dflt_lock);
     p = dflt;
     if (!p && co_pool_new(&p, -1, NULL) == 0) {
+        /* No hold on the runtime: co_shutdown's hook destroys it */
+        p->holds_rt = false;
+        co__rt_unhold();
         co__at_shutdown(default_pool_shutdown); /* registers once */
         __atomic_store_n(&dflt, p, __ATOMIC_RELEASE);
     }

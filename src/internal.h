@@ -39,6 +39,15 @@ CO_HIDDEN _Noreturn void co__fatal(const char *fmt, ...) __attribute__((format(p
  * first call (one acquire load). Returns 0 or a negative code. */
 CO_HIDDEN int co__ensure_init(void);
 
+/* Objects that outlive calls and need the runtime while they exist (a
+ * pool: its purge timer, its workers' pins; a ticker: its timer) hold it:
+ * co_shutdown fails with CO_EBUSY while any is held. co__rt_hold starts
+ * the runtime if needed (waiting for a shutdown under way, then starting
+ * a fresh one) and returns 0 with the hold taken, or a negative code;
+ * co__rt_unhold gives it back. */
+CO_HIDDEN int co__rt_hold(void);
+CO_HIDDEN void co__rt_unhold(void);
+
 /* Hook run at the start of co_shutdown(), before live coroutines are counted
  * (the default pool releases its idle workers here). It returns 0, or
  * CO_EBUSY when what it owns is still in use (it then leaves it working),

@@ -890,16 +890,23 @@ static int pool_create(co_pool_t **out, int capacity, void (*fn)(void *),
     if (o.max_blocking < 0) return CO_EINVAL;
     if (o.stack_size != 0 && (o.stack_size < CO_STACK_MIN || o.stack_size > CO_STACK_MAX))
         return CO_EINVAL;
-    int rc = co__ensure_init();
+    /* A pool needs the runtime as long as it exists (its purge timer, its
+     * workers): co_shutdown fails with CO_EBUSY until it is destroyed. */
+    int rc = co__rt_hold();
     if (rc < 0) return rc;
     co_pool_t *p = NULL; /* cache-line aligned (see the struct) */
-    if (posix_memalign((void **)&p, CO__CACHELINE, sizeof *p) != 0) return CO_ENOMEM;
+    if (posix_memalign((void **)&p, CO__CACHELINE, sizeof *p) != 0) {
+        co__rt_unhold();
+        return CO_ENOMEM;
+    }
     memset(p, 0, sizeof *p);
     rc = co__wq_init(&p->idle, o.prealloc, o.prealloc ? capacity : 0);
     if (rc < 0) {
         free(p);
+        co__rt_unhold();
         return rc;
     }
+    p->holds_rt = true;
     p->cap = capacity;
     p->state = CO__POOL_OPEN;
     p->fn = fn;
@@ -1145,5 +1152,7 @@ void co_pool_destroy(co_pool_t *p) {
     rec_free_list(co__wq_reset(&p->idle, &n)); /* empty after the release */
     rec_free_list(p->spare);
     co__wq_destroy(&p->idle);
+    bool held = p->holds_rt;
     free(p);
+    if (held) co__rt_unhold(); /* last: co_shutdown may free the runtime now */
 }

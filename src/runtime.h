@@ -125,7 +125,7 @@ typedef struct co_p {
     uint64_t goidcache, goidcacheend; /* owner only: ids [cache, end) are this P's to hand out */
     /* Coroutines spawned on this P minus those that exited on it (may be
      * negative). Written by the owner only (relaxed atomic stores), read
-     * by co_count; folded into sched.ngoroutines when the P retires. Each
+     * by co_count; folded into sched.c's live_global when the P retires. Each
      * spawn and exit once bumped one shared counter, a cache line that
      * bounced between the spawning and the exiting M. */
     int64_t ngo;
@@ -279,8 +279,7 @@ typedef struct co_sched {
      * pushing thread and the Ms polling it would drag the lock's line along. */
     _Alignas(64) co_g_t *inject;
 
-    _Alignas(64) int64_t ngoroutines; /* atomic: live coroutines not counted on a P's ngo */
-    uint64_t goidgen;          /* atomic: id generator; Ps take ids in batches */
+    _Alignas(64) uint64_t goidgen; /* atomic: id generator; Ps take ids in batches */
 
     /* One M at a time blocks in co__netpoll with a timeout (the poller).
      * poll_until: atomic; when it will wake (0: nobody is blocked, INT64_MAX:
@@ -400,6 +399,9 @@ CO_HIDDEN void co__stack_m_fini(co_m_t *m);
 /* timer.c */
 CO_HIDDEN int co__timers_run(co_p_t *p, int64_t now);  /* run due timers; returns how many */
 CO_HIDDEN int64_t co__timers_next(void);               /* earliest timer over all Ps, 0 if none */
+/* Timers pending on the Ps (each P's count under its lock): co_shutdown
+ * refuses to free heaps that still hold some. */
+CO_HIDDEN int64_t co__timers_pending(void);
 CO_HIDDEN void co__timers_free(co_p_t *p);
 /* Every timer of from onto to (or onto to's replacement in allp, if to has
  * retired). close: from is retiring and takes no timer again until lent. */

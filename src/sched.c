@@ -68,6 +68,19 @@ static uint32_t rt_state;  /* atomic: RT_*; acquire load on the fast path */
  * and co_init waits for it before it resets the state: a reader either
  * sees the runtime not up and touches nothing, or is waited for. */
 static uint32_t stat_readers;
+/* Live coroutines not counted on a P's ngo: plain threads' spawns, exits
+ * with no P, retired Ps' counts. Outside co__sched, which co_init zeroes:
+ * a plain thread's spawn counts itself here (seq_cst) before it checks
+ * that the runtime is up (seq_cst), and co_shutdown stores STOPPING
+ * (seq_cst) before its last look at the count: either the spawn sees the
+ * runtime stopping and takes its count back (then retries on the next
+ * runtime), or co_shutdown sees it and fails with CO_EBUSY. A count taken
+ * back after a restart must land on the same counter. co_shutdown folds
+ * the Ps' counts in before it frees them. */
+static int64_t live_global;
+/* Holds on the runtime (co__rt_hold): pools and tickers alive. Same
+ * protocol with co_shutdown as live_global. */
+static int64_t rt_holds;
 static co__lock_t init_lock;
 static int (*shutdown_hooks[CO_MAX_HOOKS])(void); /* under init_lock */
 static int nhooks;
@@ -1100,8 +1113,32 @@ static inline void live_add(co_p_t *p, int d) {
     if (p)
         __atomic_store_n(&p->ngo, p->ngo + d, __ATOMIC_RELAXED);
     else
-        __atomic_add_fetch(&co__sched.ngoroutines, d, __ATOMIC_ACQ_REL);
+        __atomic_add_fetch(&live_global, d, __ATOMIC_SEQ_CST); /* see live_global */
 }
+
+/* Count a coroutine a plain thread is about to spawn (live_global's
+ * protocol with co_shutdown), the runtime up; 0, or a negative code if it
+ * was down and could not be started again. */
+static int plain_spawn_enter(void) {
+    for (;;) {
+        live_add(NULL, 1);
+        if (CO_LIKELY(__atomic_load_n(&rt_state, __ATOMIC_SEQ_CST) == RT_UP)) return 0;
+        live_add(NULL, -1);
+        int rc = co_init(NULL); /* waits for a shutdown under way */
+        if (rc < 0) return rc;
+    }
+}
+
+int co__rt_hold(void) {
+    for (;;) {
+        __atomic_add_fetch(&rt_holds, 1, __ATOMIC_SEQ_CST);
+        if (__atomic_load_n(&rt_state, __ATOMIC_SEQ_CST) == RT_UP) return 0;
+        __atomic_sub_fetch(&rt_holds, 1, __ATOMIC_SEQ_CST);
+        int rc = co_init(NULL);
+        if (rc < 0) return rc;
+    }
+}
+void co__rt_unhold(void) { __atomic_sub_fetch(&rt_holds, 1, __ATOMIC_SEQ_CST); }
 
 static void post_gfree(co_g_t *g, void *arg) {
     (void)arg;
@@ -1188,10 +1225,15 @@ static inline __attribute__((always_inline)) int spawn_on(co_m_t *m, void (*fn)(
                                                          void *arg, size_t stack_size,
                                                          const char *name) {
     co_sched_t *s = &co__sched;
-    if (stack_size == 0) stack_size = s->stack_size;
     co_p_t *p = m ? m->p : NULL;
+    if (!p) { /* a plain thread (or an M inside co_blocking): counted before
+               * it touches the runtime (see live_global) */
+        int rc = plain_spawn_enter();
+        if (rc < 0) return rc;
+    }
+    if (stack_size == 0) stack_size = s->stack_size;
     co_g_t *g = g_alloc(p);
-    if (!g) return CO_ENOMEM;
+    if (!g) goto nomem;
     /* A default-size stack comes when the G first runs (gcache.c); any
      * other size now, so that running out is this call's CO_ENOMEM. */
     co__fpenv_store(&g->fpenv);
@@ -1199,7 +1241,7 @@ static inline __attribute__((always_inline)) int spawn_on(co_m_t *m, void (*fn)(
         if (co__stack_alloc(&g->stack, stack_size) < 0) {
             g->stack.map = NULL;
             co__gfput(p, g);
-            return CO_ENOMEM;
+            goto nomem;
         }
         co__ctx_make(&g->ctx, g->stack.lo, g->stack.size, g, g->fpenv);
     }
@@ -1207,6 +1249,9 @@ static inline __attribute__((always_inline)) int spawn_on(co_m_t *m, void (*fn)(
     __atomic_store_n(&g->status, CO_G_RUNNABLE, __ATOMIC_RELAXED);
     queue_new(p, g, true);
     return 0;
+nomem:
+    if (!p) live_add(NULL, -1);
+    return CO_ENOMEM;
 }
 
 static inline int spawn_check(void (*fn)(void *), size_t stack_size) {
@@ -1293,11 +1338,11 @@ static inline bool spawn_queue_full(co_p_t *p) {
 }
 
 /* A new coroutine (a G, or a token) counts as live and is queued: on p
- * (runnext if next), or globally from a plain thread; an M is woken if one
- * may be needed. */
+ * (runnext if next), or globally from a plain thread, which counted it
+ * already (plain_spawn_enter); an M is woken if one may be needed. */
 static inline __attribute__((always_inline)) void queue_new(co_p_t *p, co_g_t *e, bool next) {
-    live_add(p, 1);
     if (p) {
+        live_add(p, 1);
         runqput(p, e, next);
     } else {
         co__globrunq_inject(e);
@@ -1317,6 +1362,9 @@ void co__spawn_token(co__token_t *t) {
     co__fpenv_store(&t->fpenv); /* as co__spawn: it starts with the spawner's */
     co_g_t *e = (co_g_t *)((uintptr_t)t | RQ_TOKEN);
     if (CO_UNLIKELY(!p)) {
+        /* A pool holds the runtime (co__rt_hold): it is up, or stopping
+         * only for a co_shutdown's last look, which will fail */
+        if (plain_spawn_enter() < 0) co__fatal("internal error: a pool outlived its runtime");
         queue_new(NULL, e, false);
         return;
     }
@@ -1763,7 +1811,7 @@ static void retire_p_nowake(co_m_t *m) {
     p->m = NULL;
     /* A spare P carries no count: co_count cannot see a spare that sysmon
      * is lending (off every list for a moment). */
-    __atomic_add_fetch(&s->ngoroutines, p->ngo, __ATOMIC_ACQ_REL);
+    __atomic_add_fetch(&live_global, p->ngo, __ATOMIC_SEQ_CST);
     __atomic_store_n(&p->ngo, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&p->status, CO_P_DEAD, __ATOMIC_RELEASE);
     __atomic_store_n(&p->retire, 0, __ATOMIC_RELAXED);
@@ -1918,6 +1966,8 @@ int co__test_reset_after_fork(void) {
     __atomic_store_n(&rt_state, RT_DOWN, __ATOMIC_RELEASE);
     init_lock.v = 0;
     memset(&co__sched, 0, sizeof co__sched);
+    live_global = 0; /* the parent's coroutines and pools are not ours */
+    rt_holds = 0;
     tls_m = NULL;
     return co_init(NULL);
 }
@@ -1934,7 +1984,8 @@ int co__ensure_init(void) {
 static int64_t count_live(void) {
     co_sched_t *s = &co__sched;
     co__lock(&s->lock);
-    int64_t n = __atomic_load_n(&s->ngoroutines, __ATOMIC_ACQUIRE);
+    /* seq_cst: after co_shutdown's store of STOPPING (see live_global) */
+    int64_t n = __atomic_load_n(&live_global, __ATOMIC_SEQ_CST);
     for (int i = 0; s->allp && i < s->nprocs; i++)
         n += __atomic_load_n(&s->allp[i]->ngo, __ATOMIC_RELAXED);
     for (co_p_t *q = s->pretiring; q; q = q->link) n += __atomic_load_n(&q->ngo, __ATOMIC_RELAXED);
@@ -1999,18 +2050,25 @@ static int shutdown_locked(void) {
         struct timespec ts = {0, 1000000};
         nanosleep(&ts, NULL);
     }
-    if (count_live() != 0 || any_alive()) return CO_EBUSY;
+    if (count_live() != 0 || any_alive() || __atomic_load_n(&rt_holds, __ATOMIC_SEQ_CST) != 0)
+        return CO_EBUSY;
     co__lock(&init_lock);
     int n = nhooks;
     co__unlock(&init_lock);
     for (int i = 0; i < n; i++)
         if (shutdown_hooks[i]() != 0) return CO_EBUSY; /* a task came in meanwhile: left working */
     co__lock(&init_lock);
-    if (count_live() != 0 || any_alive()) {
+    /* STOPPING first, then the last look (see live_global): a plain
+     * thread's spawn, a pool or a ticker made meanwhile is seen here, or
+     * sees STOPPING and waits for init_lock. A timer still pending (a
+     * context's deadline, a ticker) would outlive the heap it is on. */
+    __atomic_store_n(&rt_state, RT_STOPPING, __ATOMIC_SEQ_CST);
+    if (count_live() != 0 || any_alive() || __atomic_load_n(&rt_holds, __ATOMIC_SEQ_CST) != 0 ||
+        co__timers_pending() != 0) {
+        __atomic_store_n(&rt_state, RT_UP, __ATOMIC_RELEASE);
         co__unlock(&init_lock);
         return CO_EBUSY;
     }
-    __atomic_store_n(&rt_state, RT_STOPPING, __ATOMIC_SEQ_CST);
     while (__atomic_load_n(&stat_readers, __ATOMIC_SEQ_CST) != 0) sched_yield();
     __atomic_store_n(&s->stopping, 1, __ATOMIC_SEQ_CST);
     co__sysmon_stop();
@@ -2048,6 +2106,13 @@ static int shutdown_locked(void) {
     co_p_t **allp = s->allp, *spare = s->pspare;
     s->allp = NULL;
     s->pspare = NULL;
+    s->allm = NULL; /* freed above */
+    /* The Ps' counts sum to -live_global (nothing lives): fold them in, so
+     * the next runtime starts at 0 (see live_global) */
+    for (int i = 0; i < s->nprocs; i++)
+        __atomic_add_fetch(&live_global, allp[i]->ngo, __ATOMIC_SEQ_CST);
+    for (co_p_t *q = s->pretiring; q; q = q->link)
+        __atomic_add_fetch(&live_global, q->ngo, __ATOMIC_SEQ_CST);
     /* Every M has exited and retired its lent P; none is left pretiring.
      * Should one be, it is freed with the spares rather than leaked. */
     while (s->pretiring) {

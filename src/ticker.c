@@ -45,13 +45,19 @@ int co_ticker_new(co_ticker_t **out, int64_t period_ns) {
     if (!out) return CO_EINVAL;
     *out = NULL;
     if (period_ns <= 0) return CO_EINVAL;
-    int rc = co__ensure_init();
+    /* Its timer needs the runtime until co_ticker_stop: co_shutdown fails
+     * with CO_EBUSY meanwhile. */
+    int rc = co__rt_hold();
     if (rc < 0) return rc;
     co_ticker_t *t = calloc(1, sizeof *t);
-    if (!t) return CO_ENOMEM;
+    if (!t) {
+        co__rt_unhold();
+        return CO_ENOMEM;
+    }
     rc = co_chan_new(&t->ch, sizeof(int64_t), 1);
     if (rc < 0) {
         free(t);
+        co__rt_unhold();
         return rc;
     }
     t->period = period_ns;
@@ -79,4 +85,5 @@ void co_ticker_stop(co_ticker_t *t) {
     }
     co_chan_free(t->ch);
     free(t);
+    co__rt_unhold();
 }

@@ -278,6 +278,15 @@ void co__timer_wait_fired(co__timer_t *t) {
 
 bool co__timer_del(co__timer_t *t) {
     bool removed = false;
+    /* Not pending: nothing to take off a heap, so t->p (the heap it was on
+     * last) is not touched: it may have gone with a runtime shut down since
+     * (a context freed after co_shutdown, its deadline long fired). Only a
+     * callback in flight, which may re-add it, is waited for. acquire:
+     * pairs with the runner's release store of IDLE after its count. */
+    if (__atomic_load_n(&t->state, __ATOMIC_ACQUIRE) == CO__TM_IDLE) {
+        co__timer_wait_fired(t);
+        if (__atomic_load_n(&t->state, __ATOMIC_ACQUIRE) == CO__TM_IDLE) return false;
+    }
     for (;;) {
         co_p_t *p = __atomic_load_n(&t->p, __ATOMIC_ACQUIRE);
         if (!p) break; /* never added */
@@ -342,8 +351,10 @@ int co__timers_run(co_p_t *p, int64_t now) {
         for (int i = 0; i < n; i++) {
             co__timer_t *t = batch[i];
             t->slot = -1;
-            __atomic_store_n(&t->state, CO__TM_IDLE, __ATOMIC_RELAXED);
             __atomic_add_fetch(&t->running, 1, __ATOMIC_RELAXED);
+            /* release, after the count: co__timer_del's lock-free look that
+             * sees IDLE sees the callback counted */
+            __atomic_store_n(&t->state, CO__TM_IDLE, __ATOMIC_RELEASE);
             __builtin_prefetch(t->arg, 1); /* the callback's parker, usually */
         }
         set_timer0(p);
@@ -370,6 +381,18 @@ int64_t co__timers_next(void) {
         if (w && (best == 0 || w < best)) best = w;
     }
     return best;
+}
+
+int64_t co__timers_pending(void) {
+    co_sched_t *s = &co__sched;
+    int64_t n = 0;
+    for (int i = 0; i < s->nprocs; i++) {
+        co_p_t *p = co__allp(i);
+        co__lock(&p->timers_lock);
+        n += p->timers_len + (int64_t)(p->trun_tail - p->trun_head) - p->trun_dead;
+        co__unlock(&p->timers_lock);
+    }
+    return n;
 }
 
 void co__timers_free(co_p_t *p) {

@@ -1,0 +1,160 @@
+/* The runtime's lifetime against what depends on it. co_shutdown fails
+ * with CO_EBUSY, changing nothing, while a pool (not the default one), a
+ * ticker or a pending deadline still needs it; once they are gone it
+ * succeeds. A pool used to survive a successful co_shutdown: its next
+ * submit returned 0 and the task never ran, and destroying it read the
+ * freed runtime. And plain threads that spawn while another thread shuts
+ * the runtime down lose nothing: every co_go that returns 0 runs its
+ * coroutine exactly once, on the runtime that was up or on the next one.
+ * ctest-no-chaos: it shuts the runtime down and starts it again; the
+ * chaos settings (COLONY_PROCS) would apply to every start anyway. */
+#include <colony.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <time.h>
+
+#include "t.h"
+
+#define MS 1000000LL
+
+static atomic_long ran;
+static void count(void *arg) {
+    (void)arg;
+    atomic_fetch_add(&ran, 1);
+}
+
+static void nap(void) {
+    struct timespec ts = {0, 1000000};
+    nanosleep(&ts, NULL);
+}
+
+/* Wait (bounded) until every coroutine ended, then shut down: 0. */
+static int shutdown_when_quiet(void) {
+    int rc;
+    for (int i = 0; i < 10000 && (rc = co_shutdown()) == CO_EBUSY; i++) nap();
+    return rc;
+}
+
+/* A pool holds the runtime up until it is destroyed; meanwhile it keeps
+ * working, and so does the default pool, which the failed shutdown must
+ * not have touched. */
+static void pool_holds_runtime(void) {
+    atomic_store(&ran, 0);
+    co_pool_t *p;
+    CHECK_EQ(co_pool_new(&p, 4, NULL), 0);
+    co_pool_t *dflt = co_default_pool();
+    CHECK(dflt != NULL);
+    CHECK_EQ(co_pool_submit(p, count, NULL), 0);
+    CHECK_EQ(co_pool_wait_idle(p, co_deadline_after(10000 * MS)), 0);
+    CHECK_EQ(co_shutdown(), CO_EBUSY);
+    CHECK(co_default_pool() == dflt);
+    CHECK(!co_pool_is_closed(p));
+    CHECK_EQ(co_pool_submit(p, count, NULL), 0);
+    CHECK_EQ(co_pool_wait_idle(p, co_deadline_after(10000 * MS)), 0);
+    CHECK_EQ(atomic_load(&ran), 2);
+    /* Released but not destroyed: still held. */
+    co_pool_release(p);
+    CHECK_EQ(co_shutdown(), CO_EBUSY);
+    co_pool_destroy(p);
+    CHECK_EQ(shutdown_when_quiet(), 0);
+    /* A pool made after the shutdown starts a fresh runtime and works. */
+    CHECK_EQ(co_pool_new(&p, 2, NULL), 0);
+    CHECK_EQ(co_pool_submit(p, count, NULL), 0);
+    CHECK_EQ(co_pool_wait_idle(p, co_deadline_after(10000 * MS)), 0);
+    CHECK_EQ(atomic_load(&ran), 3);
+    co_pool_destroy(p);
+    CHECK_EQ(shutdown_when_quiet(), 0);
+}
+
+/* The same for a multipool (its pools hold the runtime) and a function
+ * pool. */
+static void multipool_holds_runtime(void) {
+    atomic_store(&ran, 0);
+    co_multipool_t *mp;
+    CHECK_EQ(co_multipool_new(&mp, 2, 2, CO_LB_ROUND_ROBIN, NULL), 0);
+    CHECK_EQ(co_multipool_submit(mp, count, NULL), 0);
+    co_pool_t *fp;
+    CHECK_EQ(co_pool_new_func(&fp, 2, count, NULL), 0);
+    CHECK_EQ(co_pool_invoke(fp, NULL), 0);
+    CHECK_EQ(co_shutdown(), CO_EBUSY);
+    co_multipool_destroy(mp);
+    CHECK_EQ(co_shutdown(), CO_EBUSY); /* the function pool still */
+    CHECK_EQ(co_pool_wait_idle(fp, co_deadline_after(10000 * MS)), 0);
+    co_pool_destroy(fp);
+    CHECK_EQ(atomic_load(&ran), 2);
+    CHECK_EQ(shutdown_when_quiet(), 0);
+}
+
+/* A ticker's timer and a context's deadline timer would outlive the heap
+ * they are on. */
+static void timers_hold_runtime(void) {
+    co_ticker_t *t;
+    CHECK_EQ(co_ticker_new(&t, 50 * MS), 0);
+    CHECK_EQ(co_shutdown(), CO_EBUSY);
+    int64_t when;
+    CHECK_EQ(co_chan_recv(co_ticker_chan(t), &when, co_deadline_after(10000 * MS)), 0);
+    co_ticker_stop(t);
+    CHECK_EQ(shutdown_when_quiet(), 0);
+
+    co_ctx_t *c;
+    CHECK_EQ(co_ctx_with_timeout(&c, co_ctx_background(), 60000 * MS), 0);
+    CHECK_EQ(co_shutdown(), CO_EBUSY);
+    CHECK_EQ(co_ctx_err(c), 0);
+    co_ctx_cancel(c);
+    co_ctx_free(c);
+    CHECK_EQ(shutdown_when_quiet(), 0);
+
+    /* A deadline that already fired holds nothing. */
+    CHECK_EQ(co_ctx_with_timeout(&c, co_ctx_background(), 1 * MS), 0);
+    char v;
+    CHECK_EQ(co_chan_recv(co_ctx_done(c), &v, co_deadline_after(10000 * MS)), CO_ECLOSED);
+    CHECK_EQ(co_ctx_err(c), CO_ETIMEDOUT);
+    CHECK_EQ(shutdown_when_quiet(), 0);
+    co_ctx_free(c);
+}
+
+/* Plain threads spawn while the main thread shuts the runtime down over
+ * and over: nothing that co_go accepted is lost or run twice. */
+#define SPAWNERS 3
+#define PER_SPAWNER 3000
+static atomic_long accepted;
+static atomic_int spawners_done;
+static void *spawner(void *arg) {
+    (void)arg;
+    for (int i = 0; i < PER_SPAWNER; i++) {
+        int rc = co_go(count, NULL);
+        CHECK_EQ(rc, 0);
+        if (rc == 0) atomic_fetch_add(&accepted, 1);
+        if (i % 64 == 0) sched_yield();
+    }
+    atomic_fetch_add(&spawners_done, 1);
+    return NULL;
+}
+static void spawn_races_shutdown(void) {
+    atomic_store(&ran, 0);
+    atomic_store(&accepted, 0);
+    atomic_store(&spawners_done, 0);
+    pthread_t th[SPAWNERS];
+    for (int i = 0; i < SPAWNERS; i++) CHECK_EQ(pthread_create(&th[i], NULL, spawner, NULL), 0);
+    int stopped = 0;
+    while (atomic_load(&spawners_done) < SPAWNERS) {
+        int rc = co_shutdown();
+        CHECK(rc == 0 || rc == CO_EBUSY);
+        if (rc == 0) stopped++;
+    }
+    for (int i = 0; i < SPAWNERS; i++) pthread_join(th[i], NULL);
+    CHECK_EQ(atomic_load(&accepted), SPAWNERS * PER_SPAWNER);
+    /* Every accepted coroutine runs; the last runtime then stops. */
+    CHECK_EQ(shutdown_when_quiet(), 0);
+    CHECK_EQ(atomic_load(&ran), SPAWNERS * PER_SPAWNER);
+    fprintf(stderr, "   (co_shutdown returned 0 %d times meanwhile)\n", stopped);
+}
+
+int main(void) {
+    t_begin(110);
+    T_RUN(pool_holds_runtime);
+    T_RUN(multipool_holds_runtime);
+    T_RUN(timers_hold_runtime);
+    T_RUN(spawn_races_shutdown);
+    return t_end();
+}
