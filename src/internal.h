@@ -262,11 +262,14 @@ typedef struct co__timer {
     void (*fn)(void *arg);
     void *arg;
     struct co_p *p;          /* heap it is on (under that heap's lock) */
-    int32_t slot;            /* while pending: its slot on p's heap (>= 0), or its
-                              * entry in p's run (-2 - index); -1 otherwise */
+    int32_t slot;            /* while pending: its slot on p's heap (>= 0), its
+                              * entry in p's run (-2 - index), or CO__TSLOT_LIST on
+                              * p's overflow list; -1 otherwise */
     uint32_t state;          /* atomic: CO__TM_IDLE/PENDING, changed under p's heap lock */
     uint32_t running;        /* atomic: callbacks in flight (see timer.c) */
+    struct co__timer *lnext, *lprev; /* p's overflow list (timer.c), under p's heap lock */
 } co__timer_t;
+#define CO__TSLOT_LIST INT32_MIN
 enum { CO__TM_IDLE = 0, CO__TM_PENDING = 1 };
 CO_HIDDEN void co__timer_add(co__timer_t *t, int64_t when); /* t must not be pending */
 /* Remove a timer. Returns true if it was pending and will now never run.

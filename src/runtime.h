@@ -160,11 +160,12 @@ typedef struct co_p {
     co_g_t *gfree[CO_GFREE_LOCAL];
     co__stack_t sfree[CO_SFREE_LOCAL];
 
-    /* Timers: a 4-ary min-heap on `when`, and the run (timer.c). timers_lock
-     * protects timers_closed, the heap, the run, the tslots fields and every
-     * pending co__timer_t's slot/p. timer0_when mirrors the earlier of the
-     * heap's root and the run's head (0 if both are empty); written under
-     * the lock with release, read lock-free with acquire by any M. */
+    /* Timers: a 4-ary min-heap on `when`, the run and the overflow list
+     * (timer.c). timers_lock protects timers_closed, the heap, the run, the
+     * list, the tslots fields and every pending co__timer_t's slot/p/links.
+     * timer0_when mirrors the earliest of the heap's root, the run's head
+     * and the list's head (0 if all are empty); written under the lock with
+     * release, read lock-free with acquire by any M. */
     co__lock_t timers_lock;
     co__theap_t *timers;       /* entries carry `when` and a slot: sifting never touches a timer */
     int timers_len, timers_cap;
@@ -176,6 +177,9 @@ typedef struct co_p {
     uint32_t trun_head, trun_tail; /* free-running indexes; the head entry is live */
     uint32_t trun_mask;        /* ring size - 1 (a power of two), 0 before the first */
     uint32_t trun_dead;        /* deleted entries between head and tail */
+    co__timer_t *tlist;        /* the overflow list: timers that found no memory for the
+                                * heap or the run, sorted by `when` (timer.c) */
+    int tlist_len;
     int64_t timer0_when;
     bool timers_closed;        /* retired (on pspare): timers go to allp[id] instead */
 

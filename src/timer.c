@@ -12,6 +12,11 @@
  * co__timer_del removes a pending timer and then waits (acquire) until
  * running is 0, so a timer's memory can be reused once del returns, even
  * when its callback re-added it meanwhile.
+ *
+ * A timer is never refused: one that finds no memory to grow the run or
+ * the heap goes on the P's overflow list, linked through the timer itself
+ * and kept sorted (an O(n) insert, for as long as memory stays short).
+ * The earliest timer is the earliest of the three heads.
  */
 #include "runtime.h"
 
@@ -38,10 +43,20 @@
 static inline bool run_empty(const co_p_t *p) { return p->trun_head == p->trun_tail; }
 static inline co__trun_t *run_at(co_p_t *p, uint32_t i) { return &p->trun[i & p->trun_mask]; }
 
-/* Repack the live entries at the start of a ring of `size` entries. */
-static void run_repack(co_p_t *p, uint32_t size) {
-    co__trun_t *n = malloc((size_t)size * sizeof *n);
-    if (!n) co__fatal("out of memory growing the timer run (%u timers)", size);
+/* Growth of the run and the heap, failing on purpose while a test sets
+ * bit 3 of co__test_fail_alloc (sched.c). */
+static inline bool grow_refused(void) {
+    return CO_UNLIKELY(__atomic_load_n(&co__test_fail_alloc, __ATOMIC_RELAXED) & 8);
+}
+static void *grow_realloc(void *old, size_t size) {
+    return grow_refused() ? NULL : realloc(old, size);
+}
+
+/* Repack the live entries at the start of a ring of `size` entries; false
+ * (the run unchanged) without memory. */
+static bool run_repack(co_p_t *p, uint32_t size) {
+    co__trun_t *n = grow_realloc(NULL, (size_t)size * sizeof *n);
+    if (!n) return false;
     uint32_t k = 0;
     for (uint32_t i = p->trun_head; i != p->trun_tail; i++) {
         co__trun_t e = *run_at(p, i);
@@ -55,9 +70,10 @@ static void run_repack(co_p_t *p, uint32_t size) {
     p->trun_head = 0;
     p->trun_tail = k;
     p->trun_dead = 0;
+    return true;
 }
 
-static void heap_insert(co_p_t *p, co__timer_t *t);
+static void heap_or_list(co_p_t *p, co__timer_t *t);
 
 /* A timer earlier than the run's last few entries moves them to the heap
  * and joins the run: one far deadline (a pool's purge timer, a second
@@ -75,7 +91,7 @@ static bool run_push(co_p_t *p, co__timer_t *t) {
         co__timer_t *et = e->t;
         p->trun_tail--;
         if (et) {
-            heap_insert(p, et);
+            heap_or_list(p, et);
             evicted++;
         } else {
             p->trun_dead--; /* a deleted entry: just drop it */
@@ -86,7 +102,7 @@ static bool run_push(co_p_t *p, co__timer_t *t) {
         uint32_t size = p->trun_mask ? p->trun_mask + 1 : 64;
         if (p->trun_dead * 2 < len || len == 0) size *= 2; /* else compaction is room enough */
         if (size > (1u << 30)) return false;               /* the heap takes it */
-        run_repack(p, size);
+        if (!run_repack(p, size)) return false;            /* no memory: the heap or the list */
     }
     uint32_t i = p->trun_tail++;
     *run_at(p, i) = (co__trun_t){.when = t->when, .t = t};
@@ -124,7 +140,39 @@ static void run_del(co_p_t *p, co__timer_t *t) {
     p->trun_dead++;
     run_trim(p);
     uint32_t len = p->trun_tail - p->trun_head;
-    if (len >= 64 && p->trun_dead * 2 > len) run_repack(p, p->trun_mask + 1);
+    if (len >= 64 && p->trun_dead * 2 > len)
+        (void)run_repack(p, p->trun_mask + 1); /* without memory: compacted later */
+}
+
+/* ---- the overflow list ---------------------------------------------------
+ * Timers that found no memory for the run or the heap, sorted by `when`,
+ * linked through their lnext/lprev. */
+
+static void list_insert(co_p_t *p, co__timer_t *t) {
+    co__timer_t *prev = NULL, *cur = p->tlist;
+    while (cur && cur->when <= t->when) {
+        prev = cur;
+        cur = cur->lnext;
+    }
+    t->lprev = prev;
+    t->lnext = cur;
+    if (cur) cur->lprev = t;
+    if (prev)
+        prev->lnext = t;
+    else
+        p->tlist = t;
+    t->slot = CO__TSLOT_LIST;
+    p->tlist_len++;
+}
+
+static void list_del(co_p_t *p, co__timer_t *t) {
+    if (t->lprev)
+        t->lprev->lnext = t->lnext;
+    else
+        p->tlist = t->lnext;
+    if (t->lnext) t->lnext->lprev = t->lprev;
+    t->lnext = t->lprev = NULL;
+    p->tlist_len--;
 }
 
 /* The earliest pending deadline on p, 0 if none. */
@@ -134,6 +182,7 @@ static inline int64_t timers_min(co_p_t *p) {
         int64_t r = run_at(p, p->trun_head)->when;
         if (w == 0 || r < w) w = r;
     }
+    if (CO_UNLIKELY(p->tlist != NULL) && (w == 0 || p->tlist->when < w)) w = p->tlist->when;
     return w;
 }
 
@@ -202,27 +251,29 @@ static void slot_free(co_p_t *p, uint32_t slot) {
     p->tslot_free = (int)slot + 1;
 }
 
-/* Room for one more entry and one more slot, or die: a timer cannot be
- * refused (the caller is about to park on it). */
-static void heap_reserve(co_p_t *p) {
+/* Room for one more entry and one more slot; false without memory (the
+ * overflow list takes the timer). */
+static bool heap_reserve(co_p_t *p) {
     if (p->timers_len == p->timers_cap) {
+        if (p->timers_cap > INT32_MAX / 2) return false;
         int ncap = p->timers_cap ? p->timers_cap * 2 : 64;
-        co__theap_t *nh = realloc(p->timers, (size_t)ncap * sizeof *nh);
-        if (!nh) co__fatal("out of memory growing the timer heap (%d timers)", ncap);
+        co__theap_t *nh = grow_realloc(p->timers, (size_t)ncap * sizeof *nh);
+        if (!nh) return false;
         p->timers = nh;
         p->timers_cap = ncap;
     }
     if (p->tslot_free == 0 && p->tslots_hw == p->tslots_cap) {
+        if (p->tslots_cap > INT32_MAX / 2) return false;
         int ncap = p->tslots_cap ? p->tslots_cap * 2 : 64;
-        co__tslot_t *ns = realloc(p->tslots, (size_t)ncap * sizeof *ns);
-        if (!ns) co__fatal("out of memory growing the timer slots (%d timers)", ncap);
+        co__tslot_t *ns = grow_realloc(p->tslots, (size_t)ncap * sizeof *ns);
+        if (!ns) return false;
         p->tslots = ns;
         p->tslots_cap = ncap;
     }
+    return true;
 }
 
 static void heap_insert(co_p_t *p, co__timer_t *t) {
-    heap_reserve(p);
     uint32_t slot;
     if (p->tslot_free) {
         slot = (uint32_t)(p->tslot_free - 1);
@@ -237,8 +288,15 @@ static void heap_insert(co_p_t *p, co__timer_t *t) {
     sift_up(p, i);
 }
 
+static void heap_or_list(co_p_t *p, co__timer_t *t) {
+    if (CO_LIKELY(heap_reserve(p)))
+        heap_insert(p, t);
+    else
+        list_insert(p, t);
+}
+
 static void heap_push(co_p_t *p, co__timer_t *t) {
-    if (!run_push(p, t)) heap_insert(p, t);
+    if (!run_push(p, t)) heap_or_list(p, t);
 }
 
 void co__timer_add(co__timer_t *t, int64_t when) {
@@ -296,7 +354,9 @@ bool co__timer_del(co__timer_t *t) {
             continue;
         }
         if (__atomic_load_n(&t->state, __ATOMIC_RELAXED) == CO__TM_PENDING) {
-            if (t->slot <= -2) {
+            if (CO_UNLIKELY(t->slot == CO__TSLOT_LIST)) {
+                list_del(p, t);
+            } else if (t->slot <= -2) {
                 run_del(p, t);
             } else {
                 heap_remove(p, p->tslots[t->slot].pos);
@@ -332,6 +392,12 @@ int co__timers_run(co_p_t *p, int64_t now) {
         int n = 0;
         while (n < TIMER_BATCH) {
             co__timer_t *t;
+            co__timer_t *l = p->tlist;
+            if (CO_UNLIKELY(l != NULL) && l->when <= now && l->when <= timers_min(p)) {
+                list_del(p, l); /* the earliest of all, and due */
+                batch[n++] = l;
+                continue;
+            }
             bool heap = p->timers_len > 0 &&
                         (run_empty(p) || p->timers[0].when < run_at(p, p->trun_head)->when);
             if (heap) {
@@ -389,7 +455,21 @@ int64_t co__timers_pending(void) {
     for (int i = 0; i < s->nprocs; i++) {
         co_p_t *p = co__allp(i);
         co__lock(&p->timers_lock);
-        n += p->timers_len + (int64_t)(p->trun_tail - p->trun_head) - p->trun_dead;
+        n += p->timers_len + (int64_t)(p->trun_tail - p->trun_head) - p->trun_dead + p->tlist_len;
+        co__unlock(&p->timers_lock);
+    }
+    return n;
+}
+
+/* For tests: timers on the overflow lists now. */
+CO_HIDDEN int64_t co__test_timers_listed(void);
+int64_t co__test_timers_listed(void) {
+    co_sched_t *s = &co__sched;
+    int64_t n = 0;
+    for (int i = 0; i < s->nprocs; i++) {
+        co_p_t *p = co__allp(i);
+        co__lock(&p->timers_lock);
+        n += p->tlist_len;
         co__unlock(&p->timers_lock);
     }
     return n;
@@ -405,6 +485,8 @@ void co__timers_free(co_p_t *p) {
     p->tslots = NULL;
     p->timers_len = p->timers_cap = 0;
     p->tslots_hw = p->tslots_cap = p->tslot_free = 0;
+    p->tlist = NULL; /* (nothing is pending at shutdown) */
+    p->tlist_len = 0;
 }
 
 void co__timers_move(co_p_t *from, co_p_t *to, bool close) {
@@ -436,6 +518,12 @@ void co__timers_move(co_p_t *from, co_p_t *to, bool close) {
     }
     from->timers_len = 0;
     from->tslots_hw = from->tslot_free = 0; /* every slot is free again */
+    while (from->tlist) {
+        co__timer_t *t = from->tlist;
+        list_del(from, t);
+        __atomic_store_n(&t->p, to, __ATOMIC_RELEASE);
+        heap_push(to, t);
+    }
     set_timer0(from);
     set_timer0(to);
     co__unlock(&to->timers_lock);
