@@ -596,7 +596,11 @@ void co__globrunq_free(void) {
  * before it sleeps: either the pusher sees the idle P (and wakes an M) or
  * the M sees the entry (and takes its P back). Entries an M has taken but
  * not yet appended are its own: it runs some and wakes another M for the
- * rest (globq_lock's callers). */
+ * rest (globq_lock's callers).
+ *
+ * Tokens (co__spawn_token from a plain thread) are the only entries not yet
+ * counted live when pushed: inject_append_locked counts them as it moves
+ * them. Anything else pushed here must be counted already. */
 static inline co_g_t *ent_next(co_g_t *e) {
     if (rq_is_token(e)) return (co_g_t *)(void *)((co__token_t *)rq_strip(e))->link;
     return e->schedlink;
@@ -608,6 +612,7 @@ static inline void ent_set_next(co_g_t *e, co_g_t *next) {
         e->schedlink = next;
 }
 
+static inline void live_add(co_p_t *p, int d);
 static void inject_flush_try(void);
 /* Pushes by this thread; every INJECT_FLUSH_EVERY-th moves the stack. */
 #define INJECT_FLUSH_EVERY 16
@@ -647,11 +652,12 @@ static co_g_t *inject_take(void) {
  * move cost a plain thread's pool submit 48 instructions per task). */
 static void inject_append_locked(co_g_t *e) {
     co_sched_t *s = &co__sched;
-    int64_t n = 0;
+    int64_t n = 0, ntok = 0;
     while (e) {
         co__gchunk_t *c = rq_append_chunk_locked();
         if (CO_UNLIKELY(!c)) {
             co_g_t *next = ent_next(e);
+            ntok += rq_is_token(e);
             rq_append_list_locked(e);
             e = next;
             n++;
@@ -659,12 +665,17 @@ static void inject_append_locked(co_g_t *e) {
         }
         uint32_t t = c->tail, t0 = t;
         while (e && t < CO_GCHUNK) {
+            ntok += rq_is_token(e);
             c->g[t++] = e;
             e = ent_next(e);
         }
         c->tail = t;
         n += t - t0;
     }
+    /* The tokens on the stack are plain threads' pool tasks
+     * (co__spawn_token), not yet counted live: count them now, before any
+     * can run and be counted out. */
+    if (ntok) live_add(NULL, (int)ntok);
     __atomic_store_n(&s->runqsize, s->runqsize + n, __ATOMIC_RELEASE);
 }
 
@@ -1373,10 +1384,14 @@ void co__spawn_token(co__token_t *t) {
     co__fpenv_store(&t->fpenv); /* as co__spawn: it starts with the spawner's */
     co_g_t *e = (co_g_t *)((uintptr_t)t | RQ_TOKEN);
     if (CO_UNLIKELY(!p)) {
-        /* A pool holds the runtime (co__rt_hold): it is up, or stopping
-         * only for a co_shutdown's last look, which will fail */
-        if (plain_spawn_enter() < 0) co__fatal("internal error: a pool outlived its runtime");
-        queue_new(NULL, e, false);
+        /* Not counted live here: whoever moves the injection stack to the
+         * global queue counts the tokens it moves, one RMW per batch
+         * (inject_append_locked). Nor checked against a shutdown
+         * (plain_spawn_enter): a pool holds the runtime up (co__rt_hold),
+         * and the default pool's shutdown hook waits for its busy
+         * records, this one among them. */
+        co__globrunq_inject(e);
+        wakep_if_idle();
         return;
     }
     live_add(p, 1);
