@@ -449,31 +449,27 @@ int64_t co__timers_next(void) {
     return best;
 }
 
-int64_t co__timers_pending(void) {
-    co_sched_t *s = &co__sched;
-    int64_t n = 0;
-    for (int i = 0; i < s->nprocs; i++) {
-        co_p_t *p = co__allp(i);
-        co__lock(&p->timers_lock);
-        n += p->timers_len + (int64_t)(p->trun_tail - p->trun_head) - p->trun_dead + p->tlist_len;
-        co__unlock(&p->timers_lock);
-    }
-    return n;
-}
-
-/* For tests: timers on the overflow lists now. */
-CO_HIDDEN int64_t co__test_timers_listed(void);
-int64_t co__test_timers_listed(void) {
+/* Timers pending on every P (each P's under its lock), or only those on
+ * the overflow lists. */
+static int64_t timers_count(bool listed_only) {
     co_sched_t *s = &co__sched;
     int64_t n = 0;
     for (int i = 0; i < s->nprocs; i++) {
         co_p_t *p = co__allp(i);
         co__lock(&p->timers_lock);
         n += p->tlist_len;
+        if (!listed_only)
+            n += p->timers_len + (int64_t)(p->trun_tail - p->trun_head) - p->trun_dead;
         co__unlock(&p->timers_lock);
     }
     return n;
 }
+
+int64_t co__timers_pending(void) { return timers_count(false); }
+
+/* For tests: timers on the overflow lists now. */
+CO_HIDDEN int64_t co__test_timers_listed(void);
+int64_t co__test_timers_listed(void) { return timers_count(true); }
 
 void co__timers_free(co_p_t *p) {
     free(p->timers);
