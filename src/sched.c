@@ -2083,6 +2083,14 @@ static int shutdown_locked(void) {
     co__unlock(&init_lock);
     for (int i = 0; i < n; i++)
         if (shutdown_hooks[i]() != 0) return CO_EBUSY; /* a task came in meanwhile: left working */
+    /* The same grace for what the hooks waited for: the default pool's
+     * last workers are done with their tasks but may still be exiting (and
+     * a plain thread's pool task, counted only once an M takes it from the
+     * injection stack, may not have counted in the first look). */
+    for (int i = 0; i < 100 && (count_live() != 0 || any_alive()); i++) {
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
     co__lock(&init_lock);
     /* STOPPING first, then the last look (see live_global): a plain
      * thread's spawn, a pool or a ticker made meanwhile is seen here, or
