@@ -1886,13 +1886,22 @@ static void *mstart(void *arg) {
         if (m->spinning) resetspinning(m);
         gogo(m, &m->g0, g, false);
     }
-    if (m->p && __atomic_load_n(&m->p->retire, __ATOMIC_ACQUIRE)) {
-        retire_p_nowake(m); /* lent away: it belongs on pspare, not the idle list */
-    } else if (m->p) {
+    if (m->p) {
+        /* retire is checked under sched.lock, as findrunnable does: sysmon
+         * lends only a RUNNING P, under this lock. Checked before it, a
+         * lend could slip in between, and the P went on the idle list while
+         * on pretiring (p->link serves both): shutdown then found P's of
+         * allp on the spare list and freed them twice (TSan, test_pool in
+         * chaos mode). Sysmon still runs while the first Ms exit. */
         co__lock(&co__sched.lock);
-        pidleput_locked(m->p);
-        co__unlock(&co__sched.lock);
-        m->p = NULL;
+        if (__atomic_load_n(&m->p->retire, __ATOMIC_ACQUIRE)) {
+            co__unlock(&co__sched.lock);
+            retire_p_nowake(m); /* lent away: it belongs on pspare, not the idle list */
+        } else {
+            pidleput_locked(m->p);
+            co__unlock(&co__sched.lock);
+            m->p = NULL;
+        }
     }
     co__stack_m_fini(m);
     /* release: everything this thread did happens before the join */
