@@ -1128,28 +1128,23 @@ static inline void live_add(co_p_t *p, int d) {
         __atomic_add_fetch(&live_global, d, __ATOMIC_SEQ_CST); /* see live_global */
 }
 
-/* Count a coroutine a plain thread is about to spawn (live_global's
- * protocol with co_shutdown), the runtime up; 0, or a negative code if it
- * was down and could not be started again. */
-static int plain_spawn_enter(void) {
+/* Add one to *count (live_global or rt_holds), the runtime up, by their
+ * protocol with co_shutdown (see live_global): 0, or a negative code if it
+ * was down and could not be started again (nothing added then). */
+static int count_in_up(int64_t *count) {
     for (;;) {
-        live_add(NULL, 1);
+        __atomic_add_fetch(count, 1, __ATOMIC_SEQ_CST);
         if (CO_LIKELY(__atomic_load_n(&rt_state, __ATOMIC_SEQ_CST) == RT_UP)) return 0;
-        live_add(NULL, -1);
+        __atomic_sub_fetch(count, 1, __ATOMIC_SEQ_CST);
         int rc = co_init(NULL); /* waits for a shutdown under way */
         if (rc < 0) return rc;
     }
 }
 
-int co__rt_hold(void) {
-    for (;;) {
-        __atomic_add_fetch(&rt_holds, 1, __ATOMIC_SEQ_CST);
-        if (__atomic_load_n(&rt_state, __ATOMIC_SEQ_CST) == RT_UP) return 0;
-        __atomic_sub_fetch(&rt_holds, 1, __ATOMIC_SEQ_CST);
-        int rc = co_init(NULL);
-        if (rc < 0) return rc;
-    }
-}
+/* Count a coroutine a plain thread is about to spawn, the runtime up. */
+static int plain_spawn_enter(void) { return count_in_up(&live_global); }
+
+int co__rt_hold(void) { return count_in_up(&rt_holds); }
 void co__rt_unhold(void) { __atomic_sub_fetch(&rt_holds, 1, __ATOMIC_SEQ_CST); }
 
 static void post_gfree(co_g_t *g, void *arg) {
@@ -1349,10 +1344,11 @@ static inline bool spawn_queue_full(co_p_t *p) {
                (int64_t)CO_RUNQ_SIZE * co__sched.nprocs;
 }
 
-/* A new coroutine (a G, or a token) counts as live and is queued: on p
- * (in runnext if next and runnext is empty), or globally from a plain
- * thread, which counted it
- * already (plain_spawn_enter); an M is woken if one may be needed. */
+/* A new coroutine (a G, or a token) is queued: on p (in runnext if next
+ * and runnext is empty), counted live there; or on the injection stack
+ * from a plain thread, counted already (a G: plain_spawn_enter) or when
+ * the stack is moved (a token: inject_append_locked). An M is woken if one
+ * may be needed. */
 static inline __attribute__((always_inline)) void queue_new(co_p_t *p, co_g_t *e, bool next) {
     if (p) {
         live_add(p, 1);
@@ -1390,8 +1386,7 @@ void co__spawn_token(co__token_t *t) {
          * (plain_spawn_enter): a pool holds the runtime up (co__rt_hold),
          * and the default pool's shutdown hook waits for its busy
          * records, this one among them. */
-        co__globrunq_inject(e);
-        wakep_if_idle();
+        queue_new(NULL, e, false);
         return;
     }
     live_add(p, 1);
@@ -2016,14 +2011,21 @@ int co__ensure_init(void) {
 /* The sum of the Ps' counts and the global one, under sched.lock (which
  * holds allp, pretiring and pspare still). Exact when nothing spawns or
  * exits meanwhile; otherwise a moment's approximation, as Go's. */
+/* sched.lock held. The Ps' own counts: allp's and those retiring. */
+static int64_t p_counts_locked(void) {
+    co_sched_t *s = &co__sched;
+    int64_t n = 0;
+    for (int i = 0; s->allp && i < s->nprocs; i++)
+        n += __atomic_load_n(&s->allp[i]->ngo, __ATOMIC_RELAXED);
+    for (co_p_t *q = s->pretiring; q; q = q->link) n += __atomic_load_n(&q->ngo, __ATOMIC_RELAXED);
+    return n;
+}
+
 static int64_t count_live(void) {
     co_sched_t *s = &co__sched;
     co__lock(&s->lock);
     /* seq_cst: after co_shutdown's store of STOPPING (see live_global) */
-    int64_t n = __atomic_load_n(&live_global, __ATOMIC_SEQ_CST);
-    for (int i = 0; s->allp && i < s->nprocs; i++)
-        n += __atomic_load_n(&s->allp[i]->ngo, __ATOMIC_RELAXED);
-    for (co_p_t *q = s->pretiring; q; q = q->link) n += __atomic_load_n(&q->ngo, __ATOMIC_RELAXED);
+    int64_t n = __atomic_load_n(&live_global, __ATOMIC_SEQ_CST) + p_counts_locked();
     co__unlock(&s->lock);
     return n < 0 ? 0 : n;
 }
@@ -2074,18 +2076,24 @@ static void wake_idle_ms_locked(void) {
     s->midle = NULL;
 }
 
-static int shutdown_locked(void) {
-    co_sched_t *s = &co__sched;
-    if (__atomic_load_n(&rt_state, __ATOMIC_ACQUIRE) != RT_UP) return 0;
-    /* A coroutine that just signalled its waiter may still be returning:
-     * give stragglers up to 100 ms before calling them alive. Checked
-     * before the hooks run, so that CO_EBUSY changes nothing (the default
-     * pool's busy workers are coroutines, counted here). */
-    for (int i = 0; i < 100 && count_live() != 0; i++) {
+/* co_shutdown's grace: a coroutine that just signalled its waiter may
+ * still be returning. Waits up to 100 ms for none to be alive; true if
+ * none is. */
+static bool quiet_after_grace(void) {
+    for (int i = 0;; i++) {
+        if (count_live() == 0 && !any_alive()) return true;
+        if (i == 100) return false;
         struct timespec ts = {0, 1000000};
         nanosleep(&ts, NULL);
     }
-    if (count_live() != 0 || any_alive() || __atomic_load_n(&rt_holds, __ATOMIC_SEQ_CST) != 0)
+}
+
+static int shutdown_locked(void) {
+    co_sched_t *s = &co__sched;
+    if (__atomic_load_n(&rt_state, __ATOMIC_ACQUIRE) != RT_UP) return 0;
+    /* Checked before the hooks run, so that CO_EBUSY changes nothing (the
+     * default pool's busy workers are coroutines, counted here). */
+    if (!quiet_after_grace() || __atomic_load_n(&rt_holds, __ATOMIC_SEQ_CST) != 0)
         return CO_EBUSY;
     co__lock(&init_lock);
     int n = nhooks;
@@ -2095,11 +2103,9 @@ static int shutdown_locked(void) {
     /* The same grace for what the hooks waited for: the default pool's
      * last workers are done with their tasks but may still be exiting (and
      * a plain thread's pool task, counted only once an M takes it from the
-     * injection stack, may not have counted in the first look). */
-    for (int i = 0; i < 100 && (count_live() != 0 || any_alive()); i++) {
-        struct timespec ts = {0, 1000000};
-        nanosleep(&ts, NULL);
-    }
+     * injection stack, may not have counted in the first look). The last
+     * look below decides. */
+    (void)quiet_after_grace();
     co__lock(&init_lock);
     /* STOPPING first, then the last look (see live_global): a plain
      * thread's spawn, a pool or a ticker made meanwhile is seen here, or
@@ -2146,16 +2152,13 @@ static int shutdown_locked(void) {
     /* Detach the Ps under sched.lock: co_count, from any thread, looks at
      * them under it. */
     co__lock(&s->lock);
+    /* The Ps' counts sum to -live_global (nothing lives): fold them in, so
+     * the next runtime starts at 0 (see live_global) */
+    __atomic_add_fetch(&live_global, p_counts_locked(), __ATOMIC_SEQ_CST);
     co_p_t **allp = s->allp, *spare = s->pspare;
     s->allp = NULL;
     s->pspare = NULL;
     s->allm = NULL; /* freed above */
-    /* The Ps' counts sum to -live_global (nothing lives): fold them in, so
-     * the next runtime starts at 0 (see live_global) */
-    for (int i = 0; i < s->nprocs; i++)
-        __atomic_add_fetch(&live_global, allp[i]->ngo, __ATOMIC_SEQ_CST);
-    for (co_p_t *q = s->pretiring; q; q = q->link)
-        __atomic_add_fetch(&live_global, q->ngo, __ATOMIC_SEQ_CST);
     /* Every M has exited and retired its lent P; none is left pretiring.
      * Should one be, it is freed with the spares rather than leaked. */
     while (s->pretiring) {
