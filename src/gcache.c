@@ -250,7 +250,7 @@ bool co__stack_attach(co_m_t *m, co_g_t *g) {
      * the new one starts on clean memory. */
     __asan_unpoison_memory_region(g->stack.lo, g->stack.size);
 #endif
-    co__ctx_make(&g->ctx, g->stack.lo, g->stack.size, g, g->fpenv);
+    co__ctx_make(&g->ctx, g->stack.lo, g->stack.size, g, g->fpenv, g->id);
     return true;
 }
 

