@@ -53,6 +53,9 @@ CO_HIDDEN void co__rt_unhold(void);
  * CO_EBUSY when what it owns is still in use (it then leaves it working),
  * and co_shutdown fails with that at once. At most 8 hooks. */
 CO_HIDDEN void co__at_shutdown(int (*fn)(void));
+/* 1 while the default pool exists (it holds the runtime, and co_shutdown's
+ * first look does not count that hold: its hook destroys it), else 0. */
+CO_HIDDEN int co__default_pool_holds(void);
 
 /* ---- futex-backed internal lock ---------------------------------------- */
 /* A 3-state futex mutex (0 free, 1 locked, 2 locked with sleepers): one CAS

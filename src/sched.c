@@ -2093,8 +2093,10 @@ static int shutdown_locked(void) {
     co_sched_t *s = &co__sched;
     if (__atomic_load_n(&rt_state, __ATOMIC_ACQUIRE) != RT_UP) return 0;
     /* Checked before the hooks run, so that CO_EBUSY changes nothing (the
-     * default pool's busy workers are coroutines, counted here). */
-    if (!quiet_after_grace() || __atomic_load_n(&rt_holds, __ATOMIC_SEQ_CST) != 0)
+     * default pool's busy workers are coroutines, counted here). The
+     * default pool's own hold does not count: its hook destroys it. */
+    if (!quiet_after_grace() ||
+        __atomic_load_n(&rt_holds, __ATOMIC_SEQ_CST) != co__default_pool_holds())
         return CO_EBUSY;
     co__lock(&init_lock);
     int n = nhooks;

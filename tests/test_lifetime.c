@@ -150,11 +150,70 @@ static void spawn_races_shutdown(void) {
     fprintf(stderr, "   (co_shutdown returned 0 %d times meanwhile)\n", stopped);
 }
 
+/* The default pool against co_shutdown. Plain threads submit to it (and
+ * one keeps asking for it) while the main thread shuts the runtime down
+ * over and over: each successful shutdown destroys the pool, the next use
+ * makes a new one. Every co_submit that returned 0 runs its task exactly
+ * once, and none touches a destroyed pool (ASan). A pool made after the
+ * shutdown hook had run used to survive the shutdown unheld, and tasks
+ * submitted to it then waited forever on the stopped runtime; a co_submit
+ * racing the hook could submit to the pool the hook was destroying. */
+#define DSUBMITTERS 2
+#define PER_DSUBMITTER 3000
+static atomic_int dsub_done;
+static atomic_long dmade;
+static void *default_submitter(void *arg) {
+    (void)arg;
+    for (int i = 0; i < PER_DSUBMITTER; i++) {
+        int rc = co_submit(count, NULL);
+        CHECK_EQ(rc, 0);
+        if (rc == 0) atomic_fetch_add(&accepted, 1);
+        if (i % 64 == 0) sched_yield();
+    }
+    atomic_fetch_add(&dsub_done, 1);
+    return NULL;
+}
+static void *default_maker(void *arg) {
+    (void)arg;
+    while (atomic_load(&dsub_done) < DSUBMITTERS) {
+        CHECK(co_default_pool() != NULL);
+        atomic_fetch_add(&dmade, 1);
+        sched_yield();
+    }
+    return NULL;
+}
+static void default_pool_races_shutdown(void) {
+    atomic_store(&ran, 0);
+    atomic_store(&accepted, 0);
+    atomic_store(&dsub_done, 0);
+    atomic_store(&dmade, 0);
+    pthread_t th[DSUBMITTERS + 1];
+    for (int i = 0; i < DSUBMITTERS; i++)
+        CHECK_EQ(pthread_create(&th[i], NULL, default_submitter, NULL), 0);
+    CHECK_EQ(pthread_create(&th[DSUBMITTERS], NULL, default_maker, NULL), 0);
+    int stopped = 0;
+    while (atomic_load(&dsub_done) < DSUBMITTERS) {
+        int rc = co_shutdown();
+        CHECK(rc == 0 || rc == CO_EBUSY);
+        if (rc == 0) stopped++;
+    }
+    for (int i = 0; i <= DSUBMITTERS; i++) pthread_join(th[i], NULL);
+    CHECK_EQ(atomic_load(&accepted), DSUBMITTERS * PER_DSUBMITTER);
+    /* Every accepted task runs (the pool made last among them); then the
+     * runtime stops, destroying that pool. */
+    for (int i = 0; i < 10000 && atomic_load(&ran) < DSUBMITTERS * PER_DSUBMITTER; i++) nap();
+    CHECK_EQ(atomic_load(&ran), DSUBMITTERS * PER_DSUBMITTER);
+    CHECK_EQ(shutdown_when_quiet(), 0);
+    CHECK_EQ(atomic_load(&ran), DSUBMITTERS * PER_DSUBMITTER);
+    fprintf(stderr, "   (co_shutdown returned 0 %d times meanwhile)\n", stopped);
+}
+
 int main(void) {
     t_begin(110);
     T_RUN(pool_holds_runtime);
     T_RUN(multipool_holds_runtime);
     T_RUN(timers_hold_runtime);
     T_RUN(spawn_races_shutdown);
+    T_RUN(default_pool_races_shutdown);
     return t_end();
 }
