@@ -58,29 +58,39 @@ CO_HIDDEN void co__at_shutdown(int (*fn)(void));
 CO_HIDDEN int co__default_pool_holds(void);
 
 /* ---- futex-backed internal lock ---------------------------------------- */
-/* A 3-state futex mutex (0 free, 1 locked, 2 locked with sleepers): one CAS
- * uncontended; contended lockers spin briefly then sleep in the kernel. It
- * blocks the OS thread, never switches coroutines: hold it only for short,
- * non-blocking critical sections. Zero-initialised == unlocked. */
+/* A futex mutex (lock.c has the design): one CAS to lock uncontended, and a
+ * plain store to unlock; contended lockers spin briefly, then count
+ * themselves in `sleepers` and sleep in the kernel. It blocks the OS
+ * thread, never switches coroutines: hold it only for short, non-blocking
+ * critical sections. Zero-initialised == unlocked. The two halves are
+ * separate atomics (never accessed as one in C); the futex is the 32-bit
+ * word they make together. */
 typedef struct co__lock {
-    uint32_t v;
+    _Alignas(4) uint16_t locked; /* 0 free, 1 held */
+    uint16_t sleepers;           /* threads asleep in co__lock_slow, or about to be */
 } co__lock_t;
+_Static_assert(sizeof(co__lock_t) == 4, "co__lock_t is one futex word");
 CO_HIDDEN void co__lock_slow(co__lock_t *l);
 CO_HIDDEN void co__unlock_wake(co__lock_t *l);
 CO_HIDDEN bool co__trylock(co__lock_t *l);
 
 /* The uncontended halves are inline (lock.c has the rest). */
 static inline void co__lock(co__lock_t *l) {
-    uint32_t c = 0;
-    /* acquire: pairs with the release exchange in co__unlock */
-    if (!__builtin_expect(__atomic_compare_exchange_n(&l->v, &c, 1, false, __ATOMIC_ACQUIRE,
+    uint16_t c = 0;
+    /* acquire: pairs with the release store in co__unlock */
+    if (!__builtin_expect(__atomic_compare_exchange_n(&l->locked, &c, 1, false, __ATOMIC_ACQUIRE,
                                                       __ATOMIC_RELAXED), 1))
         co__lock_slow(l);
 }
 static inline void co__unlock(co__lock_t *l) {
-    /* release: publishes the critical section to the next acquirer; an old
-     * value of 2 means a locker may sleep: wake one */
-    if (__builtin_expect(__atomic_exchange_n(&l->v, 0, __ATOMIC_RELEASE) == 2, 0))
+    /* release: publishes the critical section to the next acquirer. No
+     * locked instruction: the load below may be done before the store is
+     * visible, so it can miss a sleeper counting itself in just then;
+     * co__lock_slow covers that (lock.c). The signal fence keeps the
+     * compiler from hoisting the load. */
+    __atomic_store_n(&l->locked, 0, __ATOMIC_RELEASE);
+    __atomic_signal_fence(__ATOMIC_SEQ_CST);
+    if (__builtin_expect(__atomic_load_n(&l->sleepers, __ATOMIC_RELAXED) != 0, 0))
         co__unlock_wake(l);
 }
 

@@ -1995,7 +1995,7 @@ void co__token_requeue(co__token_t *t) {
 CO_HIDDEN int co__test_reset_after_fork(void);
 int co__test_reset_after_fork(void) {
     __atomic_store_n(&rt_state, RT_DOWN, __ATOMIC_RELEASE);
-    init_lock.v = 0;
+    memset(&init_lock, 0, sizeof init_lock);
     memset(&co__sched, 0, sizeof co__sched);
     live_global = 0; /* the parent's coroutines and pools are not ours */
     rt_holds = 0;
