@@ -99,16 +99,14 @@ __attribute__((noinline)) void co__plock_slow(co__plock_t *l) {
     for (;;) {
         for (int i = 0; i < 64; i++) {
             co__cpu_relax();
-            if (__atomic_load_n(&l->v, __ATOMIC_RELAXED) == 0 && co__ptrylock(l)) return;
+            if (__atomic_load_n(&l->l.locked, __ATOMIC_RELAXED) == 0 && co__ptrylock(l)) return;
         }
         if (coroutine) {
             co_yield(); /* let this P run someone else meanwhile */
             continue;
         }
-        /* A plain thread sleeps: mark the word contended; an exchange that
-         * returns 0 took the lock (acquire: pairs with co__punlock). */
-        while (__atomic_exchange_n(&l->v, 2, __ATOMIC_ACQUIRE) != 0)
-            co__futex_wait(&l->v, 2, CO_FOREVER);
+        /* A plain thread sleeps, as on any co__lock_t (lock.c) */
+        co__lock(&l->l);
         return;
     }
 }

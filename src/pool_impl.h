@@ -183,12 +183,12 @@ static inline co__pw_t *co__wq_reset(co__wq_t *q, int *n) {
 }
 
 /* ---- the pool's lock ----------------------------------------------------
- * Default: a futex word (0 free, 1 held, 2 held with sleeping threads) whose
- * contended path depends on the caller. A coroutine spins briefly and then
- * co_yield()s, so its P keeps running other coroutines (the holder is a
- * coroutine or thread on another M and holds it for a few dozen
- * instructions); a plain thread spins briefly and then sleeps on the futex
- * (Drepper's mutex, as co__lock_t). Neither ants' spinlock (always yield:
+ * Default: the runtime's futex lock (co__lock_t) whose contended path
+ * depends on the caller. A coroutine spins briefly and then co_yield()s,
+ * so its P keeps running other coroutines (the holder is a coroutine or
+ * thread on another M and holds it for a few dozen instructions); a plain
+ * thread spins briefly and then sleeps on the futex (co__lock_slow).
+ * Neither ants' spinlock (always yield:
  * a plain thread's sched_yield loses the core) nor co__lock_t (always sleep
  * the M: the whole P stalls) is best for both; bench/results/pool.md has
  * the numbers. Build with -DCOLONY_POOL_SPINLOCK (ants' co_spinlock_t) or
@@ -214,23 +214,25 @@ static inline void co__punlock(co__plock_t *l) { co__unlock(l); }
 static inline bool co__ptrylock(co__plock_t *l) { return co__trylock(l); }
 #else
 #define CO__PLOCK_NAME "yield"
+/* The runtime's lock (co__lock_t: lock.c) with its own contended path: a
+ * coroutine yields its P instead of sleeping. Its unlock is co__unlock's
+ * plain store: a plain thread's tiny tasks 112.1 -> 103.1 ns each, a
+ * coroutine's 102.7 -> 89.5 (medians of 31 alternating runs, bench_pool
+ * tiny) against the exchange it used before. */
 typedef struct co__plock {
-    uint32_t v; /* 0 free, 1 held, 2 held and a thread may sleep on it */
+    co__lock_t l;
 } co__plock_t;
 CO_HIDDEN void co__plock_slow(co__plock_t *l);
 static inline bool co__ptrylock(co__plock_t *l) {
-    uint32_t z = 0;
-    /* acquire: pairs with the release exchange in co__punlock */
-    return __atomic_compare_exchange_n(&l->v, &z, 1, false, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED);
+    uint16_t z = 0;
+    /* acquire: pairs with the release store in co__unlock */
+    return __atomic_compare_exchange_n(&l->l.locked, &z, 1, false, __ATOMIC_ACQUIRE,
+                                       __ATOMIC_RELAXED);
 }
 static inline void co__plock(co__plock_t *l) {
     if (CO_UNLIKELY(!co__ptrylock(l))) co__plock_slow(l);
 }
-static inline void co__punlock(co__plock_t *l) {
-    /* release: publishes the critical section to the next holder */
-    if (CO_UNLIKELY(__atomic_exchange_n(&l->v, 0, __ATOMIC_RELEASE) == 2))
-        co__futex_wake(&l->v, 1);
-}
+static inline void co__punlock(co__plock_t *l) { co__unlock(&l->l); }
 #endif
 
 /* ---- the pool ----------------------------------------------------------- */
