@@ -57,7 +57,9 @@
 #endif
 /* A sleeper's re-check before each sleep, in co__cycles ticks (TSC: ~1.5 us
  * at 2.8 GHz; AArch64's counter ticks slower, so it lasts longer there). */
+#ifndef CO__LOCK_RECHECK
 #define CO__LOCK_RECHECK 4096
+#endif
 /* The longest a sleeper sleeps before it looks again. */
 #define CO__LOCK_NAP_NS ((int64_t)1000000)
 
