@@ -339,6 +339,7 @@ static inline bool co__globrunq_pending(int order) {
 }
 CO_HIDDEN void co__globrunq_free(void);              /* shutdown: the chunks */
 CO_HIDDEN bool co__runq_empty(co_p_t *p);
+CO_HIDDEN bool co__work_stranded(void);
 CO_HIDDEN int co__runq_len(co_p_t *p);
 CO_HIDDEN uint32_t co__fastrand(void);
 /* gcache.c: dead Gs and free stacks */

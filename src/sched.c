@@ -449,6 +449,25 @@ static bool runq_nothing_to_steal(co_p_t *p) {
 /* Nothing queued at all: the ring, runnext and the yield slot. */
 bool co__runq_empty(co_p_t *p) { return runq_nothing_to_steal(p) && !co__yslot_peek(p); }
 
+/* Sysmon's safety net against a lost wake-up: a P is idle, no M is
+ * spinning, and yet there is work a woken M would take (the global queue,
+ * or a ring with entries: a thief takes half). Relaxed loads: a hint, and
+ * co__wakep re-checks. */
+bool co__work_stranded(void) {
+    co_sched_t *s = &co__sched;
+    if (__atomic_load_n(&s->npidle, __ATOMIC_RELAXED) == 0 ||
+        __atomic_load_n(&s->nmspinning, __ATOMIC_RELAXED) != 0)
+        return false;
+    if (co__globrunq_pending(__ATOMIC_RELAXED)) return true;
+    for (int i = 0; i < s->nprocs; i++) {
+        co_p_t *p = co__allp(i);
+        if (__atomic_load_n(&p->runqhead, __ATOMIC_RELAXED) !=
+            __atomic_load_n(&p->runqtail, __ATOMIC_RELAXED))
+            return true;
+    }
+    return false;
+}
+
 /* What is queued on p: the ring, runnext and the yield slot. A snapshot
  * (relaxed loads): exact only for the owner, a hint for anyone else. */
 static inline int runq_len(co_p_t *p) {
@@ -1612,6 +1631,12 @@ static inline __attribute__((always_inline)) void yield_requeue(co_m_t *m, co_g_
             return;
         }
         runqput_(p, g, false, true);
+        /* With a P idle (the slot was refused for that), someone must take
+         * it: an idle P's M sleeps until woken, and nothing else would wake
+         * it. Two coroutines yielding to each other on one P while the
+         * other slept kept a 2-P machine at half its speed for good
+         * (bench_runtime spread_long, 1 run in 5). */
+        wakep_if_idle();
     } else {
         co__globrunqput(&g, 1);
     }

@@ -195,6 +195,13 @@ static void *sysmon_main(void *arg) {
                 work += co__timers_run(p, now);
             p->sysmon_timertick = tick;
         }
+        /* Work queued while a P sleeps and no M looks for it: a wake-up
+         * was lost (the pushes' StoreLoad race with an M going idle, or a
+         * path that queues without waking). Wake one now. */
+        if (co__work_stranded()) {
+            co__wakep();
+            work++;
+        }
         if (__atomic_load_n(&s->nstackwait, __ATOMIC_RELAXED) &&
             now - last_stackwait >= STACKWAIT_RETRY_NS) {
             last_stackwait = now;

@@ -6,6 +6,7 @@
 #include "t.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <time.h>
 
 static void start(int procs) {
@@ -282,11 +283,65 @@ static void test_stress(void) {
     }
 }
 
+/* ---- two yielding computations on 2 Ps run on both -------------------- *
+ * Two CPU-bound coroutines that yield after each chunk, on 2 Ps, must end
+ * up on both Ps. A yield with a P idle goes to the ring (never the yield
+ * slot), but nothing used to wake the idle P's M: when both started on the
+ * same P before the other M looked, they took turns there for good and the
+ * second P slept (bench_runtime spread_long: 1 run in 5 at 1 P's speed).
+ * Each round starts a fresh pair and watches for the two being inside a
+ * chunk at once, which needs them on different Ms (interleaved by the OS
+ * or truly parallel); a pair stuck on one M never shows it. */
+#define SPREAD_ROUNDS 30
+#define SPREAD_MAX_CHUNKS 20000
+static atomic_int spread_inside, spread_seen;
+static co_waitgroup_t spread_wg;
+static atomic_ulong spread_sink; /* keeps the work from being optimised away */
+
+static void spread_worker(void *arg) {
+    (void)arg;
+    for (int c = 0; c < SPREAD_MAX_CHUNKS && !atomic_load(&spread_seen); c++) {
+        if (atomic_fetch_add(&spread_inside, 1) == 1) atomic_store(&spread_seen, 1);
+        unsigned long x = (unsigned long)c;
+        for (int i = 0; i < 2000; i++) x = x * 6364136223846793005UL + 1442695040888963407UL;
+        atomic_fetch_xor_explicit(&spread_sink, x, memory_order_relaxed);
+        if (atomic_load(&spread_inside) == 2) atomic_store(&spread_seen, 1);
+        atomic_fetch_sub(&spread_inside, 1);
+        co_yield();
+    }
+    co_waitgroup_done(&spread_wg);
+}
+
+static int spread_stuck;
+static void spread_main(void *arg) {
+    co_waitgroup_t *done = arg;
+    for (int r = 0; r < SPREAD_ROUNDS; r++) {
+        atomic_store(&spread_seen, 0);
+        co_waitgroup_add(&spread_wg, 2);
+        CHECK_EQ(co_go(spread_worker, NULL), 0);
+        CHECK_EQ(co_go(spread_worker, NULL), 0);
+        co_waitgroup_wait(&spread_wg);
+        if (!atomic_load(&spread_seen)) spread_stuck++;
+    }
+    co_waitgroup_done(done);
+}
+
+static void test_yielders_spread(void) {
+    start(2);
+    co_waitgroup_t done = CO_WAITGROUP_INIT;
+    co_waitgroup_add(&done, 1);
+    CHECK_EQ(co_go(spread_main, &done), 0);
+    co_waitgroup_wait(&done);
+    CHECK_EQ(spread_stuck, 0);
+    stop();
+}
+
 int main(void) {
     t_begin(120);
     T_RUN(test_order);
     T_RUN(test_hog_behind_yielder);
     T_RUN(test_blocking_behind_yielder);
     T_RUN(test_stress);
+    T_RUN(test_yielders_spread);
     return t_end();
 }
