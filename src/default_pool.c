@@ -26,6 +26,8 @@
 #include "internal.h"
 #include "pool_impl.h"
 
+#include <string.h>
+
 /* dflt: written under dflt_lock (seq_cst); read lock-free (seq_cst in
  * co_submit, the Dekker pair above; acquire elsewhere: a reader sees a
  * fully built pool). */
@@ -36,6 +38,14 @@ static co__lock_t dflt_lock;
 static int64_t users;
 
 int co__default_pool_holds(void) { return __atomic_load_n(&dflt, __ATOMIC_ACQUIRE) != NULL; }
+
+/* Tests that fork (co__test_reset_after_fork): the parent's pool is not
+ * the child's (its workers do not exist there, nor its hold). Leaked. */
+void co__default_pool_forget(void) {
+    dflt = NULL;
+    memset(&dflt_lock, 0, sizeof dflt_lock);
+    users = 0;
+}
 
 static int default_pool_shutdown(void) {
     int rc = 0;

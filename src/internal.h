@@ -56,6 +56,7 @@ CO_HIDDEN void co__at_shutdown(int (*fn)(void));
 /* 1 while the default pool exists (it holds the runtime, and co_shutdown's
  * first look does not count that hold: its hook destroys it), else 0. */
 CO_HIDDEN int co__default_pool_holds(void);
+CO_HIDDEN void co__default_pool_forget(void); /* co__test_reset_after_fork */
 
 /* ---- futex-backed internal lock ---------------------------------------- */
 /* A futex mutex (lock.c has the design): one CAS to lock uncontended, and a

@@ -2033,6 +2033,7 @@ int co__test_reset_after_fork(void) {
     memset(&co__sched, 0, sizeof co__sched);
     live_global = 0; /* the parent's coroutines and pools are not ours */
     rt_holds = 0;
+    co__default_pool_forget();
     tls_m = NULL;
     return co_init(NULL);
 }

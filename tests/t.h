@@ -61,6 +61,19 @@ static int t_end(void) {
 #include <stdarg.h>
 #include <sys/wait.h>
 
+/* fork() for a test. The child gets a watchdog of its own (an alarm is
+ * not inherited; the handler, t_watchdog, is): a child that hangs exits
+ * with 99 instead of keeping the test's output pipe open, on which ctest
+ * then waits for ever, past the test's timeout (a CI run under qemu hung
+ * that way). It survives an exec, which resets the handler: the exec'd
+ * program is then killed by SIGALRM. */
+#define T_CHILD_SECONDS 120
+__attribute__((unused)) static pid_t t_fork(void) {
+    pid_t pid = fork();
+    if (pid == 0) alarm(T_CHILD_SECONDS);
+    return pid;
+}
+
 /* Set when the tests run under an emulator (a cross build run through
  * qemu-user: CMake passes CMAKE_CROSSCOMPILING_EMULATOR down as
  * COLONY_TEST_EMULATOR). Its command line, or NULL. */
@@ -124,7 +137,7 @@ __attribute__((unused)) static int t_drain_and_wait(int fd, char *buf, size_t si
 __attribute__((unused)) static void t_expect_abort(const char *prog, const char *name, const char *op) {
     int fd[2];
     CHECK_EQ(pipe(fd), 0);
-    pid_t pid = fork();
+    pid_t pid = t_fork();
     if (pid == 0) {
         dup2(fd[1], 2);
         close(fd[0]);

@@ -446,7 +446,7 @@ static void test_free_with_waiters_is_fatal(void) {
     CHECK_EQ(co_go(recv_job, &j), 0);
     await_waiters(ch, CO_RECV, 1);
     fflush(NULL);
-    pid_t pid = fork();
+    pid_t pid = t_fork();
     if (pid == 0) { /* the child has a copy of the channel with its waiter */
         co_chan_free(ch);
         _exit(0);

@@ -159,7 +159,7 @@ static int child_not_inherited(void *arg) {
 static int run_child(const char *self, const char *mode, char *out, size_t outsz) {
     int pfd[2];
     if (pipe(pfd) != 0) return -1;
-    pid_t pid = fork();
+    pid_t pid = t_fork();
     if (pid == 0) {
         dup2(pfd[1], 2);
         close(pfd[0]);

@@ -260,7 +260,7 @@ static int child_destroy_self(void *arg) {
 static void destroy_from_own_task(void) {
     int pfd[2];
     CHECK_EQ(pipe(pfd), 0);
-    pid_t pid = fork();
+    pid_t pid = t_fork();
     if (pid == 0) {
         dup2(pfd[1], 2);
         t_execl("/proc/self/exe", "test_pool_asks", "child-destroy-self", (char *)NULL);

@@ -512,7 +512,7 @@ static void expect_overflow_after(const char *debug_env, int parked, const char 
     int pipefd[2];
     CHECK_EQ(pipe(pipefd), 0);
     fflush(NULL);
-    pid_t pid = fork();
+    pid_t pid = t_fork();
     if (pid == 0) {
         dup2(pipefd[1], 2);
         if (debug_env) setenv("COLONY_DEBUG", debug_env, 1);
@@ -589,7 +589,7 @@ static void test_overflow_canary(void) {
  * there) and starts a fresh one. */
 static pid_t fork_fresh(void) {
     fflush(NULL);
-    pid_t pid = fork();
+    pid_t pid = t_fork();
     if (pid == 0) {
         extern int co__test_reset_after_fork(void);
         co__test_reset_after_fork();
@@ -643,7 +643,7 @@ static void test_enomem(void) {
 static void test_shutdown_with_schedtrace(void) {
     if (t_tsan()) return; /* TSan cannot start threads in a forked child */
     fflush(NULL);
-    pid_t pid = fork();
+    pid_t pid = t_fork();
     if (pid == 0) {
         if (!freopen("/dev/null", "w", stderr)) _exit(2);
         setenv("COLONY_DEBUG", "schedtrace=1", 1);
@@ -682,7 +682,7 @@ static void test_schedtrace_huge(void) {
     int pfd[2];
     CHECK_EQ(pipe(pfd), 0);
     fflush(NULL);
-    pid_t pid = fork();
+    pid_t pid = t_fork();
     if (pid == 0) {
         dup2(pfd[1], 2);
         close(pfd[0]);

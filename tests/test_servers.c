@@ -511,7 +511,7 @@ static void run_binary(const char *path, const char *needle) {
     }
     int out[2];
     CHECK(pipe(out) == 0);
-    pid_t pid = fork();
+    pid_t pid = t_fork();
     if (pid == 0) {
         dup2(out[1], 1);
         close(out[0]);
