@@ -167,14 +167,7 @@ static int run_child(const char *self, const char *mode, char *out, size_t outsz
         _exit(127);
     }
     close(pfd[1]);
-    size_t n = 0;
-    ssize_t r;
-    while (n + 1 < outsz && (r = read(pfd[0], out + n, outsz - 1 - n)) > 0) n += (size_t)r;
-    out[n] = 0;
-    close(pfd[0]);
-    int st = 0;
-    waitpid(pid, &st, 0);
-    return st;
+    return t_drain_and_wait(pfd[0], out, outsz, pid);
 }
 
 static const char *self_path;

@@ -268,14 +268,8 @@ static void destroy_from_own_task(void) {
     }
     close(pfd[1]);
     char out[2048];
-    size_t n = 0;
-    ssize_t r;
-    while (n + 1 < sizeof out && (r = read(pfd[0], out + n, sizeof out - 1 - n)) > 0) n += (size_t)r;
-    out[n] = 0;
-    close(pfd[0]);
-    int st;
-    waitpid(pid, &st, 0);
-    CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT);
+    int st = t_drain_and_wait(pfd[0], out, sizeof out, pid);
+    CHECK(st != -1 && WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT);
     CHECK(strstr(out, "colony: fatal: co_pool_destroy") != NULL);
 }
 

@@ -545,8 +545,7 @@ static void run_binary(const char *path, const char *needle) {
         co_close(fd);
     }
     kill(pid, SIGTERM);
-    int status = 0;
-    waitpid(pid, &status, 0);
+    int status = t_child_wait(pid, -1, NULL, 0, 100);
     if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0))
         fprintf(stderr, "   %s: exit status %d, signal %d\n", path,
                 WIFEXITED(status) ? WEXITSTATUS(status) : -1, WIFSIGNALED(status) ? WTERMSIG(status) : 0);
