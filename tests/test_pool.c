@@ -636,12 +636,22 @@ static void shutdown_with_default_pool(void) {
 
 /* co_shutdown with a default-pool task still running: a short one (20 ms)
  * is waited for, the pool destroyed and the runtime stopped; the next use
- * makes a fresh pool whose tasks run. A long one (300 ms) makes co_shutdown
- * fail with CO_EBUSY and leaves the pool open and working. (A co_shutdown
- * that returned 0 used to leave the pool reopened over a stopped runtime:
- * its later tasks were accepted and never ran.) */
+ * makes a fresh pool whose tasks run. One that cannot end (it waits on a
+ * gate the test opens only afterwards) makes co_shutdown fail with
+ * CO_EBUSY and leaves the pool open and working. (A co_shutdown that
+ * returned 0 used to leave the pool reopened over a stopped runtime: its
+ * later tasks were accepted and never ran.) The busy task waited on a gate
+ * rather than sleeping 300 ms: under qemu with two tests at once the sleep
+ * could end within co_shutdown's own grace, which then rightly
+ * succeeded. */
 static void sleep_ms_task(void *arg) {
     co_sleep((int64_t)(intptr_t)arg * MS);
+    atomic_fetch_add(&done_count, 1);
+}
+static co_waitgroup_t busy_gate = CO_WAITGROUP_INIT;
+static void gate_held_task(void *arg) {
+    (void)arg;
+    co_waitgroup_wait(&busy_gate);
     atomic_fetch_add(&done_count, 1);
 }
 static void shutdown_with_busy_default_pool(void) {
@@ -653,10 +663,12 @@ static void shutdown_with_busy_default_pool(void) {
     CHECK_EQ(co_pool_wait_idle(co_default_pool(), co_deadline_after(10000 * MS)), 0);
     CHECK_EQ(atomic_load(&done_count), 2);
 
-    CHECK_EQ(co_submit(sleep_ms_task, (void *)(intptr_t)300), 0);
+    co_waitgroup_add(&busy_gate, 1);
+    CHECK_EQ(co_submit(gate_held_task, NULL), 0);
     CHECK_EQ(co_shutdown(), CO_EBUSY);
     CHECK(!co_pool_is_closed(co_default_pool()));
     CHECK_EQ(co_submit(noop_task, NULL), 0);
+    co_waitgroup_done(&busy_gate);
     CHECK_EQ(co_pool_wait_idle(co_default_pool(), co_deadline_after(10000 * MS)), 0);
     CHECK_EQ(atomic_load(&done_count), 4);
     CHECK(WAIT_FOR(co_count() == 0));
