@@ -84,15 +84,15 @@ static inline void co__lock(co__lock_t *l) {
         co__lock_slow(l);
 }
 static inline void co__unlock(co__lock_t *l) {
-    /* release: publishes the critical section to the next acquirer. No
-     * locked instruction: the load below may be done before the store is
-     * visible, so it can miss a sleeper counting itself in just then;
-     * co__lock_slow covers that (lock.c). The signal fence keeps the
-     * compiler from hoisting the load. */
+    /* No locked instruction. Sleepers are looked at before the store: the
+     * store must be this unlock's last touch of *l, since the next holder
+     * may free it at once (a channel, a waitgroup's owner). A locker that
+     * counts itself in between is missed; co__lock_slow covers that
+     * (lock.c). release: publishes the critical section to the next
+     * acquirer, and keeps the load before the store. */
+    uint16_t sleepers = __atomic_load_n(&l->sleepers, __ATOMIC_RELAXED);
     __atomic_store_n(&l->locked, 0, __ATOMIC_RELEASE);
-    __atomic_signal_fence(__ATOMIC_SEQ_CST);
-    if (__builtin_expect(__atomic_load_n(&l->sleepers, __ATOMIC_RELAXED) != 0, 0))
-        co__unlock_wake(l);
+    if (__builtin_expect(sleepers != 0, 0)) co__unlock_wake(l); /* a futex on the address only */
 }
 
 /* futex helpers on a 32-bit word (private futexes). */

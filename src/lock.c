@@ -3,27 +3,30 @@
  *
  * co__lock_t is a futex mutex with its two halves in one 32-bit word:
  * `locked` (0 free, 1 held) and `sleepers` (threads asleep on it, or about
- * to be). Lock: CAS locked 0 -> 1 (acquire). Unlock: store locked = 0
- * (release), then load sleepers and wake one if any. Drepper's three-state
- * mutex ("Futexes are tricky") unlocks with an exchange instead, to learn
- * in the same instruction whether someone sleeps; that locked instruction
- * drains the store buffer on every unlock. With a plain store, a channel
- * ping-pong on 1 P took 63.2 ns per message instead of 74.8, a cap-1024
- * channel with 4 producers and 4 consumers on 2 Ps 50.0 ns per item
- * instead of 64.1 (medians of 9 alternating runs, bench_chan).
+ * to be). Lock: CAS locked 0 -> 1 (acquire). Unlock: load sleepers, store
+ * locked = 0 (release), and wake one if there were sleepers. Drepper's
+ * three-state mutex ("Futexes are tricky") unlocks with an exchange
+ * instead, to learn in the same instruction whether someone sleeps; that
+ * locked instruction drains the store buffer on every unlock. With a plain
+ * store, a channel ping-pong on 1 P took 63.2 ns per message instead of
+ * 74.8, a cap-1024 channel with 4 producers and 4 consumers on 2 Ps 50.0
+ * ns per item instead of 64.1 (medians of 9 alternating runs, bench_chan).
+ * The load comes first because the store must be the unlock's last touch
+ * of the lock: its next holder may free it at once (TSan caught a load
+ * after the store reading a channel freed meanwhile).
  *
- * The price is a StoreLoad race: the unlocker's load of `sleepers` may be
- * done before its store of `locked` is visible (x86-64 and AArch64 both
- * allow it), so an unlock can miss a locker that counts itself in at that
- * moment and then sees the lock still held. Two things cover it, without a
- * fence on the unlock path:
+ * The price: an unlock can miss a locker that counts itself in between the
+ * unlocker's load and its store (or, on x86-64 and AArch64, whose count is
+ * not visible yet), and which then sees the lock still held. Two things
+ * cover it, without a fence on the unlock path:
  *  - after counting itself in, a locker keeps trying the CAS for
- *    CO__LOCK_RECHECK cycles (about 1.5 us) before it sleeps. A store
- *    leaves the store buffer in far less (it waits only for the stores
- *    before it), so the missed unlock's store is seen and taken;
+ *    CO__LOCK_RECHECK cycles (about 1.5 us) before it sleeps. The missed
+ *    unlock's store follows its load within nanoseconds (unless its thread
+ *    loses the CPU right there), so it is seen and the lock taken;
  *  - the sleep itself is bounded (CO__LOCK_NAP_NS): a locker that still
  *    slept through an unlock wakes, tries again and sleeps again. No
- *    interleaving can leave it asleep on a free lock for longer.
+ *    interleaving can leave it asleep on a free lock for longer. And any
+ *    later unlock, seeing it counted, wakes it.
  * The futex compares the whole word (locked | sleepers << 16): any change
  * of either half between the look and the sleep makes the kernel refuse
  * to sleep, and the locker looks again.

@@ -27,7 +27,7 @@ static atomic_int early, woke;
 static atomic_llong max_listed;
 
 static void sleeper(void *arg) {
-    int64_t d = (int64_t)(intptr_t)arg * 100 * US + 20 * MS;
+    int64_t d = (int64_t)(intptr_t)arg * 100 * US + 100 * MS;
     int64_t deadline = co_now() + d;
     CHECK_EQ(co_sleep(d), 0);
     if (co_now() < deadline) atomic_fetch_add(&early, 1);
@@ -43,9 +43,13 @@ static void sleeps(void) {
         int k = (i * 7919) % SLEEPERS; /* a permutation: 7919 is prime */
         CHECK_EQ(co_go(sleeper, (void *)(intptr_t)k), 0);
     }
-    co_sleep(5 * MS); /* all asleep by now, on the lists */
-    int64_t listed = co__test_timers_listed();
-    if (listed > atomic_load(&max_listed)) atomic_store(&max_listed, listed);
+    /* Watch the lists while they sleep (100-130 ms each): most are on
+     * them at once, however slowly they were spawned (TSan, chaos). */
+    while (atomic_load(&woke) < SLEEPERS) {
+        int64_t listed = co__test_timers_listed();
+        if (listed > atomic_load(&max_listed)) atomic_store(&max_listed, listed);
+        co_sleep(1 * MS);
+    }
     co_waitgroup_wait(&wg);
     CHECK_EQ(atomic_load(&woke), SLEEPERS);
     CHECK_EQ(atomic_load(&early), 0);
