@@ -291,16 +291,23 @@ static void test_stress(void) {
  * second P slept (bench_runtime spread_long: 1 run in 5 at 1 P's speed).
  * Each round starts a fresh pair and watches for the two being inside a
  * chunk at once, which needs them on different Ms (interleaved by the OS
- * or truly parallel); a pair stuck on one M never shows it. */
+ * or truly parallel); a pair stuck on one M never shows it. The first
+ * stuck round ends the test. */
 #define SPREAD_ROUNDS 30
-#define SPREAD_MAX_CHUNKS 20000
+/* A pair that has not run at once after this long is stuck (it takes
+ * under a millisecond normally; chaos mode stalls spinning Ms for up to
+ * 15 ms at a time). */
+#define SPREAD_GIVE_UP_NS (5000 * 1000000LL)
 static atomic_int spread_inside, spread_seen;
 static co_waitgroup_t spread_wg;
 static atomic_ulong spread_sink; /* keeps the work from being optimised away */
 
+static atomic_int spread_chunks_max; /* the most chunks a worker ran before the overlap */
+static int64_t spread_give_up;        /* this round's deadline (set before the spawns) */
 static void spread_worker(void *arg) {
     (void)arg;
-    for (int c = 0; c < SPREAD_MAX_CHUNKS && !atomic_load(&spread_seen); c++) {
+    int c = 0;
+    for (; !atomic_load(&spread_seen) && (c % 64 || co_now() < spread_give_up); c++) {
         if (atomic_fetch_add(&spread_inside, 1) == 1) atomic_store(&spread_seen, 1);
         unsigned long x = (unsigned long)c;
         for (int i = 0; i < 2000; i++) x = x * 6364136223846793005UL + 1442695040888963407UL;
@@ -309,14 +316,18 @@ static void spread_worker(void *arg) {
         atomic_fetch_sub(&spread_inside, 1);
         co_yield();
     }
+    int m = atomic_load(&spread_chunks_max);
+    while (c > m && !atomic_compare_exchange_weak(&spread_chunks_max, &m, c)) {
+    }
     co_waitgroup_done(&spread_wg);
 }
 
 static int spread_stuck;
 static void spread_main(void *arg) {
     co_waitgroup_t *done = arg;
-    for (int r = 0; r < SPREAD_ROUNDS; r++) {
+    for (int r = 0; r < SPREAD_ROUNDS && !spread_stuck; r++) {
         atomic_store(&spread_seen, 0);
+        spread_give_up = co_now() + SPREAD_GIVE_UP_NS;
         co_waitgroup_add(&spread_wg, 2);
         CHECK_EQ(co_go(spread_worker, NULL), 0);
         CHECK_EQ(co_go(spread_worker, NULL), 0);
@@ -332,6 +343,8 @@ static void test_yielders_spread(void) {
     co_waitgroup_add(&done, 1);
     CHECK_EQ(co_go(spread_main, &done), 0);
     co_waitgroup_wait(&done);
+    fprintf(stderr, "   (at most %d chunks before the two ran at once)\n",
+            atomic_load(&spread_chunks_max));
     CHECK_EQ(spread_stuck, 0);
     stop();
 }
