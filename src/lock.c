@@ -27,7 +27,7 @@
  *    slept through an unlock wakes, tries again and sleeps again. No
  *    interleaving can leave it asleep on a free lock for longer. And any
  *    later unlock, seeing it counted, wakes it.
- * The futex compares the whole word (locked | sleepers << 16): any change
+ * The futex compares the whole word (both halves): any change
  * of either half between the look and the sleep makes the kernel refuse
  * to sleep, and the locker looks again.
  *
@@ -48,6 +48,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -125,11 +126,14 @@ void co__lock_slow(co__lock_t *l) {
             if (lock_try_free(l)) goto taken;
             for (int k = 0; k < CO__LOCK_PAUSES; k++) co__cpu_relax();
         } while (co__cycles() - t0 < CO__LOCK_RECHECK && ++n < 64);
-        uint32_t locked = __atomic_load_n(&l->locked, __ATOMIC_RELAXED);
-        uint32_t sleepers = __atomic_load_n(&l->sleepers, __ATOMIC_RELAXED);
-        if (locked == 0) continue;
+        co__lock_t seen;
+        seen.locked = __atomic_load_n(&l->locked, __ATOMIC_RELAXED);
+        seen.sleepers = __atomic_load_n(&l->sleepers, __ATOMIC_RELAXED);
+        if (seen.locked == 0) continue;
+        uint32_t word; /* the two halves as the kernel reads them (any byte order) */
+        memcpy(&word, &seen, sizeof word);
         /* Sleeps only while the word is still what we saw; bounded. */
-        co__futex_wait(lock_word(l), locked | sleepers << 16, co_now() + CO__LOCK_NAP_NS);
+        co__futex_wait(lock_word(l), word, co_now() + CO__LOCK_NAP_NS);
     }
 taken:
     __atomic_sub_fetch(&l->sleepers, 1, __ATOMIC_RELAXED);

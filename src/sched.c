@@ -1635,7 +1635,7 @@ static inline __attribute__((always_inline)) void yield_requeue(co_m_t *m, co_g_
          * it: an idle P's M sleeps until woken, and nothing else would wake
          * it. Two coroutines yielding to each other on one P while the
          * other slept kept a 2-P machine at half its speed for good
-         * (bench_runtime spread_long, 1 run in 5). */
+         * (bench_runtime spread_long: 4 of a make bench's 5 runs). */
         wakep_if_idle();
     } else {
         co__globrunqput(&g, 1);
