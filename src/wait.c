@@ -280,13 +280,10 @@ static void wg_release_run(wg_release_t *r) {
     if (r->gs != r->small) free(r->gs);
 }
 
-void co_waitgroup_add(co_waitgroup_t *wg_, int delta) {
-    wg_impl_t *wg = (wg_impl_t *)wg_;
-    /* acq_rel: Done's writes happen before a waiter's return */
-    uint64_t s = __atomic_add_fetch(&wg->state, (uint64_t)(int64_t)delta << 32, __ATOMIC_ACQ_REL);
-    int32_t v = WG_COUNT(s);
-    if (v < 0) co__fatal("co_waitgroup %p: negative counter (%d)", (void *)wg_, v);
-    if (v != 0 || WG_WAITERS(s) == 0 || delta == 0) return;
+/* The counter reached zero with waiters counted (state s): release them.
+ * Out of line, so that the common add and done set up no frame for it
+ * (wg_release_t is 160 bytes of stack). */
+static __attribute__((noinline)) void wg_release(wg_impl_t *wg, uint64_t s) {
     /* The counter is zero: no waiter joins or leaves the count any more, so
      * at most WG_WAITERS(s) are queued. */
     wg_release_t r;
@@ -299,6 +296,16 @@ void co_waitgroup_add(co_waitgroup_t *wg_, int delta) {
     /* release: the last touch of *wg by this adder (see above) */
     __atomic_store_n(&wg->state, 0, __ATOMIC_RELEASE);
     wg_release_run(&r);
+}
+
+void co_waitgroup_add(co_waitgroup_t *wg_, int delta) {
+    wg_impl_t *wg = (wg_impl_t *)wg_;
+    /* acq_rel: Done's writes happen before a waiter's return */
+    uint64_t s = __atomic_add_fetch(&wg->state, (uint64_t)(int64_t)delta << 32, __ATOMIC_ACQ_REL);
+    int32_t v = WG_COUNT(s);
+    if (CO_UNLIKELY(v < 0)) co__fatal("co_waitgroup %p: negative counter (%d)", (void *)wg_, v);
+    if (v != 0 || WG_WAITERS(s) == 0 || delta == 0) return;
+    wg_release(wg, s);
 }
 
 void co_waitgroup_done(co_waitgroup_t *wg) { co_waitgroup_add(wg, -1); }
