@@ -73,15 +73,21 @@ typedef struct co__lock {
 _Static_assert(sizeof(co__lock_t) == 4, "co__lock_t is one futex word");
 CO_HIDDEN void co__lock_slow(co__lock_t *l);
 CO_HIDDEN void co__unlock_wake(co__lock_t *l);
-CO_HIDDEN bool co__trylock(co__lock_t *l);
 
 /* The uncontended halves are inline (lock.c has the rest). */
-static inline void co__lock(co__lock_t *l) {
-    uint16_t c = 0;
+static inline bool co__trylock(co__lock_t *l) {
+    uint16_t z = 0;
     /* acquire: pairs with the release store in co__unlock */
-    if (!__builtin_expect(__atomic_compare_exchange_n(&l->locked, &c, 1, false, __ATOMIC_ACQUIRE,
-                                                      __ATOMIC_RELAXED), 1))
-        co__lock_slow(l);
+    return __atomic_compare_exchange_n(&l->locked, &z, 1, false, __ATOMIC_ACQUIRE,
+                                       __ATOMIC_RELAXED);
+}
+/* A contended locker's try: look first, and CAS only a free lock (a CAS
+ * would take the line from the holder for nothing). */
+static inline bool co__lock_try_free(co__lock_t *l) {
+    return __atomic_load_n(&l->locked, __ATOMIC_RELAXED) == 0 && co__trylock(l);
+}
+static inline void co__lock(co__lock_t *l) {
+    if (!__builtin_expect(co__trylock(l), 1)) co__lock_slow(l);
 }
 static inline void co__unlock(co__lock_t *l) {
     /* No locked instruction. Sleepers are looked at before the store: the

@@ -88,25 +88,13 @@ void co__futex_wake(uint32_t *addr, int n) {
     syscall(SYS_futex, addr, FUTEX_WAKE_PRIVATE, n, NULL, NULL, 0);
 }
 
-bool co__trylock(co__lock_t *l) {
-    uint16_t z = 0;
-    /* acquire: pairs with the release store in co__unlock */
-    return __atomic_compare_exchange_n(&l->locked, &z, 1, false, __ATOMIC_ACQUIRE,
-                                       __ATOMIC_RELAXED);
-}
-
 /* The futex word: both halves (the kernel reads them as one). */
 static uint32_t *lock_word(co__lock_t *l) { return (uint32_t *)(void *)l; }
-
-/* Look, and take the lock if it is free. */
-static bool lock_try_free(co__lock_t *l) {
-    return __atomic_load_n(&l->locked, __ATOMIC_RELAXED) == 0 && co__trylock(l);
-}
 
 /* co__lock's first CAS failed. */
 void co__lock_slow(co__lock_t *l) {
     for (int i = 0; i < CO__LOCK_SPINS; i++) {
-        if (lock_try_free(l)) return;
+        if (co__lock_try_free(l)) return;
         for (int k = 0; k < CO__LOCK_PAUSES; k++) co__cpu_relax();
     }
     /* seq_cst: visible before our next look at `locked` (an unlock that
@@ -114,7 +102,7 @@ void co__lock_slow(co__lock_t *l) {
     if (__atomic_add_fetch(&l->sleepers, 1, __ATOMIC_SEQ_CST) == UINT16_MAX) {
         /* No room to count one more: keep trying without sleeping. */
         __atomic_sub_fetch(&l->sleepers, 1, __ATOMIC_RELAXED);
-        while (!lock_try_free(l)) sched_yield();
+        while (!co__lock_try_free(l)) sched_yield();
         return;
     }
     for (;;) {
@@ -123,7 +111,7 @@ void co__lock_slow(co__lock_t *l) {
         uint64_t t0 = co__cycles();
         int n = 0; /* bounds it where there is no counter (co__cycles() == 0) */
         do {
-            if (lock_try_free(l)) goto taken;
+            if (co__lock_try_free(l)) goto taken;
             for (int k = 0; k < CO__LOCK_PAUSES; k++) co__cpu_relax();
         } while (co__cycles() - t0 < CO__LOCK_RECHECK && ++n < 64);
         co__lock_t seen;

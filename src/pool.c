@@ -99,7 +99,7 @@ __attribute__((noinline)) void co__plock_slow(co__plock_t *l) {
     for (;;) {
         for (int i = 0; i < 64; i++) {
             co__cpu_relax();
-            if (__atomic_load_n(&l->l.locked, __ATOMIC_RELAXED) == 0 && co__ptrylock(l)) return;
+            if (co__lock_try_free(&l->l)) return;
         }
         if (coroutine) {
             co_yield(); /* let this P run someone else meanwhile */

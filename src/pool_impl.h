@@ -223,12 +223,7 @@ typedef struct co__plock {
     co__lock_t l;
 } co__plock_t;
 CO_HIDDEN void co__plock_slow(co__plock_t *l);
-static inline bool co__ptrylock(co__plock_t *l) {
-    uint16_t z = 0;
-    /* acquire: pairs with the release store in co__unlock */
-    return __atomic_compare_exchange_n(&l->l.locked, &z, 1, false, __ATOMIC_ACQUIRE,
-                                       __ATOMIC_RELAXED);
-}
+static inline bool co__ptrylock(co__plock_t *l) { return co__trylock(&l->l); }
 static inline void co__plock(co__plock_t *l) {
     if (CO_UNLIKELY(!co__ptrylock(l))) co__plock_slow(l);
 }
