@@ -119,15 +119,20 @@ static void timers_hold_runtime(void) {
 #define PER_SPAWNER 3000
 static atomic_long accepted;
 static atomic_int spawners_done;
-static void *spawner(void *arg) {
-    (void)arg;
-    for (int i = 0; i < PER_SPAWNER; i++) {
-        int rc = co_go(count, NULL);
+/* n calls of start(count, NULL) (co_go or co_submit), each expected to
+ * succeed, counted in `accepted`; then `done` goes up by one. */
+static void start_many(int (*start)(void (*)(void *), void *), int n, atomic_int *done) {
+    for (int i = 0; i < n; i++) {
+        int rc = start(count, NULL);
         CHECK_EQ(rc, 0);
         if (rc == 0) atomic_fetch_add(&accepted, 1);
         if (i % 64 == 0) sched_yield();
     }
-    atomic_fetch_add(&spawners_done, 1);
+    atomic_fetch_add(done, 1);
+}
+static void *spawner(void *arg) {
+    (void)arg;
+    start_many(co_go, PER_SPAWNER, &spawners_done);
     return NULL;
 }
 static void spawn_races_shutdown(void) {
@@ -164,13 +169,7 @@ static atomic_int dsub_done;
 static atomic_long dmade;
 static void *default_submitter(void *arg) {
     (void)arg;
-    for (int i = 0; i < PER_DSUBMITTER; i++) {
-        int rc = co_submit(count, NULL);
-        CHECK_EQ(rc, 0);
-        if (rc == 0) atomic_fetch_add(&accepted, 1);
-        if (i % 64 == 0) sched_yield();
-    }
-    atomic_fetch_add(&dsub_done, 1);
+    start_many(co_submit, PER_DSUBMITTER, &dsub_done);
     return NULL;
 }
 static void *default_maker(void *arg) {

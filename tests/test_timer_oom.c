@@ -25,6 +25,12 @@ static void fail_timer_growth(bool on) {
 static co_waitgroup_t wg;
 static atomic_int early, woke;
 static atomic_llong max_listed;
+/* Look at the overflow lists: keep the most timers seen there at once. */
+static int64_t note_listed(void) {
+    int64_t listed = co__test_timers_listed();
+    if (listed > atomic_load(&max_listed)) atomic_store(&max_listed, listed);
+    return listed;
+}
 
 static atomic_int started;
 static void sleeper(void *arg) {
@@ -48,8 +54,7 @@ static void sleeps(void) {
     /* Watch the lists while they sleep (100-130 ms each): most are on
      * them at once, however slowly they were spawned (TSan, chaos). */
     while (atomic_load(&woke) < SLEEPERS) {
-        int64_t listed = co__test_timers_listed();
-        if (listed > atomic_load(&max_listed)) atomic_store(&max_listed, listed);
+        note_listed();
         co_sleep(1 * MS);
     }
     co_waitgroup_wait(&wg);
@@ -81,8 +86,7 @@ static void deadlines(void) {
     for (int i = 0; i < 100; i++)
         CHECK_EQ(co_go(receiver, (void *)(intptr_t)((5 + i % 11) * MS)), 0);
     co_sleep(2 * MS);
-    int64_t listed = co__test_timers_listed();
-    if (listed > atomic_load(&max_listed)) atomic_store(&max_listed, listed);
+    note_listed();
     for (int i = 0; i < 200; i++) {
         int v = i;
         CHECK_EQ(co_chan_send(ch, &v, co_deadline_after(60000 * MS)), 0);
@@ -150,9 +154,7 @@ static int body_midway(void *arg) {
      * none has fired within this bound. */
     int64_t until = co_now() + 50 * MS;
     while (co_now() < until) {
-        int64_t listed = co__test_timers_listed();
-        if (listed > atomic_load(&max_listed)) atomic_store(&max_listed, listed);
-        if (listed > 0 && atomic_load(&started) == 2 * SLEEPERS) break;
+        if (note_listed() > 0 && atomic_load(&started) == 2 * SLEEPERS) break;
         co_yield();
     }
     fail_timer_growth(false);
