@@ -904,7 +904,6 @@ static int pool_create(co_pool_t **out, int capacity, void (*fn)(void *),
         co__rt_unhold();
         return rc;
     }
-    p->holds_rt = true;
     p->cap = capacity;
     p->state = CO__POOL_OPEN;
     p->fn = fn;
@@ -1150,7 +1149,6 @@ void co_pool_destroy(co_pool_t *p) {
     rec_free_list(co__wq_reset(&p->idle, &n)); /* empty after the release */
     rec_free_list(p->spare);
     co__wq_destroy(&p->idle);
-    bool held = p->holds_rt;
     free(p);
-    if (held) co__rt_unhold(); /* last: co_shutdown may free the runtime now */
+    co__rt_unhold(); /* every pool holds the runtime; last: co_shutdown may free it now */
 }

@@ -293,8 +293,6 @@ struct co_pool {
     co__timer_t purge;    /* the purge (pool.c); armed iff purge_armed */
 
     /* Immutable after creation. */
-    bool holds_rt;        /* holds the runtime (co__rt_hold): every pool but the
-                           * default one, which co_shutdown's hook destroys */
     void (*fn)(void *);   /* function pool: every task is fn(arg) */
     co_pool_opts_t opts;
     int64_t expiry;       /* ns */
