@@ -326,11 +326,48 @@ CO_HIDDEN void co__startm(co_p_t *p, bool spinning);
 CO_HIDDEN void co__handoffp(co_p_t *p);
 CO_HIDDEN bool co__runq_room(void); /* the caller's P can take another G without spilling */
 CO_HIDDEN co_p_t *co__pidleget(void);
+/* Run-queue entries: in sched.c's rings, globq.c's global queue and its
+ * injection stack. Ring entries carry a tag in bit 0 (Gs are at least
+ * 8-byte aligned): set when the G never ran (it has no stack yet), so that
+ * co__take_unstarted (sched.c) can pass over any other head without taking
+ * it. A hint kept only in the rings: every consumer strips it, and the
+ * global queue holds bare pointers. */
+#define RQ_FRESH ((uintptr_t)1)
+/* Bit 1: not a G but a token (co__spawn_token): a coroutine to be, made
+ * into a G only by whoever takes it to run it (sched.c's token_g). Kept in
+ * the rings and in the global queue. */
+#define RQ_TOKEN ((uintptr_t)2)
+static inline bool rq_is_token(co_g_t *e) { return ((uintptr_t)e & RQ_TOKEN) != 0; }
+static inline co_g_t *rq_unfresh(co_g_t *e) { return (co_g_t *)((uintptr_t)e & ~RQ_FRESH); }
+static inline co_g_t *rq_strip(co_g_t *e) {
+    return (co_g_t *)((uintptr_t)e & ~(RQ_FRESH | RQ_TOKEN));
+}
+/* globq.c: the global run queue and the injection stack */
 CO_HIDDEN void co__globrunqput(co_g_t **gs, int n); /* n Gs, in order, to the global queue */
 /* A plain thread's run-queue entry (a G, or a tagged token), lock-free. */
 CO_HIDDEN void co__globrunq_inject(co_g_t *e);
 /* Entries in the global queue (the injection stack moved into it first). */
 CO_HIDDEN int64_t co__globrunq_len(void);
+/* Take sched.lock for the global queue, the injection stack moved into it
+ * first; true if that moved anything (the caller then wakes an M after the
+ * unlock if entries are still queued: see globq.c). */
+CO_HIDDEN bool co__globq_lock(void);
+/* sched.lock held. How many entries a P takes from the global queue (a
+ * fair share, at most max if max > 0, at most half a ring; 0 if it is
+ * empty), already counted out of runqsize: pop them with
+ * co__globrunq_pop_n_locked, n at a time into out[] (as many as counted). */
+static inline int co__globrunq_share_locked(int max) {
+    co_sched_t *s = &co__sched;
+    int64_t sz = s->runqsize;
+    if (sz == 0) return 0;
+    int64_t n = sz / s->nprocs + 1; /* as Go's globrunqget */
+    if (n > sz) n = sz;
+    if (max > 0 && n > max) n = max;
+    if (n > CO_RUNQ_SIZE / 2) n = CO_RUNQ_SIZE / 2;
+    __atomic_store_n(&s->runqsize, sz - n, __ATOMIC_RELEASE);
+    return (int)n;
+}
+CO_HIDDEN void co__globrunq_pop_n_locked(co_g_t **out, int n);
 /* Whether the global queue or the injection stack holds anything (loads
  * with `order`: seq_cst where it is half of a StoreLoad pairing). */
 static inline bool co__globrunq_pending(int order) {
@@ -338,6 +375,8 @@ static inline bool co__globrunq_pending(int order) {
            __atomic_load_n(&co__sched.inject, order) != NULL;
 }
 CO_HIDDEN void co__globrunq_free(void);              /* shutdown: the chunks */
+/* sched.c: add d to the coroutines counted on no P (see live_global there) */
+CO_HIDDEN void co__live_global_add(int d);
 CO_HIDDEN bool co__runq_empty(co_p_t *p);
 CO_HIDDEN bool co__work_stranded(void);
 CO_HIDDEN int co__runq_len(co_p_t *p);
