@@ -89,6 +89,12 @@ void co__globrunqput(co_g_t **gs, int n) {
     co__unlock(&co__sched.lock);
 }
 
+/* A token taken off a queue that must wait its turn again (runtime.h). */
+void co__token_requeue(co__token_t *t) {
+    co_g_t *e = (co_g_t *)((uintptr_t)t | RQ_TOKEN);
+    co__globrunqput(&e, 1);
+}
+
 /* sched.lock held. The next queued G, or NULL. */
 static inline co_g_t *rq_pop_locked(void) {
     co_sched_t *s = &co__sched;

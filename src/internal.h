@@ -35,9 +35,19 @@ static inline int64_t co__time_add(int64_t t, int64_t d) {
 /* Print "colony: fatal: <msg>" and abort. Used for misuse Go would panic on. */
 CO_HIDDEN _Noreturn void co__fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* The runtime as a whole (lifecycle.c): changed only under its init lock;
+ * STOPPING while co_shutdown tears it down. */
+enum { CO__RT_DOWN = 0, CO__RT_STOPPING = 1, CO__RT_UP = 2 };
+CO_HIDDEN extern uint32_t co__rt_state; /* atomic: CO__RT_* */
+
 /* Starts the runtime with defaults if nothing started it yet. Cheap after the
- * first call (one acquire load). Returns 0 or a negative code. */
-CO_HIDDEN int co__ensure_init(void);
+ * first call (one acquire load, inline). Returns 0 or a negative code. */
+static inline int co__ensure_init(void) {
+    /* acquire: pairs with co_init's store-release of CO__RT_UP */
+    if (__builtin_expect(__atomic_load_n(&co__rt_state, __ATOMIC_ACQUIRE) == CO__RT_UP, 1))
+        return 0;
+    return co_init(NULL); /* waits for a shutdown under way */
+}
 
 /* Objects that outlive calls and need the runtime while they exist (a
  * pool: its purge timer, its workers' pins; a ticker: its timer) hold it:

@@ -375,8 +375,14 @@ static inline bool co__globrunq_pending(int order) {
            __atomic_load_n(&co__sched.inject, order) != NULL;
 }
 CO_HIDDEN void co__globrunq_free(void);              /* shutdown: the chunks */
-/* sched.c: add d to the coroutines counted on no P (see live_global there) */
-CO_HIDDEN void co__live_global_add(int d);
+/* lifecycle.c: the runtime's counts (see live_global there) */
+CO_HIDDEN void co__live_global_add(int64_t d); /* coroutines counted on no P */
+/* Count a coroutine a plain thread is about to spawn, the runtime up: 0,
+ * or a negative code (nothing counted then). */
+CO_HIDDEN int co__plain_spawn_enter(void);
+/* sched.c helpers for lifecycle.c */
+CO_HIDDEN void co__pidleput_locked(co_p_t *p); /* sched.lock held, or no M yet */
+CO_HIDDEN void co__tls_m_forget(void);         /* this thread is no M (after a fork) */
 CO_HIDDEN bool co__runq_empty(co_p_t *p);
 CO_HIDDEN bool co__work_stranded(void);
 CO_HIDDEN int co__runq_len(co_p_t *p);
