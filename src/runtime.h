@@ -121,6 +121,9 @@ typedef struct co__tslot {
 } co__tslot_t;
 
 typedef struct co_p {
+    /* Its slot in allp. Set by co_init, or by sysmon when it puts a spare
+     * P in service (under timers_lock: a thread holding a stale pointer to
+     * this P reads it under that lock, co__timer_add). */
     int id;
     uint64_t goidcache, goidcacheend; /* owner only: ids [cache, end) are this P's to hand out */
     /* Coroutines spawned on this P minus those that exited on it (may be

@@ -95,11 +95,12 @@ static bool lend_spare(co_p_t *p, int i, int64_t now) {
         np = calloc(1, sizeof *np);
         if (!np) return false;
     }
-    np->id = p->id;
     np->m = NULL;
-    /* Open to timers again. Under its lock: a thread that read np from
-     * allp before it retired may be about to look. */
+    /* Its slot, and open to timers again. Under its lock: a thread that
+     * read np from allp before it retired may be looking at both (the
+     * retry loop of co__timer_add reads the id under this lock). */
     co__lock(&np->timers_lock);
+    np->id = p->id;
     np->timers_closed = false;
     co__unlock(&np->timers_lock);
     np->link = NULL;

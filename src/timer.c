@@ -306,8 +306,12 @@ void co__timer_add(co__timer_t *t, int64_t when) {
     if (!p) p = co__allp((int)(co__fastrand() % (uint32_t)s->nprocs));
     co__lock(&p->timers_lock);
     while (p->timers_closed) { /* retired since we read allp: take its replacement */
+        /* id read under the lock: once we let go, p may go back into
+         * service as a spare for another slot (sysmon's lend_spare sets its
+         * id under this lock) */
+        int id = p->id;
         co__unlock(&p->timers_lock);
-        p = co__allp(p->id);
+        p = co__allp(id);
         co__lock(&p->timers_lock);
     }
     t->when = when;
