@@ -24,8 +24,9 @@
  * and starts a fresh one). */
 uint32_t co__rt_state; /* atomic: CO__RT_* (internal.h); acquire load on the fast path */
 /* Readers of the scheduler's state from any thread (co_count,
- * co_sched_stats, co_sched_runq_lens): each counts itself in (seq_cst)
- * and then checks co__rt_state (seq_cst); co_shutdown stores STOPPING
+ * co_sched_stats, co_sched_runq_lens; and plain threads making a coroutine
+ * runnable, co__plain_ready_begin, which need no check): each counts
+ * itself in (seq_cst) and then checks co__rt_state (seq_cst); co_shutdown stores STOPPING
  * (seq_cst) and waits for the count to drop before it frees anything,
  * and co_init waits for it before it resets the state: a reader either
  * sees the runtime not up and touches nothing, or is waited for. */
@@ -351,6 +352,12 @@ bool co__stats_enter(void) {
     return false;
 }
 void co__stats_exit(void) { __atomic_sub_fetch(&stat_readers, 1, __ATOMIC_SEQ_CST); }
+
+/* A plain thread that makes a coroutine runnable (runtime.h). The
+ * runtime is up (that coroutine is alive), so no check: once it is pushed
+ * it may run and exit, and a co_shutdown then succeed while this thread
+ * still wakes an M; counted as a reader, it is waited for. */
+void co__plain_ready_begin(void) { __atomic_add_fetch(&stat_readers, 1, __ATOMIC_SEQ_CST); }
 
 int co_count(void) {
     /* Not under init_lock: co_shutdown holds it while it joins sysmon,

@@ -312,6 +312,14 @@ extern co_sched_t co__sched;
  * is up, and then it stays allocated until co__stats_exit (sched.c). */
 CO_HIDDEN bool co__stats_enter(void);
 CO_HIDDEN void co__stats_exit(void);
+/* A plain thread making a coroutine runnable (a spawn, a wake-up) holds the
+ * scheduler from co__plain_ready_begin to co__plain_ready_end, around the
+ * push and its last look at the scheduler (the wake-up of an M after it):
+ * that coroutine may run and exit at once, and co_shutdown then succeed;
+ * it waits for the hold (as for a reader). Not needed for a pool's tokens:
+ * the pool holds the runtime for as long as a submit may run. lifecycle.c. */
+CO_HIDDEN void co__plain_ready_begin(void);
+static inline void co__plain_ready_end(void) { co__stats_exit(); }
 static inline co_p_t *co__allp(int i) {
     return __atomic_load_n(&co__sched.allp[i], __ATOMIC_ACQUIRE);
 }

@@ -962,6 +962,12 @@ static inline __attribute__((always_inline)) int spawn_on(co_m_t *m, void (*fn)(
     if (stack_size != s->stack_size) /* after g_init: coloured by its id */
         co__ctx_make(&g->ctx, g->stack.lo, g->stack.size, g, g->fpenv, g->id);
     __atomic_store_n(&g->status, CO_G_RUNNABLE, __ATOMIC_RELAXED);
+    if (CO_UNLIKELY(!p)) { /* see co__plain_ready_begin */
+        co__plain_ready_begin();
+        queue_new(NULL, g, true);
+        co__plain_ready_end();
+        return 0;
+    }
     queue_new(p, g, true);
     return 0;
 nomem:
@@ -1208,10 +1214,13 @@ static inline void ready_put(co_g_t *g) {
     co_m_t *m = getm();
     if (m && m->p) {
         runqput(m->p, g, true);
-    } else {
-        co__globrunq_inject(g);
+        wakep_if_idle();
+        return;
     }
+    co__plain_ready_begin(); /* until the wake-up is done: see there */
+    co__globrunq_inject(g);
     wakep_if_idle();
+    co__plain_ready_end();
 }
 
 void co__ready(co_g_t *g) {
@@ -1258,6 +1267,7 @@ void co__ready_many(co_g_t *const *gs, size_t n) {
     for (size_t i = 0; i < n && i < AHEAD; i++) __builtin_prefetch(gs[i], 1);
     co_m_t *m = getm();
     co_p_t *p = m ? m->p : NULL;
+    if (!p) co__plain_ready_begin(); /* until the last wake-up: see there */
     for (size_t i = 0; i < n; i++) {
         if (i + AHEAD < n) __builtin_prefetch(gs[i + AHEAD], 1);
         co_g_t *g = gs[i];
@@ -1268,6 +1278,7 @@ void co__ready_many(co_g_t *const *gs, size_t n) {
             co__globrunq_inject(g);
         wakep_if_idle();
     }
+    if (!p) co__plain_ready_end();
 }
 
 /* The running G switches away; post(g, arg) runs after the switch. */
