@@ -309,7 +309,7 @@ typedef struct co_sched {
 extern co_sched_t co__sched;
 
 /* A reader of the scheduler's state from any thread: true if the runtime
- * is up, and then it stays allocated until co__stats_exit (sched.c). */
+ * is up, and then it stays allocated until co__stats_exit (lifecycle.c). */
 CO_HIDDEN bool co__stats_enter(void);
 CO_HIDDEN void co__stats_exit(void);
 /* A plain thread making a coroutine runnable (a spawn, a wake-up) holds the
