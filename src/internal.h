@@ -139,7 +139,7 @@ static inline void co__cpu_relax(void) {
 
 /* A coroutine to be (sched.c, co__spawn_token): fn(the token) once run.
  * link: the global queue's list when it has no memory for its arrays, or
- * the injection stack's (sched.c; a tagged entry there, set by the pusher
+ * the injection stack's (globq.c; a tagged entry there, set by the pusher
  * and then owned by the M that takes the stack). */
 struct co__pw;
 typedef struct co__token {

@@ -1,7 +1,8 @@
 /*
  * The scheduler's types: G (coroutine), P (logical processor), M (OS thread)
  * and the global scheduler state. Types only, like Go's runtime2.go; the
- * code is in sched.c (run queues, park/ready, spinning Ms), stack.c, timer.c,
+ * code is in sched.c (run queues, park/ready, spinning Ms), globq.c (the
+ * global run queue), lifecycle.c (co_init, co_shutdown), stack.c, timer.c,
  * wait.c, sysmon.c and debug.c.
  */
 #ifndef COLONY_RUNTIME_H
@@ -61,7 +62,7 @@ typedef struct co_g {
      * attached then (gcache.c). Other sizes are allocated at spawn. */
     co__stack_t stack;
     struct co_g *schedlink;    /* global run queue / stackwait lists, owned by the list's
-                                * lock; the injection stack's link (sched.c), owned by
+                                * lock; the injection stack's link (globq.c), owned by
                                 * its pusher, then by the M that takes the stack */
     struct co_g *alllink_next, *alllink_prev; /* all-G list, under sched.allg_lock */
     char name[32];
@@ -128,7 +129,7 @@ typedef struct co_p {
     uint64_t goidcache, goidcacheend; /* owner only: ids [cache, end) are this P's to hand out */
     /* Coroutines spawned on this P minus those that exited on it (may be
      * negative). Written by the owner only (relaxed atomic stores), read
-     * by co_count; folded into sched.c's live_global when the P retires. Each
+     * by co_count; folded into lifecycle.c's live_global when the P retires. Each
      * spawn and exit once bumped one shared counter, a cache line that
      * bounced between the spawning and the exiting M. */
     int64_t ngo;
@@ -280,7 +281,7 @@ typedef struct co_sched {
     _Alignas(64) uint32_t npidle; /* atomic (written under lock, read lock-free) */
     uint32_t nmspinning;       /* atomic; Ms spinning (see sched.c's essay) */
 
-    /* The injection stack (sched.c): run-queue entries from plain threads,
+    /* The injection stack (globq.c): run-queue entries from plain threads,
      * pushed by CAS (seq_cst) and taken whole by an exchange (seq_cst) by an
      * M about to take sched.lock for the global queue. Its own line: the
      * pushing thread and the Ms polling it would drag the lock's line along. */
@@ -437,7 +438,7 @@ static inline void co__toklist_append(struct co__token **head, struct co__token 
 }
 /* A token that found no memory for its G waits on tokwait (gcache.c). */
 CO_HIDDEN void co__tokwait_put(struct co__token *t);
-/* Queue a token on the global run queue again (sched.c). */
+/* Queue a token on the global run queue again (globq.c). */
 CO_HIDDEN void co__token_requeue(struct co__token *t);
 CO_HIDDEN int co__gfree_trim(int keep);           /* sysmon: free cold Gs and stacks */
 CO_HIDDEN void co__gcache_free_p(co_p_t *p);      /* shutdown */
