@@ -932,6 +932,7 @@ static inline __attribute__((always_inline)) void g_init(co_p_t *p, co_g_t *g,
                                                          void (*fn)(void *), void *arg,
                                                          const char *name);
 static inline __attribute__((always_inline)) void queue_new(co_p_t *p, co_g_t *e, bool next);
+static void plain_push(co_g_t *g);
 
 /* co__spawn on the calling thread's M (NULL: a plain thread), the runtime
  * up. Inline in co__spawn and in co_go's path, which needs m after it. */
@@ -962,10 +963,8 @@ static inline __attribute__((always_inline)) int spawn_on(co_m_t *m, void (*fn)(
     if (stack_size != s->stack_size) /* after g_init: coloured by its id */
         co__ctx_make(&g->ctx, g->stack.lo, g->stack.size, g, g->fpenv, g->id);
     __atomic_store_n(&g->status, CO_G_RUNNABLE, __ATOMIC_RELAXED);
-    if (CO_UNLIKELY(!p)) { /* see co__plain_ready_begin */
-        co__plain_ready_begin();
-        queue_new(NULL, g, true);
-        co__plain_ready_end();
+    if (CO_UNLIKELY(!p)) {
+        plain_push(g);
         return 0;
     }
     queue_new(p, g, true);
@@ -1058,11 +1057,22 @@ static inline bool spawn_queue_full(co_p_t *p) {
                (int64_t)CO_RUNQ_SIZE * co__sched.nprocs;
 }
 
+/* A plain thread (or an M without a P) makes g runnable: the injection
+ * stack, then the wake-up, holding the scheduler across both (see
+ * co__plain_ready_begin): a spawned G (counted live by
+ * co__plain_spawn_enter) or a woken one. */
+static void plain_push(co_g_t *g) {
+    co__plain_ready_begin();
+    co__globrunq_inject(g);
+    wakep_if_idle();
+    co__plain_ready_end();
+}
+
 /* A new coroutine (a G, or a token) is queued: on p (in runnext if next
- * and runnext is empty), counted live there; or on the injection stack
- * from a plain thread, counted already (a G: co__plain_spawn_enter) or when
- * the stack is moved (a token: inject_append_locked). An M is woken if one
- * may be needed. */
+ * and runnext is empty), counted live there; or, a token from a plain
+ * thread, on the injection stack, counted when the stack is moved
+ * (inject_append_locked; a plain thread's G goes through plain_push). An
+ * M is woken if one may be needed. */
 static inline __attribute__((always_inline)) void queue_new(co_p_t *p, co_g_t *e, bool next) {
     if (p) {
         live_add(p, 1);
@@ -1217,10 +1227,7 @@ static inline void ready_put(co_g_t *g) {
         wakep_if_idle();
         return;
     }
-    co__plain_ready_begin(); /* until the wake-up is done: see there */
-    co__globrunq_inject(g);
-    wakep_if_idle();
-    co__plain_ready_end();
+    plain_push(g);
 }
 
 void co__ready(co_g_t *g) {
