@@ -76,6 +76,30 @@ __attribute__((unused)) static pid_t t_fork(void) {
     return pid;
 }
 
+/* t_fork with the child's descriptor `child_fd` (1 or 2) sent into a pipe:
+ * the parent gets its read end in *rfd (for t_child_wait or
+ * t_drain_and_wait, which close it). -1 if the pipe or the fork failed.
+ * Buffered output is flushed first, so the child does not print it again. */
+__attribute__((unused)) static pid_t t_fork_piped(int child_fd, int *rfd) {
+    int p[2];
+    if (pipe(p) != 0) return -1;
+    fflush(NULL);
+    pid_t pid = t_fork();
+    if (pid == 0) {
+        dup2(p[1], child_fd);
+        close(p[0]);
+        close(p[1]);
+        return 0;
+    }
+    close(p[1]);
+    if (pid < 0) {
+        close(p[0]);
+        return -1;
+    }
+    *rfd = p[0];
+    return pid;
+}
+
 /* Set when the tests run under an emulator (a cross build run through
  * qemu-user: CMake passes CMAKE_CROSSCOMPILING_EMULATOR down as
  * COLONY_TEST_EMULATOR). Its command line, or NULL. */
@@ -177,18 +201,16 @@ __attribute__((unused)) static int t_drain_and_wait(int fd, char *buf, size_t si
  * misuses that object. Checks that it died of SIGABRT and that its
  * "colony: fatal: " line names the operation `op` and that address. */
 __attribute__((unused)) static void t_expect_abort(const char *prog, const char *name, const char *op) {
-    int fd[2];
-    CHECK_EQ(pipe(fd), 0);
-    pid_t pid = t_fork();
+    int fd = -1;
+    pid_t pid = t_fork_piped(2, &fd);
+    CHECK(pid >= 0);
+    if (pid < 0) return;
     if (pid == 0) {
-        dup2(fd[1], 2);
-        close(fd[0]);
         t_execl("/proc/self/exe", prog, "--misuse", name, (char *)NULL);
         _exit(127);
     }
-    close(fd[1]);
     char buf[4096];
-    int st = t_drain_and_wait(fd[0], buf, sizeof buf, pid);
+    int st = t_drain_and_wait(fd, buf, sizeof buf, pid);
     CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT);
     char *obj = strstr(buf, "obj=");
     char *fatal = strstr(buf, "colony: fatal: ");

@@ -157,17 +157,14 @@ static int child_not_inherited(void *arg) {
 }
 
 static int run_child(const char *self, const char *mode, char *out, size_t outsz) {
-    int pfd[2];
-    if (pipe(pfd) != 0) return -1;
-    pid_t pid = t_fork();
+    int fd = -1;
+    pid_t pid = t_fork_piped(2, &fd);
+    if (pid < 0) return -1;
     if (pid == 0) {
-        dup2(pfd[1], 2);
-        close(pfd[0]);
         t_execl(self, self, mode, (char *)NULL);
         _exit(127);
     }
-    close(pfd[1]);
-    return t_drain_and_wait(pfd[0], out, outsz, pid);
+    return t_drain_and_wait(fd, out, outsz, pid);
 }
 
 static const char *self_path;

@@ -258,17 +258,16 @@ static int child_destroy_self(void *arg) {
     return 0;
 }
 static void destroy_from_own_task(void) {
-    int pfd[2];
-    CHECK_EQ(pipe(pfd), 0);
-    pid_t pid = t_fork();
+    int fd = -1;
+    pid_t pid = t_fork_piped(2, &fd);
+    CHECK(pid >= 0);
+    if (pid < 0) return;
     if (pid == 0) {
-        dup2(pfd[1], 2);
         t_execl("/proc/self/exe", "test_pool_asks", "child-destroy-self", (char *)NULL);
         _exit(127);
     }
-    close(pfd[1]);
     char out[2048];
-    int st = t_drain_and_wait(pfd[0], out, sizeof out, pid);
+    int st = t_drain_and_wait(fd, out, sizeof out, pid);
     CHECK(st != -1 && WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT);
     CHECK(strstr(out, "colony: fatal: co_pool_destroy") != NULL);
 }

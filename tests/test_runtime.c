@@ -514,12 +514,11 @@ static void expect_overflow_after(const char *debug_env, int parked, const char 
     /* Under qemu-user the child may deadlock inside the emulator itself
      * (t_child_wait): try again there, up to three times. */
     for (int attempt = 0; st == -1 && attempt < (t_emulator() ? 3 : 1); attempt++) {
-        int pipefd[2];
-        CHECK_EQ(pipe(pipefd), 0);
-        fflush(NULL);
-        pid_t pid = t_fork();
+        int fd = -1;
+        pid_t pid = t_fork_piped(2, &fd);
+        CHECK(pid >= 0);
+        if (pid < 0) return;
         if (pid == 0) {
-            dup2(pipefd[1], 2);
             if (debug_env) setenv("COLONY_DEBUG", debug_env, 1);
             /* a fresh runtime in the child (the parent's threads are gone) */
             co_attr_t a = {.stack_size = 64 * 1024, .name = "deep"};
@@ -535,8 +534,7 @@ static void expect_overflow_after(const char *debug_env, int parked, const char 
             co_waitgroup_wait(&wg);
             _exit(0);
         }
-        close(pipefd[1]);
-        st = t_child_wait(pid, pipefd[0], buf, sizeof buf, 100);
+        st = t_child_wait(pid, fd, buf, sizeof buf, 100);
     }
     CHECK(st != -1);
     CHECK(WIFSIGNALED(st));
@@ -678,14 +676,11 @@ static void test_shutdown_with_schedtrace(void) {
  * one a year). In a child, stderr into a pipe. */
 static void test_schedtrace_huge(void) {
     if (t_tsan()) return; /* TSan cannot start threads in a forked child */
-    int pfd[2];
-    CHECK_EQ(pipe(pfd), 0);
-    fflush(NULL);
-    pid_t pid = t_fork();
+    int fd = -1;
+    pid_t pid = t_fork_piped(2, &fd);
+    CHECK(pid >= 0);
+    if (pid < 0) return;
     if (pid == 0) {
-        dup2(pfd[1], 2);
-        close(pfd[0]);
-        close(pfd[1]);
         setenv("COLONY_DEBUG", "schedtrace=18446744073710", 1);
         extern int co__test_reset_after_fork(void);
         if (co__test_reset_after_fork() != 0) _exit(2); /* reads COLONY_DEBUG */
@@ -696,9 +691,8 @@ static void test_schedtrace_huge(void) {
         nanosleep(&ts, NULL);
         _exit(co_shutdown() == 0 ? 0 : 4);
     }
-    close(pfd[1]);
     static char buf[65536];
-    int st = t_drain_and_wait(pfd[0], buf, sizeof buf, pid);
+    int st = t_drain_and_wait(fd, buf, sizeof buf, pid);
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
     int lines = 0;
     for (char *q = buf; (q = strstr(q, "SCHED ")) != NULL; q++) lines++;

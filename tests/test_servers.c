@@ -509,22 +509,19 @@ static void run_binary(const char *path, const char *needle) {
         fprintf(stderr, "   (%s not built here: skipped)\n", path);
         return;
     }
-    int out[2];
-    CHECK(pipe(out) == 0);
-    pid_t pid = t_fork();
+    int rd = -1;
+    pid_t pid = t_fork_piped(1, &rd);
+    CHECK(pid >= 0);
+    if (pid < 0) return;
     if (pid == 0) {
-        dup2(out[1], 1);
-        close(out[0]);
-        close(out[1]);
         t_execl(path, path, "0", "16", (char *)NULL);
         _exit(127);
     }
-    close(out[1]);
     char line[512] = {0};
     size_t have = 0;
     int port = 0;
     while (have < sizeof line - 1) {
-        ssize_t n = co_read(out[0], line + have, sizeof line - 1 - have, co_deadline_after(10000 * MS));
+        ssize_t n = co_read(rd, line + have, sizeof line - 1 - have, co_deadline_after(10000 * MS));
         if (n <= 0)
             break;
         have += (size_t)n;
@@ -553,10 +550,10 @@ static void run_binary(const char *path, const char *needle) {
     size_t total = have;
     ssize_t n;
     char rest[1024];
-    while ((n = read(out[0], rest, sizeof rest)) > 0)
+    while ((n = read(rd, rest, sizeof rest)) > 0)
         total += (size_t)n; /* the stats line */
     CHECK(total > have);
-    co_close(out[0]); /* it was used with co_read: co_close, so a reused number starts fresh */
+    co_close(rd); /* it was used with co_read: co_close, so a reused number starts fresh */
 }
 
 static void test_binaries_sigterm(void) {
