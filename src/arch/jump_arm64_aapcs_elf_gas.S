@@ -85,11 +85,14 @@ co__jump_yslot:
     .type   co__trampoline, %function
     .p2align 4
 co__trampoline:
+    .cfi_startproc
+    .cfi_undefined x30  /* the outermost frame: debuggers stop unwinding here */
     hint    #34
     mov     x0, x19
     mov     x29, #0
     bl      co__g_entry
     brk     #0
+    .cfi_endproc
     .size   co__trampoline, .-co__trampoline
 
 /*
@@ -104,6 +107,8 @@ co__trampoline:
     .type   co__fresh_start, %function
     .p2align 4
 co__fresh_start:
+    .cfi_startproc
+    .cfi_undefined x30  /* as co__trampoline: nothing above this frame */
     hint    #34
     mov     sp, x0
     msr     fpcr, x2
@@ -111,6 +116,7 @@ co__fresh_start:
     mov     x29, #0
     bl      co__g_entry
     brk     #0
+    .cfi_endproc
     .size   co__fresh_start, .-co__fresh_start
 
     .section .note.GNU-stack,"",%progbits

@@ -12,6 +12,7 @@ PREFIX="$TMP/prefix"
 
 cmake --install "$BUILD" --prefix "$PREFIX" >"$TMP/install.log"
 test -f "$PREFIX/include/colony.h"
+test -f "$PREFIX/share/colony/colony-gdb.py"
 
 cmake -S "$HERE" -B "$TMP/cmake" -DCMAKE_PREFIX_PATH="$PREFIX" >"$TMP/cfg.log"
 cmake --build "$TMP/cmake" >"$TMP/build.log"

@@ -1,0 +1,319 @@
+# colony-gdb.py: gdb commands that see colony's coroutines.
+#
+#   (gdb) source /usr/local/share/colony/colony-gdb.py     (or tools/ here)
+#   (gdb) info colony               Ps, Ms and what each M runs
+#   (gdb) info coroutines           every live coroutine: id, name, state,
+#                                   what it waits on, its entry function
+#   (gdb) coroutine 12 bt           run a gdb command "inside" coroutine 12:
+#   (gdb) coroutine worker bt full    with its saved registers (by id, by
+#   (gdb) coroutine all bt            name, or every live one)
+#
+# How it works. Every coroutine record (co_g_t) is on the list
+# co__sched.allg. A coroutine that is not running keeps its registers where
+# its last switch saved them (g->ctx.sp: the frame documented at the top of
+# src/arch/jump_*.S, or a ucontext_t in the portable build). `coroutine N
+# CMD` selects a thread, points its registers at that frame, runs CMD (gdb
+# unwinds from there with the program's own CFI) and puts the registers
+# back. A running coroutine is shown on the thread of the M that runs it.
+#
+# Needs: the types of colony's records, i.e. debug information (the default
+# RelWithDebInfo build has it). Listing works on a core file too; `coroutine
+# N CMD` for a coroutine that is not running needs a live process (attached,
+# or started under gdb): gdb cannot set registers in a core file.
+#
+# The numbers below mirror src/runtime.h (CO_G_*, CO_P_*) and
+# src/internal.h (CO__WR_*); tests/test_gdb.c checks them on a live program.
+
+import struct
+
+import gdb
+
+G_STATUS = ["idle", "runnable", "running", "waiting", "dead"]
+P_STATUS = ["idle", "running", "syscall", "dead"]
+WAIT_REASONS = ["", "sleep", "chan send", "chan receive", "select", "sync.Mutex.Lock",
+                "sync.RWMutex", "sync.Cond.Wait", "sync.WaitGroup.Wait", "semacquire",
+                "sync.Once", "pool", "IO wait", "co_main", "group"]
+G_IDLE, G_RUNNABLE, G_RUNNING, G_WAITING, G_DEAD = range(5)
+
+
+def _sched():
+    try:
+        return gdb.parse_and_eval("co__sched")
+    except gdb.error:
+        raise gdb.GdbError("colony: no co__sched here (not a colony program, or no debug info)")
+
+
+def _read_u64(addr):
+    mem = gdb.selected_inferior().read_memory(addr, 8)
+    return struct.unpack("<Q", bytes(mem))[0]
+
+
+def _symbol(addr):
+    """'name' or 'name+off' for a code address, '0x...' if unknown."""
+    if not addr:
+        return "-"
+    try:
+        block = gdb.block_for_pc(addr)
+        while block is not None and block.function is None:
+            block = block.superblock
+        if block is not None:
+            return block.function.print_name
+    except (RuntimeError, gdb.error):
+        pass
+    out = gdb.execute("info symbol 0x%x" % addr, to_string=True).strip()
+    if out.startswith("No symbol"):
+        return "0x%x" % addr
+    return out.split(" in section")[0]
+
+
+def _all_g():
+    """Every coroutine record that holds a live coroutine."""
+    g = _sched()["allg"]
+    while int(g) != 0:
+        st = int(g["status"])
+        if st not in (G_IDLE, G_DEAD):
+            yield g
+        g = g["alllink_next"]
+
+
+def _all_m():
+    m = _sched()["allm"]
+    while int(m) != 0:
+        yield m
+        m = m["alllink"]
+
+
+def _g_name(g):
+    try:
+        return g["name"].string()
+    except (gdb.error, UnicodeDecodeError):
+        return ""
+
+
+def _g_state(g):
+    st = int(g["status"])
+    s = G_STATUS[st] if st < len(G_STATUS) else str(st)
+    wr = int(g["wait_reason"])
+    if st == G_WAITING and 0 < wr < len(WAIT_REASONS):
+        s += ", " + WAIT_REASONS[wr]
+    return s
+
+
+def _running_on(g):
+    """The M running g, or None."""
+    for m in _all_m():
+        if int(m["curg"]) == int(g):
+            return m
+    return None
+
+
+def _thread_of(m):
+    """The gdb thread of M m (matched by its pthread_t)."""
+    want = int(m["thread"])
+    for th in gdb.selected_inferior().threads():
+        try:
+            if int.from_bytes(th.handle(), "little") == want:
+                return th
+        except (AttributeError, RuntimeError, gdb.error):
+            continue  # (a remote target, qemu's say, may not know handles)
+    return None
+
+
+def _not_started(g, regs):
+    """A coroutine that never ran has no stack yet (a default-size one is
+    attached when it first runs) or a context that starts at the
+    trampoline (src/arch/ctx_make.c)."""
+    if int(g["stack"]["map"]) == 0 or regs is None:
+        return True
+    pc = dict(regs).get("rip", dict(regs).get("pc"))
+    return _symbol(pc) in ("co__trampoline", "uc_entry")
+
+
+def _saved_regs(g):
+    """The registers g's last switch saved: a list of (register, value)."""
+    ctx = g["ctx"]
+    arch = gdb.newest_frame().architecture().name()
+    try:
+        uc = ctx["uc"]  # the portable build: swapcontext saved a ucontext_t
+    except gdb.error:
+        uc = None
+    if uc is not None:
+        if "x86-64" not in arch:
+            raise gdb.GdbError("colony: the ucontext build is supported on x86-64 only")
+        gr = uc["uc_mcontext"]["gregs"]
+        # glibc's REG_* indices into gregs
+        idx = {"r12": 4, "r13": 5, "r14": 6, "r15": 7, "rbp": 10, "rbx": 11,
+               "rsp": 15, "rip": 16}
+        return [(r, int(gr[i]) & 0xFFFFFFFFFFFFFFFF) for r, i in idx.items()]
+    sp = int(ctx["sp"])
+    if sp == 0:
+        return None
+    if "x86-64" in arch:
+        # jump_x86_64_sysv_elf_gas.S: sp+16 r15 .. sp+56 rbp, sp+64 return address
+        regs = [("r15", 16), ("r14", 24), ("r13", 32), ("r12", 40), ("rbx", 48),
+                ("rbp", 56)]
+        out = [(r, _read_u64(sp + off)) for r, off in regs]
+        out.append(("rip", _read_u64(sp + 64)))
+        out.append(("rsp", sp + 72))
+        return out
+    if "aarch64" in arch:
+        # jump_arm64_aapcs_elf_gas.S: x19..x28 at sp+0..72, x29 x30 at sp+80, 176 bytes
+        out = [("x%d" % (19 + i), _read_u64(sp + 8 * i)) for i in range(10)]
+        out.append(("x29", _read_u64(sp + 80)))
+        lr = _read_u64(sp + 88)
+        out.append(("x30", lr))
+        out.append(("pc", lr))
+        out.append(("sp", sp + 176))
+        return out
+    raise gdb.GdbError("colony: unknown architecture %s" % arch)
+
+
+def _where(g):
+    """Entry function of g."""
+    return _symbol(int(g["fn"]))
+
+
+class InfoColony(gdb.Command):
+    """Show colony's scheduler: each P (state, queue) and each M (thread, what it runs)."""
+
+    def __init__(self):
+        super(InfoColony, self).__init__("info colony", gdb.COMMAND_STATUS)
+
+    def invoke(self, arg, from_tty):
+        s = _sched()
+        n = int(s["nprocs"])
+        if int(s["allp"]) == 0:
+            print("colony: runtime not started")
+            return
+        print("procs=%d idleprocs=%d threads=%d spinning=%d global runqueue=%d" %
+              (n, int(s["npidle"]), int(s["mcount"]), int(s["nmspinning"]),
+               int(s["runqsize"])))
+        for i in range(n):
+            p = s["allp"][i]
+            st = int(p["status"])
+            qlen = (int(p["runqtail"]) - int(p["runqhead"])) & 0xFFFFFFFF
+            extra = []
+            if int(p["runnext"]):
+                extra.append("runnext=%d" % int(p["runnext"]["id"]))
+            if int(p["yieldg"]):
+                extra.append("yieldslot=%d" % int(p["yieldg"]["id"]))
+            m = p["m"]
+            own = " M%d" % int(m["id"]) if st != 0 and int(m) else ""
+            print("  P%d %s%s runqueue=%d %s" % (i, P_STATUS[st] if st < 4 else st, own, qlen,
+                                                " ".join(extra)))
+        for m in _all_m():
+            th = _thread_of(m)
+            g = m["curg"]
+            what = "coroutine %d" % int(g["id"]) if int(g) else "scheduler"
+            p = m["p"]
+            pn = "-"
+            if int(p):
+                # a P being retired: sysmon put a spare in its place in allp
+                pn = "%d%s" % (int(p["id"]), " (retiring)" if int(p["retire"]) else "")
+            print("  M%d%s P%s %s%s" % (int(m["id"]), " (thread %d)" % th.num if th else "",
+                                        pn, what, " spinning" if bool(m["spinning"]) else ""))
+
+
+class InfoCoroutines(gdb.Command):
+    """List colony's live coroutines: id, name, state, wait reason, entry function.
+A '*' marks the one running on the selected thread."""
+
+    def __init__(self):
+        super(InfoCoroutines, self).__init__("info coroutines", gdb.COMMAND_STATUS)
+
+    def invoke(self, arg, from_tty):
+        cur = gdb.selected_thread()
+        n = 0
+        for g in _all_g():
+            n += 1
+            m = _running_on(g) if int(g["status"]) == G_RUNNING else None
+            th = _thread_of(m) if m is not None else None
+            mark = "*" if th is not None and cur is not None and th.num == cur.num else " "
+            name = _g_name(g)
+            on = " on M%d (thread %d)" % (int(m["id"]), th.num) if th is not None else ""
+            print("%s coroutine %d%s [%s]%s fn=%s" % (mark, int(g["id"]),
+                                                 " '%s'" % name if name else "", _g_state(g),
+                                                 on, _where(g)))
+        if n == 0:
+            print("no live coroutines")
+
+
+def _find(spec):
+    """The coroutines `spec` names: an id, 'all', or a name."""
+    gs = list(_all_g())
+    if spec == "all":
+        return gs
+    try:
+        want = int(spec, 0)
+        found = [g for g in gs if int(g["id"]) == want]
+    except ValueError:
+        found = [g for g in gs if _g_name(g) == spec]
+    if not found:
+        raise gdb.GdbError("colony: no live coroutine %s" % spec)
+    return found
+
+
+def _run_in(g, cmd):
+    """Run gdb command cmd with g's registers in place."""
+    if int(g["status"]) == G_RUNNING:
+        m = _running_on(g)
+        th = _thread_of(m) if m is not None else None
+        if th is None:
+            print("(running, but on no thread gdb knows)")
+            return
+        old = gdb.selected_thread()
+        th.switch()
+        try:
+            gdb.execute(cmd)
+        finally:
+            if old is not None:
+                old.switch()
+        return
+    regs = None if int(g["stack"]["map"]) == 0 else _saved_regs(g)
+    if _not_started(g, regs):
+        print("(not started yet: it will run %s)" % _where(g))
+        return
+    frame = gdb.newest_frame()
+    frame.select()
+    saved = [(r, int(frame.read_register(r)) & 0xFFFFFFFFFFFFFFFF) for r, _ in regs]
+    try:
+        for r, v in regs:
+            gdb.execute("set $%s = 0x%x" % (r, v), to_string=True)
+    except gdb.error as e:
+        for r, v in saved:
+            try:
+                gdb.execute("set $%s = 0x%x" % (r, v), to_string=True)
+            except gdb.error:
+                pass
+        raise gdb.GdbError("colony: cannot switch registers here (%s); a core file "
+                           "supports `info coroutines` only" % str(e).strip())
+    try:
+        gdb.execute(cmd)
+    finally:
+        for r, v in saved:
+            gdb.execute("set $%s = 0x%x" % (r, v), to_string=True)
+        gdb.newest_frame().select()
+
+
+class CoroutineCmd(gdb.Command):
+    """Run a gdb command inside a colony coroutine.
+Usage: coroutine ID|NAME|all COMMAND
+Example: coroutine 12 bt    coroutine worker bt full    coroutine all bt"""
+
+    def __init__(self):
+        super(CoroutineCmd, self).__init__("coroutine", gdb.COMMAND_STACK)
+
+    def invoke(self, arg, from_tty):
+        parts = arg.split(None, 1)
+        if len(parts) < 2:
+            raise gdb.GdbError("usage: coroutine ID|NAME|all COMMAND")
+        for g in _find(parts[0]):
+            name = _g_name(g)
+            print("coroutine %d%s [%s]:" % (int(g["id"]), " '%s'" % name if name else "",
+                                           _g_state(g)))
+            _run_in(g, parts[1])
+
+
+InfoColony()
+InfoCoroutines()
+CoroutineCmd()
