@@ -17,16 +17,19 @@
 # back. A running coroutine is shown on the thread of the M that runs it.
 #
 # Needs: the types of colony's records, i.e. debug information (the default
-# RelWithDebInfo build has it). Listing works on a core file too; `coroutine
-# N CMD` for a coroutine that is not running needs a live process (attached,
-# or started under gdb): gdb cannot set registers in a core file.
+# RelWithDebInfo build has it). Works on a live process (started under gdb
+# or attached) and on a core file, where gdb cannot set registers: there
+# the coroutine's frames are grafted onto the thread's instead (see "core
+# files" below) and its backtrace starts at frame #1.
 #
 # The numbers below mirror src/runtime.h (CO_G_*, CO_P_*) and
 # src/internal.h (CO__WR_*); tests/test_gdb.c checks them on a live program.
 
+import itertools
 import struct
 
 import gdb
+from gdb.unwinder import Unwinder, register_unwinder
 
 G_STATUS = ["idle", "runnable", "running", "waiting", "dead"]
 P_STATUS = ["idle", "running", "syscall", "dead"]
@@ -279,20 +282,90 @@ def _run_in(g, cmd):
     try:
         for r, v in regs:
             gdb.execute("set $%s = 0x%x" % (r, v), to_string=True)
-    except gdb.error as e:
+    except gdb.error:
         for r, v in saved:
             try:
                 gdb.execute("set $%s = 0x%x" % (r, v), to_string=True)
             except gdb.error:
                 pass
-        raise gdb.GdbError("colony: cannot switch registers here (%s); a core file "
-                           "supports `info coroutines` only" % str(e).strip())
+        _run_unwound(regs, cmd)  # a core file: no registers to set
+        return
     try:
         gdb.execute(cmd)
     finally:
         for r, v in saved:
             gdb.execute("set $%s = 0x%x" % (r, v), to_string=True)
         gdb.newest_frame().select()
+
+
+# ---- core files -------------------------------------------------------------
+# gdb cannot set a core file's registers, so there the coroutine's frames are
+# grafted on instead: while a command runs, an unwinder says that the caller
+# of the selected thread's frame 0 is the coroutine's saved context (gdb
+# unwinds the rest from there), and a frame filter hides that frame 0 from
+# backtraces. Frame numbers then start at 1.
+
+class _FrameId(object):
+    def __init__(self, sp, pc):
+        self.sp = sp
+        self.pc = pc
+
+
+class _GraftUnwinder(Unwinder):
+    def __init__(self):
+        super(_GraftUnwinder, self).__init__("colony-coroutine")
+        self.regs = None  # (register, value) pairs while a command runs
+        self.thread = None
+
+    def __call__(self, pending_frame):
+        if self.regs is None or pending_frame.level() != 0:
+            return None
+        if gdb.selected_thread() is None or gdb.selected_thread().num != self.thread:
+            return None
+        arch = pending_frame.architecture().name()
+        spr, pcr = ("rsp", "rip") if "x86-64" in arch else ("sp", "pc")
+        # Frame 0's id claims the lowest stack address there is: gdb stops a
+        # backtrace at a caller that looks "inner" to its callee (a lower
+        # stack address, i.e. a corrupt stack), and the coroutine's stack
+        # may well lie below the thread's.
+        info = pending_frame.create_unwind_info(
+            _FrameId(gdb.Value(0).cast(pending_frame.read_register(spr).type),
+                     pending_frame.read_register(pcr)))
+        for r, v in self.regs:
+            info.add_saved_register(r, gdb.Value(v).cast(pending_frame.read_register(r).type))
+        return info
+
+
+class _GraftFilter(object):
+    def __init__(self):
+        self.name = "colony-coroutine"
+        self.priority = 100
+        self.enabled = True
+        self.active = False
+
+    def filter(self, frames):
+        if not self.active:
+            return frames
+        return itertools.islice(frames, 1, None)
+
+
+_graft = _GraftUnwinder()
+_graft_filter = _GraftFilter()
+register_unwinder(None, _graft, replace=True)
+gdb.frame_filters[_graft_filter.name] = _graft_filter
+
+
+def _run_unwound(regs, cmd):
+    _graft.regs = regs
+    _graft.thread = gdb.selected_thread().num
+    _graft_filter.active = True
+    gdb.invalidate_cached_frames()
+    try:
+        gdb.execute(cmd)
+    finally:
+        _graft.regs = None
+        _graft_filter.active = False
+        gdb.invalidate_cached_frames()
 
 
 class CoroutineCmd(gdb.Command):
