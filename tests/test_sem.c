@@ -139,8 +139,10 @@ static void test_large_not_starved(void) {
  * before the head's deadline (they queue behind it), but without waiting
  * for a release. */
 static int64_t head_deadline, behind_got;
+static int head_gone; /* atomic: head_timeout returned */
 static void head_timeout(void *a) {
     CHECK_EQ(co_sem_acquire(&fs, 10, head_deadline), CO_ETIMEDOUT);
+    __atomic_store_n(&head_gone, 1, __ATOMIC_RELEASE);
     co_waitgroup_done(a);
 }
 static void behind(void *a) {
@@ -149,15 +151,35 @@ static void behind(void *a) {
     co_waitgroup_done(a);
 }
 static void test_head_timeout_unblocks(void) {
-    co_waitgroup_t wg = CO_WAITGROUP_INIT;
+    co_waitgroup_t hwg = CO_WAITGROUP_INIT, bwg = CO_WAITGROUP_INIT;
     co_sem_init(&fs, 10);
     CHECK_EQ(co_sem_acquire(&fs, 5, CO_FOREVER), 0);
-    head_deadline = co_deadline_after(20 * MS);
-    co_waitgroup_add(&wg, 2);
-    CHECK_EQ(co_go(head_timeout, &wg), 0);
-    wait_queued(&fs);
-    CHECK_EQ(co_go(behind, &wg), 0);
-    co_waitgroup_wait(&wg); /* behind gets its 2 once the head leaves */
+    /* The head must be seen queued before its deadline. A loaded machine
+     * (sanitizers, chaos mode, parallel runs) may start it, or let us
+     * look, only after that: then try again with a deadline twice as far.
+     * (wait_queued alone would spin for ever once the head is gone.) */
+    bool queued = false;
+    for (int k = 0; k < 8 && !queued; k++) {
+        __atomic_store_n(&head_gone, 0, __ATOMIC_RELAXED);
+        head_deadline = co_deadline_after((20 * MS) << k);
+        co_waitgroup_add(&hwg, 1);
+        CHECK_EQ(co_go(head_timeout, &hwg), 0);
+        while (!queued && !__atomic_load_n(&head_gone, __ATOMIC_ACQUIRE)) {
+            if (!co_sem_try_acquire(&fs, 1)) {
+                queued = true; /* 5 free, yet refused: somebody waits */
+                break;
+            }
+            co_sem_release(&fs, 1);
+            co_sleep(MS / 2);
+        }
+        if (!queued) co_waitgroup_wait(&hwg);
+    }
+    CHECK(queued);
+    if (!queued) return;
+    co_waitgroup_add(&bwg, 1);
+    CHECK_EQ(co_go(behind, &bwg), 0);
+    co_waitgroup_wait(&hwg);
+    co_waitgroup_wait(&bwg); /* behind gets its 2 once the head leaves */
     CHECK(behind_got >= head_deadline);
     co_sem_release(&fs, 7);
     CHECK(co_sem_try_acquire(&fs, 10));
