@@ -224,6 +224,7 @@ static void test_gdb_sees_coroutines(void) {
     const char *cmds[] = {"run",
                           "info colony",
                           "info coroutines",
+                          "info coroutines 2",
                           "coroutine receiver bt",
                           "coroutine wgwaiter bt",
                           "coroutine main bt",
@@ -247,6 +248,9 @@ static void test_gdb_sees_coroutines(void) {
     CHECK(strstr(line_with("'timed' [waiting, chan receive]"), "fn=gdbt_timed") != NULL);
     CHECK(strstr(line_with("'wgwaiter' [waiting, sync.WaitGroup.Wait]"), "fn=gdbt_wgwaiter") !=
           NULL);
+    /* the count by state; with a limit, what was left out */
+    CHECK_EQ(count(out, "5 live coroutines: 1 running, 4 waiting"), 2);
+    CHECK(strstr(out, "  ... 3 more\n") != NULL);
     /* the main coroutine runs on the thread that stopped: marked '*' */
     const char *mainl = line_with("'main' [running] on M");
     CHECK(mainl[0] == '*');

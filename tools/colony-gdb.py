@@ -2,8 +2,9 @@
 #
 #   (gdb) source /usr/local/share/colony/colony-gdb.py     (or tools/ here)
 #   (gdb) info colony               Ps, Ms and what each M runs
-#   (gdb) info coroutines           every live coroutine: id, name, state,
-#                                   what it waits on, its entry function
+#   (gdb) info coroutines [MAX]     every live coroutine (or the first MAX):
+#                                   id, name, state, what it waits on, its
+#                                   entry function; then a count by state
 #   (gdb) coroutine 12 bt           run a gdb command "inside" coroutine 12:
 #   (gdb) coroutine worker bt full    with its saved registers (by id, by
 #   (gdb) coroutine all bt            name, or every live one)
@@ -219,17 +220,29 @@ class InfoColony(gdb.Command):
 
 class InfoCoroutines(gdb.Command):
     """List colony's live coroutines: id, name, state, wait reason, entry function.
+Usage: info coroutines [MAX]   (at most MAX lines; a count by state ends the list)
 A '*' marks the one running on the selected thread."""
 
     def __init__(self):
         super(InfoCoroutines, self).__init__("info coroutines", gdb.COMMAND_STATUS)
 
     def invoke(self, arg, from_tty):
+        limit = None
+        if arg.strip():
+            try:
+                limit = int(arg.strip(), 0)
+            except ValueError:
+                raise gdb.GdbError("usage: info coroutines [MAX]")
         cur = gdb.selected_thread()
         n = 0
+        by_state = {}
         for g in _all_g():
             n += 1
-            m = _running_on(g) if int(g["status"]) == G_RUNNING else None
+            st = int(g["status"])
+            by_state[st] = by_state.get(st, 0) + 1
+            if limit is not None and n > limit:
+                continue
+            m = _running_on(g) if st == G_RUNNING else None
             th = _thread_of(m) if m is not None else None
             mark = "*" if th is not None and cur is not None and th.num == cur.num else " "
             name = _g_name(g)
@@ -237,8 +250,12 @@ A '*' marks the one running on the selected thread."""
             print("%s coroutine %d%s [%s]%s fn=%s" % (mark, int(g["id"]),
                                                  " '%s'" % name if name else "", _g_state(g),
                                                  on, _where(g)))
-        if n == 0:
-            print("no live coroutines")
+        if limit is not None and n > limit:
+            print("  ... %d more" % (n - limit))
+        print("%d live coroutine%s: %s" % (
+            n, "" if n == 1 else "s",
+            ", ".join("%d %s" % (c, G_STATUS[st] if st < len(G_STATUS) else st)
+                      for st, c in sorted(by_state.items())) or "none"))
 
 
 def _find(spec):
