@@ -58,6 +58,22 @@ static int t_end(void) {
     return t_failed ? 1 : 0;
 }
 
+/* co_shutdown() once the program's coroutines are done: they may still be
+ * on their way out (a Done returns before its coroutine has exited), and
+ * co_shutdown waits only 100 ms for that before it says CO_EBUSY. A
+ * machine that holds such an M up longer (sanitizers, parallel runs) gets
+ * retries, for up to 10 s. Where CO_EBUSY is what a test checks, it calls
+ * co_shutdown itself. */
+#define T_SHUTDOWN()                                                                          \
+    ({                                                                                        \
+        int t_rc_;                                                                            \
+        for (int t_i_ = 0; t_i_ < 1000 && (t_rc_ = co_shutdown()) == CO_EBUSY; t_i_++) {      \
+            struct timespec t_ts_ = {0, 10 * 1000 * 1000};                                    \
+            nanosleep(&t_ts_, NULL);                                                          \
+        }                                                                                     \
+        t_rc_;                                                                                \
+    })
+
 #include <poll.h>
 #include <stdarg.h>
 #include <sys/wait.h>

@@ -46,7 +46,7 @@ static void test_no_sysmon_thread(void) {
     co_waitgroup_add(&wg, 1);
     CHECK_EQ(co_go(done, NULL), 0);
     co_waitgroup_wait(&wg);
-    CHECK_EQ(co_shutdown(), 0);
+    CHECK_EQ(T_SHUTDOWN(), 0);
 #endif
 }
 

@@ -117,7 +117,7 @@ static void channel_fight(void) {
     CHECK_EQ(atomic_load(&received), n);
     CHECK_EQ(atomic_load(&sum), (long long)n * (n - 1) / 2);
     co_chan_free(ch);
-    CHECK_EQ(co_shutdown(), 0);
+    CHECK_EQ(T_SHUTDOWN(), 0);
 }
 
 int main(void) {

@@ -122,6 +122,11 @@ static void wait_idle_many(void) {
 
 /* ---- exact stats --------------------------------------------------------- */
 
+static bool stats_settled(co_pool_t *p) {
+    co_pool_stats_t st;
+    co_pool_stats(p, &st);
+    return st.busy == 2 && st.idle == 1 && st.completed == 1 && st.panicked == 1;
+}
 static void stats_exact(void) {
     co_pool_opts_t o = {.panic_handler = quiet, .nonblocking = true, .disable_purge = true};
     co_pool_t *p;
@@ -139,6 +144,9 @@ static void stats_exact(void) {
     CHECK(WAIT_FOR(co_pool_running(p) == 2)); /* the panicked worker is gone */
     CHECK_EQ(co_pool_submit(p, noop_task, NULL), 0); /* a new worker */
     CHECK_EQ(co_pool_wait_idle(p, co_deadline_after(20 * MS)), CO_ETIMEDOUT);
+    /* the noop ran and its worker went idle, and the panic's report is
+     * done (a slow machine may take longer than the 20 ms above) */
+    CHECK(WAIT_FOR(stats_settled(p)));
     co_pool_stats(p, &st);
     CHECK_EQ(st.busy, 2);
     CHECK_EQ(st.idle, 1);

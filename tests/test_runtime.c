@@ -708,7 +708,7 @@ static void test_shutdown_restart(void) {
     atomic_store(&counter, 0);
     CHECK_EQ(co_main(spawn_many, (void *)1000L), 42);
     CHECK_EQ(atomic_load(&counter), 1000);
-    CHECK_EQ(co_shutdown(), 0);
+    CHECK_EQ(T_SHUTDOWN(), 0);
 }
 
 /* Two threads call co_shutdown at once: one tears the runtime down, the
@@ -757,7 +757,7 @@ static void test_shutdown_races(void) {
         co_waitgroup_add(&wg, 1);
         CHECK_EQ(co_go(incr, NULL), 0);
         co_waitgroup_wait(&wg);
-        CHECK_EQ(co_shutdown(), 0);
+        CHECK_EQ(T_SHUTDOWN(), 0);
     }
     atomic_store(&st_stop, 1);
     void *n;
@@ -802,7 +802,7 @@ static void *inj_thread(void *arg) {
 }
 
 static void inject_round(int procs) {
-    CHECK_EQ(co_shutdown(), 0);
+    CHECK_EQ(T_SHUTDOWN(), 0);
     co_config_t c = {.procs = procs};
     CHECK_EQ(co_init(&c), 0);
     enum { NT = 3 };
@@ -823,7 +823,7 @@ static void inject_round(int procs) {
 static void test_inject_from_threads(void) {
     inject_round(1);
     inject_round(2);
-    CHECK_EQ(co_shutdown(), 0); /* the next test starts the default runtime */
+    CHECK_EQ(T_SHUTDOWN(), 0); /* the next test starts the default runtime */
 }
 
 /* Each coroutine keeps its own FP control words (rounding mode: x87 control

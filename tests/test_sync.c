@@ -301,6 +301,11 @@ static void ws_reader(void *p, int idx) {
 }
 static void ws_writer(void *p) {
     ws_t *w = p;
+    /* Readers first: the writer must get in while they overlap (and a
+     * writer that ran its 20 rounds before any reader started would leave
+     * the test nothing to check). */
+    for (int i = 0; i < 40000 && !__atomic_load_n(&w->reads, __ATOMIC_RELAXED); i++)
+        co_sleep(MS / 4);
     for (int i = 0; i < 20; i++) {
         co_rwmutex_lock(&w->rw);
         co_rwmutex_unlock(&w->rw);

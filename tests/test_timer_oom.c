@@ -157,6 +157,7 @@ static int body_midway(void *arg) {
         if (note_listed() > 0 && atomic_load(&started) == 2 * SLEEPERS) break;
         co_yield();
     }
+    note_listed(); /* a last look, should this M have been held up past `until` */
     fail_timer_growth(false);
     co_waitgroup_wait(&wg);
     CHECK_EQ(atomic_load(&woke), 2 * SLEEPERS);

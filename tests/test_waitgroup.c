@@ -126,6 +126,6 @@ static int run_all(void *arg) {
 int main(void) {
     t_begin(120);
     CHECK_EQ(co_main(run_all, NULL), 0);
-    CHECK_EQ(co_shutdown(), 0);
+    CHECK_EQ(T_SHUTDOWN(), 0);
     return t_end();
 }
