@@ -129,9 +129,13 @@ void co_dump(FILE *out) {
     static const char *const st[] = {"idle", "runnable", "running", "waiting", "dead"};
     co__lock(&s->allg_lock);
     for (co_g_t *g = s->allg; g; g = g->alllink_next) {
-        uint32_t status = __atomic_load_n(&g->status, __ATOMIC_RELAXED);
+        /* acquire: pairs with the spawn's release store of RUNNABLE, so the
+         * id and name are the ones g_init wrote. (A record that exits and
+         * is reused for a new coroutine during these few reads may show
+         * that one's: a snapshot, like the rest.) */
+        uint32_t status = __atomic_load_n(&g->status, __ATOMIC_ACQUIRE);
         if (status == CO_G_DEAD || status == CO_G_IDLE) continue;
-        int wr = g->wait_reason;
+        int wr = __atomic_load_n(&g->wait_reason, __ATOMIC_RELAXED);
         fprintf(out, "coroutine %llu%s%s%s [%s%s%s]\n", (unsigned long long)g->id,
                 g->name[0] ? " '" : "", g->name, g->name[0] ? "'" : "", st[status],
                 status == CO_G_WAITING && wr > 0 && wr < CO__WR_COUNT_ ? ", " : "",

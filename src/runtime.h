@@ -49,7 +49,8 @@ typedef struct co__stack {
 typedef struct co_g {
     co__ctx_t ctx;             /* saved context; valid while not RUNNING */
     uint32_t status;           /* atomic; CO_G_* (see above) */
-    int16_t wait_reason;       /* CO__WR_*, written by the G itself before parking */
+    int16_t wait_reason;       /* CO__WR_*, written by the G itself before parking;
+                                * relaxed atomic (co_dump reads it) */
     bool is_g0;
     bool named;                /* name[] holds a name (else name[0] == 0) */
     void (*fn)(void *);

@@ -962,7 +962,9 @@ static inline __attribute__((always_inline)) int spawn_on(co_m_t *m, void (*fn)(
     g_init(p, g, fn, arg, name);
     if (stack_size != s->stack_size) /* after g_init: coloured by its id */
         co__ctx_make(&g->ctx, g->stack.lo, g->stack.size, g, g->fpenv, g->id);
-    __atomic_store_n(&g->status, CO_G_RUNNABLE, __ATOMIC_RELAXED);
+    /* release: pairs with co_dump's acquire load, which then reads the id
+     * and name g_init wrote (a plain store on x86-64) */
+    __atomic_store_n(&g->status, CO_G_RUNNABLE, __ATOMIC_RELEASE);
     if (CO_UNLIKELY(!p)) {
         plain_push(g);
         return 0;
@@ -1021,7 +1023,7 @@ static inline __attribute__((always_inline)) void g_init(co_p_t *p, co_g_t *g,
     g->fn = fn;
     g->arg = arg;
     g->panic_top = NULL;
-    g->wait_reason = 0;
+    __atomic_store_n(&g->wait_reason, 0, __ATOMIC_RELAXED); /* co_dump reads it */
     if (p) { /* ids in batches, as Go's goidcache: no shared counter per spawn */
         if (p->goidcache == p->goidcacheend) {
             p->goidcache = __atomic_fetch_add(&s->goidgen, 64, __ATOMIC_RELAXED) + 1;
@@ -1142,7 +1144,9 @@ static co_g_t *token_g_slow(co_p_t *p, co_g_t *e) {
     }
     g->fpenv = t->fpenv;
     g_init(p, g, t->fn, t, NULL);
-    __atomic_store_n(&g->status, CO_G_RUNNABLE, __ATOMIC_RELAXED);
+    /* release: pairs with co_dump's acquire load, which then reads the id
+     * and name g_init wrote (a plain store on x86-64) */
+    __atomic_store_n(&g->status, CO_G_RUNNABLE, __ATOMIC_RELEASE);
     return g;
 }
 
@@ -1295,7 +1299,8 @@ void co__park_current(void (*post)(co_g_t *, void *), void *arg, int reason) {
 
 void co__park_m(co_m_t *m, void (*post)(co_g_t *, void *), void *arg, int reason) {
     co_g_t *g = m->curg;
-    g->wait_reason = (int16_t)reason;
+    /* relaxed atomic: co_dump reads it from any thread, a hint */
+    __atomic_store_n(&g->wait_reason, (int16_t)reason, __ATOMIC_RELAXED);
     co__stack_check(g);
     m->post_fn = post;
     m->post_g = g;
