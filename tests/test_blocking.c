@@ -1,14 +1,15 @@
 /* co_blocking and sysmon on a single P: while one coroutine sits in a
- * blocking call (50 ms nanosleep) or computes for 50 ms without yielding,
- * another coroutine on the same (only) P keeps ticking every 1 ms.
- * Behaviour, not timing: the tick threshold is far below the ~40 ticks an
- * idle machine gives, so a noisy machine passes too. */
+ * blocking call (nanosleep) or computes without yielding, another
+ * coroutine on the same (only) P keeps ticking every 1 ms.
+ * Behaviour, not timing: the blocking call (or the loop) lasts until the
+ * other coroutine has ticked more than MIN_TICKS times meanwhile, however
+ * long that takes on a noisy machine; only if it has not after 10 s (the
+ * ticker stranded behind the blocked coroutine) does the check fail. */
 // ctest-timeout: 120
 #include "t.h"
 
 #include <colony.h>
 
-#include <errno.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -18,6 +19,7 @@
 
 #define MS 1000000LL
 #define MIN_TICKS 5
+#define GIVE_UP_NS (10000 * MS) /* a blocked/spinning side gives up after this */
 
 static int ticks;        /* atomic */
 static int stop_ticking; /* atomic */
@@ -31,24 +33,33 @@ static void ticker(void *arg) {
     co_waitgroup_done(wg);
 }
 
-static void sleep_50ms(void *arg) {
-    (void)arg;
-    struct timespec ts = {0, 50 * MS};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+/* Both run until the ticker has reached *goal, or GIVE_UP_NS have passed:
+ * the window is as long as the ticker needs, not a fixed 50 ms. */
+static bool goal_reached(const int *goal) {
+    return __atomic_load_n(&ticks, __ATOMIC_RELAXED) >= *goal;
+}
+
+static void sleep_until_goal(void *arg) { /* inside co_blocking: no P held */
+    const int *goal = arg;
+    int64_t end = co_now() + GIVE_UP_NS;
+    while (!goal_reached(goal) && co_now() < end) {
+        struct timespec ts = {0, MS};
+        nanosleep(&ts, NULL);
     }
 }
 
-static void spin_50ms(void *arg) {
-    (void)arg;
-    int64_t end = co_now() + 50 * MS;
+static void spin_until_goal(void *arg) { /* computes, never yields */
+    const int *goal = arg;
+    int64_t end = co_now() + GIVE_UP_NS;
     volatile uint64_t x = 0;
-    while (co_now() < end)
+    while (!goal_reached(goal) && co_now() < end)
         x++;
 }
 
 typedef struct {
     int mode; /* 0: co_blocking(nanosleep), 1: CPU loop, no yield */
     int during;
+    int64_t took;
     int rc;
     co_waitgroup_t *wg;
 } blocker_t;
@@ -59,10 +70,13 @@ static void blocker(void *arg) {
     while (__atomic_load_n(&ticks, __ATOMIC_RELAXED) < 2)
         co_sleep(MS);
     int t0 = __atomic_load_n(&ticks, __ATOMIC_RELAXED);
+    int goal = t0 + MIN_TICKS + 1;
+    int64_t start = co_now();
     if (b->mode == 0)
-        b->rc = co_blocking(sleep_50ms, NULL);
+        b->rc = co_blocking(sleep_until_goal, &goal);
     else
-        spin_50ms(NULL);
+        spin_until_goal(&goal);
+    b->took = co_now() - start;
     b->during = __atomic_load_n(&ticks, __ATOMIC_RELAXED) - t0;
     __atomic_store_n(&stop_ticking, 1, __ATOMIC_RELEASE);
     co_waitgroup_done(b->wg);
@@ -78,8 +92,8 @@ static int run_case(int mode) {
     CHECK_EQ(co_go(blocker, &b), 0);
     co_waitgroup_wait(&wg);
     CHECK_EQ(b.rc, 0);
-    fprintf(stderr, "   (%d ticks of 1 ms during the 50 ms %s)\n", b.during,
-            mode ? "CPU loop" : "co_blocking(nanosleep)");
+    fprintf(stderr, "   (%d ticks of 1 ms during %lld ms of %s)\n", b.during,
+            (long long)(b.took / MS), mode ? "CPU loop" : "co_blocking(nanosleep)");
     return b.during;
 }
 
