@@ -17,8 +17,9 @@
 # unwinds from there with the program's own CFI) and puts the registers
 # back. A running coroutine is shown on the thread of the M that runs it.
 #
-# Needs: the types of colony's records, i.e. debug information (the default
-# RelWithDebInfo build has it). Works on a live process (started under gdb
+# Needs: gdb 11 or later with Python (tested with gdb 13), and the types
+# of colony's records, i.e. debug information (the default RelWithDebInfo
+# build has it). Works on a live process (started under gdb
 # or attached) and on a core file, where gdb cannot set registers: there
 # the coroutine's frames are grafted onto the thread's instead (see "core
 # files" below) and its backtrace starts at frame #1.
@@ -293,6 +294,7 @@ def _run_in(g, cmd):
     if _not_started(g, regs):
         print("(not started yet: it will run %s)" % _where(g))
         return
+    level = gdb.selected_frame().level()  # the user's frame, selected again after
     frame = gdb.newest_frame()
     frame.select()
     saved = [(r, int(frame.read_register(r)) & 0xFFFFFFFFFFFFFFFF) for r, _ in regs]
@@ -312,7 +314,14 @@ def _run_in(g, cmd):
     finally:
         for r, v in saved:
             gdb.execute("set $%s = 0x%x" % (r, v), to_string=True)
-        gdb.newest_frame().select()
+        _select_level(level)
+
+
+def _select_level(level):
+    f = gdb.newest_frame()
+    while f is not None and f.level() < level:
+        f = f.older()
+    (f or gdb.newest_frame()).select()
 
 
 # ---- core files -------------------------------------------------------------
