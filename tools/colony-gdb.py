@@ -24,8 +24,9 @@
 # the coroutine's frames are grafted onto the thread's instead (see "core
 # files" below) and its backtrace starts at frame #1.
 #
-# The numbers below mirror src/runtime.h (CO_G_*, CO_P_*) and
-# src/internal.h (CO__WR_*); tests/test_gdb.c checks them on a live program.
+# The numbers below mirror src/runtime.h (CO_G_*, CO_P_*); the wait reasons
+# are read from the program (co_dump's table), with src/internal.h's
+# CO__WR_* names as the fallback; tests/test_gdb.c checks them.
 
 import itertools
 import struct
@@ -54,7 +55,7 @@ def _read_u64(addr):
 
 
 def _symbol(addr):
-    """'name' or 'name+off' for a code address, '0x...' if unknown."""
+    """The name of the function holding a code address ('0x...' if unknown)."""
     if not addr:
         return "-"
     try:
@@ -95,12 +96,26 @@ def _g_name(g):
         return ""
 
 
-def _g_state(g):
+def _wait_reasons():
+    """The program's own names (co_dump's table in src/debug.c), else ours."""
+    try:
+        sym = gdb.lookup_static_symbol("wait_reasons")
+        if sym is not None:
+            tab = sym.value()
+            n = tab.type.range()[1] + 1
+            return [tab[i].string() if int(tab[i]) else "" for i in range(n)]
+    except (AttributeError, RuntimeError, gdb.error):
+        pass
+    return WAIT_REASONS
+
+
+def _g_state(g, reasons=None):
+    reasons = reasons or _wait_reasons()
     st = int(g["status"])
     s = G_STATUS[st] if st < len(G_STATUS) else str(st)
     wr = int(g["wait_reason"])
-    if st == G_WAITING and 0 < wr < len(WAIT_REASONS):
-        s += ", " + WAIT_REASONS[wr]
+    if st == G_WAITING and 0 < wr < len(reasons):
+        s += ", " + reasons[wr]
     return s
 
 
@@ -235,6 +250,7 @@ A '*' marks the one running on the selected thread."""
             except ValueError:
                 raise gdb.GdbError("usage: info coroutines [MAX]")
         cur = gdb.selected_thread()
+        reasons = _wait_reasons()
         n = 0
         by_state = {}
         for g in _all_g():
@@ -249,8 +265,8 @@ A '*' marks the one running on the selected thread."""
             name = _g_name(g)
             on = " on M%d (thread %d)" % (int(m["id"]), th.num) if th is not None else ""
             print("%s coroutine %d%s [%s]%s fn=%s" % (mark, int(g["id"]),
-                                                 " '%s'" % name if name else "", _g_state(g),
-                                                 on, _where(g)))
+                                                 " '%s'" % name if name else "",
+                                                 _g_state(g, reasons), on, _where(g)))
         if limit is not None and n > limit:
             print("  ... %d more" % (n - limit))
         print("%d live coroutine%s: %s" % (
