@@ -8,6 +8,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <colony.h>
+
 static int t_checks_failed;
 static int t_cur_failed;
 #define CHECK(c)                                                                              \
@@ -56,6 +58,25 @@ static void t_begin(unsigned seconds) {
 static int t_end(void) {
     printf("%d passed, %d failed\n", t_passed, t_failed);
     return t_failed ? 1 : 0;
+}
+
+/* How many times needle occurs in hay (overlapping ones too). */
+__attribute__((unused)) static int t_count(const char *hay, const char *needle) {
+    int n = 0;
+    for (const char *p = strstr(hay, needle); p; p = strstr(p + 1, needle)) n++;
+    return n;
+}
+
+/* co_dump's text, in a malloc'd string for the caller to free; NULL
+ * without memory. */
+__attribute__((unused)) static char *t_dump(void) {
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f) return NULL;
+    co_dump(f);
+    fclose(f);
+    return buf;
 }
 
 /* co_shutdown() once the program's coroutines are done: they may still be

@@ -64,17 +64,12 @@ static void gdbt_timed(void *arg) {
 
 /* Whether co_dump shows all three waiting where they should. */
 static int all_parked(void) {
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&buf, &len);
-    if (!f) return 0;
-    co_dump(f);
-    fclose(f);
-    int ok = strstr(buf, "'receiver' [waiting, chan receive]") &&
-             strstr(buf, "'timed' [waiting, chan receive]") &&
-             strstr(buf, "'wgwaiter' [waiting, sync.WaitGroup.Wait]") &&
-             strstr(buf, "'handed' [waiting, sync.WaitGroup.Wait]");
-    free(buf);
+    char *d = t_dump();
+    int ok = d && strstr(d, "'receiver' [waiting, chan receive]") &&
+             strstr(d, "'timed' [waiting, chan receive]") &&
+             strstr(d, "'wgwaiter' [waiting, sync.WaitGroup.Wait]") &&
+             strstr(d, "'handed' [waiting, sync.WaitGroup.Wait]");
+    free(d);
     return ok;
 }
 
@@ -142,13 +137,6 @@ static const char *line_with(const char *needle) {
     memcpy(ln, s, n);
     ln[n] = 0;
     return ln;
-}
-
-/* How many times needle occurs in hay. */
-__attribute__((unused)) static int count(const char *hay, const char *needle) {
-    int n = 0;
-    for (const char *p = strstr(hay, needle); p; p = strstr(p + 1, needle)) n++;
-    return n;
 }
 
 static int have_gdb(void) {
@@ -249,7 +237,7 @@ static void test_gdb_sees_coroutines(void) {
     CHECK(strstr(line_with("'wgwaiter' [waiting, sync.WaitGroup.Wait]"), "fn=gdbt_wgwaiter") !=
           NULL);
     /* the count by state; with a limit, what was left out */
-    CHECK_EQ(count(out, "5 live coroutines: 1 running, 4 waiting"), 2);
+    CHECK_EQ(t_count(out, "5 live coroutines: 1 running, 4 waiting"), 2);
     CHECK(strstr(out, "  ... 3 more\n") != NULL);
     /* the main coroutine runs on the thread that stopped: marked '*' */
     const char *mainl = line_with("'main' [running] on M");
@@ -315,9 +303,9 @@ static void test_gdb_core_file(void) {
     CHECK(strstr(section("'receiver' [waiting, chan receive]:"), "gdbt_receiver") != NULL);
     CHECK(strstr(section("'handed' [waiting, sync.WaitGroup.Wait]:"), "gdbt_handed") != NULL);
     CHECK(strstr(out, "Backtrace stopped") == NULL);
-    int heads = count(out, "'timed' [waiting, chan receive]:");
+    int heads = t_count(out, "'timed' [waiting, chan receive]:");
     CHECK(heads >= 3); /* the Ms' threads and the process's first */
-    CHECK_EQ(count(out, " in gdbt_timed ("), heads);
+    CHECK_EQ(t_count(out, " in gdbt_timed ("), heads);
     unlink(core);
     rmdir(dir);
 #endif

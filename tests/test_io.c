@@ -430,16 +430,9 @@ static void test_close_while_waiting(void) {
 
 /* How many coroutines co_dump shows parked on I/O. */
 static int io_waiting(void) {
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&buf, &len);
-    if (!f) return -1;
-    co_dump(f);
-    fclose(f);
-    int n = 0;
-    for (const char *p = strstr(buf, "[waiting, IO wait]"); p; p = strstr(p + 1, "[waiting, IO wait]"))
-        n++;
-    free(buf);
+    char *d = t_dump();
+    int n = d ? t_count(d, "[waiting, IO wait]") : -1;
+    free(d);
     return n;
 }
 

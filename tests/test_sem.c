@@ -89,12 +89,16 @@ static int order[8], norder;
 static void record(int who) { order[__atomic_fetch_add(&norder, 1, __ATOMIC_RELAXED)] = who; }
 
 /* Wait until someone is queued: with free tokens, try_acquire(1) fails only
- * when a waiter is ahead of it. */
-static void wait_queued(co_sem_t *s) {
+ * when a waiter is ahead of it. True then; false if *gone (NULL: never)
+ * was set first: a waiter with a deadline may leave before it is seen,
+ * and nobody else would ever queue. */
+static bool wait_queued(co_sem_t *s, const int *gone) {
     while (co_sem_try_acquire(s, 1)) {
         co_sem_release(s, 1);
+        if (gone && __atomic_load_n(gone, __ATOMIC_ACQUIRE)) return false;
         co_sleep(MS / 2);
     }
+    return true;
 }
 
 static void big_co(void *a) {
@@ -117,7 +121,7 @@ static void test_large_not_starved(void) {
     CHECK_EQ(co_sem_acquire(&fs, 5, CO_FOREVER), 0); /* 5 held, 5 free */
     co_waitgroup_add(&wg, 1);
     CHECK_EQ(co_go(big_co, &wg), 0); /* wants all 10: waits */
-    wait_queued(&fs);
+    wait_queued(&fs, NULL); /* (true: without `gone` it returns only then) */
     /* 5 tokens are free, yet a small request queues behind the large one */
     CHECK(!co_sem_try_acquire(&fs, 1));
     CHECK_EQ(co_sem_acquire(&fs, 1, 0), CO_ETIMEDOUT);
@@ -156,22 +160,14 @@ static void test_head_timeout_unblocks(void) {
     CHECK_EQ(co_sem_acquire(&fs, 5, CO_FOREVER), 0);
     /* The head must be seen queued before its deadline. A loaded machine
      * (sanitizers, chaos mode, parallel runs) may start it, or let us
-     * look, only after that: then try again with a deadline twice as far.
-     * (wait_queued alone would spin for ever once the head is gone.) */
+     * look, only after that: then try again with a deadline twice as far. */
     bool queued = false;
     for (int k = 0; k < 8 && !queued; k++) {
         __atomic_store_n(&head_gone, 0, __ATOMIC_RELAXED);
         head_deadline = co_deadline_after((20 * MS) << k);
         co_waitgroup_add(&hwg, 1);
         CHECK_EQ(co_go(head_timeout, &hwg), 0);
-        while (!queued && !__atomic_load_n(&head_gone, __ATOMIC_ACQUIRE)) {
-            if (!co_sem_try_acquire(&fs, 1)) {
-                queued = true; /* 5 free, yet refused: somebody waits */
-                break;
-            }
-            co_sem_release(&fs, 1);
-            co_sleep(MS / 2);
-        }
+        queued = wait_queued(&fs, &head_gone);
         if (!queued) co_waitgroup_wait(&hwg);
     }
     CHECK(queued);
