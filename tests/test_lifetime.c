@@ -28,12 +28,6 @@ static void nap(void) {
     nanosleep(&ts, NULL);
 }
 
-/* Wait (bounded) until every coroutine ended, then shut down: 0. */
-static int shutdown_when_quiet(void) {
-    int rc;
-    for (int i = 0; i < 10000 && (rc = co_shutdown()) == CO_EBUSY; i++) nap();
-    return rc;
-}
 
 /* A pool holds the runtime up until it is destroyed; meanwhile it keeps
  * working, and so does the default pool, which the failed shutdown must
@@ -56,14 +50,14 @@ static void pool_holds_runtime(void) {
     co_pool_release(p);
     CHECK_EQ(co_shutdown(), CO_EBUSY);
     co_pool_destroy(p);
-    CHECK_EQ(shutdown_when_quiet(), 0);
+    CHECK_EQ(T_SHUTDOWN(), 0);
     /* A pool made after the shutdown starts a fresh runtime and works. */
     CHECK_EQ(co_pool_new(&p, 2, NULL), 0);
     CHECK_EQ(co_pool_submit(p, count, NULL), 0);
     CHECK_EQ(co_pool_wait_idle(p, co_deadline_after(10000 * MS)), 0);
     CHECK_EQ(atomic_load(&ran), 3);
     co_pool_destroy(p);
-    CHECK_EQ(shutdown_when_quiet(), 0);
+    CHECK_EQ(T_SHUTDOWN(), 0);
 }
 
 /* The same for a multipool (its pools hold the runtime) and a function
@@ -82,7 +76,7 @@ static void multipool_holds_runtime(void) {
     CHECK_EQ(co_pool_wait_idle(fp, co_deadline_after(10000 * MS)), 0);
     co_pool_destroy(fp);
     CHECK_EQ(atomic_load(&ran), 2);
-    CHECK_EQ(shutdown_when_quiet(), 0);
+    CHECK_EQ(T_SHUTDOWN(), 0);
 }
 
 /* A ticker's timer and a context's deadline timer would outlive the heap
@@ -94,7 +88,7 @@ static void timers_hold_runtime(void) {
     int64_t when;
     CHECK_EQ(co_chan_recv(co_ticker_chan(t), &when, co_deadline_after(10000 * MS)), 0);
     co_ticker_stop(t);
-    CHECK_EQ(shutdown_when_quiet(), 0);
+    CHECK_EQ(T_SHUTDOWN(), 0);
 
     co_ctx_t *c;
     CHECK_EQ(co_ctx_with_timeout(&c, co_ctx_background(), 60000 * MS), 0);
@@ -102,14 +96,14 @@ static void timers_hold_runtime(void) {
     CHECK_EQ(co_ctx_err(c), 0);
     co_ctx_cancel(c);
     co_ctx_free(c);
-    CHECK_EQ(shutdown_when_quiet(), 0);
+    CHECK_EQ(T_SHUTDOWN(), 0);
 
     /* A deadline that already fired holds nothing. */
     CHECK_EQ(co_ctx_with_timeout(&c, co_ctx_background(), 1 * MS), 0);
     char v;
     CHECK_EQ(co_chan_recv(co_ctx_done(c), &v, co_deadline_after(10000 * MS)), CO_ECLOSED);
     CHECK_EQ(co_ctx_err(c), CO_ETIMEDOUT);
-    CHECK_EQ(shutdown_when_quiet(), 0);
+    CHECK_EQ(T_SHUTDOWN(), 0);
     co_ctx_free(c);
 }
 
@@ -150,7 +144,7 @@ static void spawn_races_shutdown(void) {
     for (int i = 0; i < SPAWNERS; i++) pthread_join(th[i], NULL);
     CHECK_EQ(atomic_load(&accepted), SPAWNERS * PER_SPAWNER);
     /* Every accepted coroutine runs; the last runtime then stops. */
-    CHECK_EQ(shutdown_when_quiet(), 0);
+    CHECK_EQ(T_SHUTDOWN(), 0);
     CHECK_EQ(atomic_load(&ran), SPAWNERS * PER_SPAWNER);
     fprintf(stderr, "   (co_shutdown returned 0 %d times meanwhile)\n", stopped);
 }
@@ -202,7 +196,7 @@ static void default_pool_races_shutdown(void) {
      * runtime stops, destroying that pool. */
     for (int i = 0; i < 10000 && atomic_load(&ran) < DSUBMITTERS * PER_DSUBMITTER; i++) nap();
     CHECK_EQ(atomic_load(&ran), DSUBMITTERS * PER_DSUBMITTER);
-    CHECK_EQ(shutdown_when_quiet(), 0);
+    CHECK_EQ(T_SHUTDOWN(), 0);
     CHECK_EQ(atomic_load(&ran), DSUBMITTERS * PER_DSUBMITTER);
     fprintf(stderr, "   (co_shutdown returned 0 %d times meanwhile)\n", stopped);
 }

@@ -62,9 +62,7 @@ static void teardown(co_pool_t *pool) {
     CHECK_EQ(co_pool_wait_idle(pool, CO_FOREVER), 0);
     co_pool_release(pool);
     co_pool_destroy(pool);
-    int rc;
-    while ((rc = co_shutdown()) == CO_EBUSY) nap();
-    CHECK_EQ(rc, 0);
+    CHECK_EQ(T_SHUTDOWN(), 0);
 }
 
 /* One hog per P but one: the task a fresh plain thread queues must still
