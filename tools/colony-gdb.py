@@ -139,14 +139,14 @@ def _thread_of(m):
     return None
 
 
-def _not_started(g, regs):
-    """A coroutine that never ran has no stack yet (a default-size one is
-    attached when it first runs) or a context that starts at the
-    trampoline (src/arch/ctx_make.c)."""
-    if int(g["stack"]["map"]) == 0 or regs is None:
+def _not_started(regs):
+    """Whether a coroutine with these saved registers (None: no context;
+    see _run_in) never ran: its context starts at the trampoline
+    (src/arch/ctx_make.c)."""
+    if regs is None:
         return True
-    pc = dict(regs).get("rip", dict(regs).get("pc"))
-    return _symbol(pc) in ("co__trampoline", "uc_entry")
+    pcs = [v for r, v in regs if r in ("rip", "pc")]
+    return _symbol(pcs[0]) in ("co__trampoline", "uc_entry")
 
 
 def _saved_regs(g):
@@ -306,8 +306,10 @@ def _run_in(g, cmd):
             if old is not None:
                 old.switch()
         return
+    # A coroutine that never ran has no stack yet (a default-size one is
+    # attached when it first runs), so no context either.
     regs = None if int(g["stack"]["map"]) == 0 else _saved_regs(g)
-    if _not_started(g, regs):
+    if _not_started(regs):
         print("(not started yet: it will run %s)" % _where(g))
         return
     level = gdb.selected_frame().level()  # the user's frame, selected again after
