@@ -28,6 +28,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
@@ -179,22 +180,6 @@ static void pd_exit(co__pd_t *pd) {
 static int pd_setup(co__pd_t *pd) {
     int rc = 0;
     co__lock(&pd->lock);
-    if (pd->kind == CO__PD_NEW_SOCK) {
-        /* co_accept made it non-blocking, but the number may have been
-         * closed with close(2) since and taken by another file: one look at
-         * the flags tells a blocking one (a read of it would block the M
-         * past any deadline), which gets the whole setup. A non-blocking
-         * file that is no socket is caught by co_write (ENOTSOCK). */
-        int fl = fcntl(pd->fd, F_GETFL);
-        if (fl < 0) {
-            rc = -errno;
-            goto out;
-        }
-        if (!(fl & O_NONBLOCK)) {
-            __atomic_store_n(&pd->kind, CO__PD_UNKNOWN, __ATOMIC_RELAXED);
-            __atomic_store_n(&pd->stream, 0, __ATOMIC_RELAXED);
-        }
-    }
     if (pd->kind == CO__PD_UNKNOWN) {
         int fl = fcntl(pd->fd, F_GETFL);
         if (fl < 0) {
@@ -205,21 +190,25 @@ static int pd_setup(co__pd_t *pd) {
             rc = -errno;
             goto out;
         }
-        int type, dom = 0;
-        socklen_t tl = sizeof type, dl = sizeof dom;
-        pd->is_sock = getsockopt(pd->fd, SOL_SOCKET, SO_TYPE, &type, &tl) == 0;
-        /* Where a short read means an empty buffer (co_read's skip): TCP
-         * only, urgent data aside (its edge turns the skip off, see hup).
-         * Not a Unix stream socket (a read stops after a segment with
-         * SCM_RIGHTS, or between writers with SO_PASSCRED), nor a pipe
-         * (one in packet mode, O_DIRECT, returns one write per read, and
-         * only its write end shows the flag). */
-        bool stream = pd->is_sock && type == SOCK_STREAM &&
-                      getsockopt(pd->fd, SOL_SOCKET, SO_DOMAIN, &dom, &dl) == 0 &&
-                      (dom == AF_INET || dom == AF_INET6);
+        /* One look says both whether it is a socket and whether it is TCP,
+         * where a short read means an empty buffer (co_read's skip), urgent
+         * data aside (its edge turns the skip off, see hup). Not a Unix
+         * stream socket (a read stops after a segment with SCM_RIGHTS, or
+         * between writers with SO_PASSCRED), nor MPTCP or SCTP (their own
+         * protocol numbers), nor a pipe (one in packet mode, O_DIRECT,
+         * returns one write per read, and only its write end shows the
+         * flag). Asked of every new file, co_accept's too: a number it gave
+         * out may have been closed with close(2) and taken by any file. */
+        int proto = 0;
+        socklen_t pl = sizeof proto;
+        pd->is_sock = getsockopt(pd->fd, SOL_SOCKET, SO_PROTOCOL, &proto, &pl) == 0;
+        bool stream = pd->is_sock && proto == IPPROTO_TCP;
         __atomic_store_n(&pd->stream, stream, __ATOMIC_RELAXED);
+        /* a former file's (closed with close(2)) read-side hints */
+        __atomic_store_n(&pd->rdrained, 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&pd->hup, 0, __ATOMIC_RELAXED);
     }
-    if (pd->kind == CO__PD_UNKNOWN || pd->kind == CO__PD_NEW_SOCK) {
+    if (pd->kind == CO__PD_UNKNOWN) {
         rc = co__np_register(pd->fd);
         if (rc == -EPERM) { /* regular file, directory: never "not ready" */
             __atomic_store_n(&pd->kind, CO__PD_PLAIN, __ATOMIC_RELEASE);
@@ -524,17 +513,14 @@ int co_accept(int fd, struct sockaddr *addr, socklen_t *addrlen, int64_t deadlin
     }
     pd_exit(pd);
     if (rc >= 0) {
-        /* A fresh number: whatever its slot remembers is stale. */
+        /* A fresh number: whatever its slot remembers is stale (a file
+         * closed with close(2) had it). Its first use sets it up afresh,
+         * as any file's: non-blocking already, so one fcntl, a getsockopt
+         * and the registration. */
         co__pd_t *npd = co__pd_get(rc);
         if (npd) {
             co__lock(&npd->lock);
-            npd->is_sock = 1;
-            /* as the listener: a TCP one's connections are TCP */
-            __atomic_store_n(&npd->stream, __atomic_load_n(&pd->stream, __ATOMIC_RELAXED),
-                             __ATOMIC_RELAXED);
-            __atomic_store_n(&npd->rdrained, 0, __ATOMIC_RELAXED);
-            __atomic_store_n(&npd->hup, 0, __ATOMIC_RELAXED);
-            __atomic_store_n(&npd->kind, CO__PD_NEW_SOCK, __ATOMIC_RELEASE);
+            __atomic_store_n(&npd->kind, CO__PD_UNKNOWN, __ATOMIC_RELEASE);
             co__unlock(&npd->lock);
         }
     }

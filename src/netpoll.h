@@ -29,7 +29,6 @@ enum {
  * without it with an acquire load (a stale read only costs the slow path). */
 enum {
     CO__PD_UNKNOWN = 0,  /* never used, or reset by co_close / co_accept */
-    CO__PD_NEW_SOCK = 1, /* a non-blocking socket from co_accept, not yet registered */
     CO__PD_POLLED = 2,   /* O_NONBLOCK set and registered with the backend */
     CO__PD_PLAIN = 3     /* the backend refused it (regular file...): plain syscalls */
 };
@@ -51,10 +50,10 @@ typedef struct co__pd {
                           before its syscall (acquire) */
     uint32_t wseq;     /* atomic: same for the write side */
     uint8_t kind;      /* CO__PD_*, see above */
-    uint8_t is_sock;   /* valid when kind is NEW_SOCK or POLLED: send(MSG_NOSIGNAL);
+    uint8_t is_sock;   /* valid when kind is POLLED: send(MSG_NOSIGNAL);
                           written under lock, or cleared (atomic relaxed) by co_write
                           on ENOTSOCK */
-    uint8_t stream;    /* atomic relaxed; TCP or a plain pipe: a short read drained it */
+    uint8_t stream;    /* atomic relaxed; TCP: a short read drained it */
     uint32_t rdrained; /* atomic relaxed, a hint: rseq + 1 when a read of a stream came
                           back short (the kernel buffer was empty then); 0: none */
     uint8_t hup;       /* atomic: a hang-up, an error or urgent data was reported (never

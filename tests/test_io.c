@@ -850,6 +850,55 @@ static void test_accepted_then_plain_close(void) {
     CHECK_EQ(count_fds(), before);
 }
 
+/* The same with a non-blocking datagram socket taking the number: it is no
+ * TCP stream, so a short read says nothing about what is queued. co_read
+ * used to inherit the listener's TCP flag, take the first datagram's short
+ * read for "drained" and wait for an edge that never came, with the second
+ * datagram queued. In a coroutine that slept, so that the poller has been
+ * visited lately (the skip's condition). */
+typedef struct {
+    int ok;
+    co_waitgroup_t *wg;
+} adg_t;
+static void accepted_then_dgram(void *arg) {
+    adg_t *a = arg;
+    int port, l = listen_tcp(&port);
+    int c = connect_tcp(port, co_deadline_after(5000 * MS));
+    int s = co_accept(l, NULL, NULL, co_deadline_after(5000 * MS));
+    CHECK(l >= 0 && c >= 0 && s >= 0);
+    close(s); /* plain close: never used with co_* */
+    int dg[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, dg), 0);
+    CHECK_EQ(dg[0], s); /* the lowest free number */
+    CHECK_EQ(co_wait_fd(dg[0], CO_WRITABLE, co_deadline_after(5000 * MS)), CO_WRITABLE);
+    CHECK_EQ(send(dg[1], "one", 3, 0), 3);
+    CHECK_EQ(send(dg[1], "two", 3, 0), 3);
+    co_sleep(2 * MS);
+    char b[64];
+    CHECK_EQ(co_read(dg[0], b, sizeof b, co_deadline_after(5000 * MS)), 3);
+    CHECK_EQ(co_read(dg[0], b, sizeof b, co_deadline_after(5000 * MS)), 3);
+    CHECK(memcmp(b, "two", 3) == 0);
+    co_close(dg[0]);
+    co_close(dg[1]);
+    co_close(c);
+    co_close(l);
+    a->ok = 1;
+    co_waitgroup_done(a->wg);
+}
+
+static void test_accepted_then_dgram(void) {
+    int before = count_fds();
+    for (int round = 0; round < 3; round++) {
+        co_waitgroup_t wg = CO_WAITGROUP_INIT;
+        adg_t a = {.ok = 0, .wg = &wg};
+        co_waitgroup_add(&wg, 1);
+        CHECK_EQ(co_go(accepted_then_dgram, &a), 0);
+        co_waitgroup_wait(&wg);
+        CHECK(a.ok);
+    }
+    CHECK_EQ(count_fds(), before);
+}
+
 int main(void) {
     t_begin(170);
     signal(SIGPIPE, SIG_DFL); /* co_write must not raise it on sockets */
@@ -866,6 +915,7 @@ int main(void) {
     T_RUN(test_reset);
     T_RUN(test_short_read_not_drained);
     T_RUN(test_accepted_then_plain_close);
+    T_RUN(test_accepted_then_dgram);
     T_RUN(test_thread_server);
     T_RUN(test_thread_coroutine_mix);
     T_RUN(test_1000_connections);
