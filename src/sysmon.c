@@ -18,6 +18,7 @@
  * It sleeps 20 us, doubling after 50 idle rounds up to 10 ms, on a futex so
  * co_blocking and co_shutdown can kick it awake.
  */
+#include "pool_impl.h"
 #include "runtime.h"
 #include "yslot.h"
 
@@ -263,6 +264,33 @@ static void post_requeue(co_g_t *g, void *arg) {
     co__wakep();
 }
 
+/* co_blocking's way back: its P if sysmon left it, another idle one, or
+ * the global queue (this M then goes idle: exitsyscall0). */
+static void blocking_exit(void) {
+    co_m_t *m = co__getm(); /* same thread: a G cannot migrate inside fn */
+    co_p_t *p = m->syscallp;
+    m->syscallp = NULL;
+    uint32_t st = CO_P_SYSCALL;
+    if (__atomic_compare_exchange_n(&p->status, &st, CO_P_RUNNING, false, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_RELAXED)) {
+        m->p = p;
+        return;
+    }
+    co_p_t *p2 = co__pidleget();
+    if (p2) {
+        m->p = p2;
+        p2->m = m;
+        /* as acquirep: a P that sat idle must not look stuck to sysmon */
+        __atomic_store_n(&p2->schedtick, p2->schedtick + 1, __ATOMIC_RELAXED);
+        __atomic_store_n(&p2->status, CO_P_RUNNING, __ATOMIC_RELEASE);
+        return;
+    }
+    co__park_current(post_requeue, NULL, CO__WR_NONE);
+}
+
+/* The tag of co_blocking's own recover frames (pool_impl.h). */
+static const char blocking_tag;
+
 int co_blocking(void (*fn)(void *arg), void *arg) {
     if (!fn) return CO_EINVAL;
     co_m_t *m = co__getm();
@@ -279,27 +307,20 @@ int co_blocking(void (*fn)(void *arg), void *arg) {
     /* release: the P's state is published to sysmon's acquire CAS */
     __atomic_store_n(&p->status, CO_P_SYSCALL, __ATOMIC_RELEASE);
     if (__atomic_load_n(&co__sched.sysmon_sleeping, __ATOMIC_SEQ_CST)) co__sysmon_kick();
-    fn(arg);
-    m = co__getm(); /* same thread: a G cannot migrate inside fn */
-    p = m->syscallp;
-    m->syscallp = NULL;
-    uint32_t st = CO_P_SYSCALL;
-    if (__atomic_compare_exchange_n(&p->status, &st, CO_P_RUNNING, false, __ATOMIC_ACQ_REL,
-                                    __ATOMIC_RELAXED)) {
-        m->p = p;
-        return 0;
+    /* A co_panic out of fn to a co_recover further out must not skip the
+     * way back: the coroutine would go on without a P, beside the one
+     * sysmon gives its P to (more running than COLONY_PROCS, co_yield a
+     * no-op). So with a recover frame about, fn runs under one of ours,
+     * and the panic goes on once this M holds a P again. With none, a
+     * panic is fatal anyway: fn is called as it is, and the abort shows
+     * where it panicked. */
+    void *pv;
+    if (*co__panic_slot() == NULL) {
+        fn(arg);
+    } else if (co__recover_tagged(fn, arg, &pv, &blocking_tag)) {
+        blocking_exit();
+        co_panic(pv);
     }
-    /* sysmon gave our P away: take any idle P, or queue ourselves and let
-     * this M go idle (exitsyscall0). */
-    co_p_t *p2 = co__pidleget();
-    if (p2) {
-        m->p = p2;
-        p2->m = m;
-        /* as acquirep: a P that sat idle must not look stuck to sysmon */
-        __atomic_store_n(&p2->schedtick, p2->schedtick + 1, __ATOMIC_RELAXED);
-        __atomic_store_n(&p2->status, CO_P_RUNNING, __ATOMIC_RELEASE);
-        return 0;
-    }
-    co__park_current(post_requeue, NULL, CO__WR_NONE);
+    blocking_exit();
     return 0;
 }

@@ -7,7 +7,9 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <sys/wait.h>
+#include <time.h>
 
+#include "runtime.h" /* co__getm: whether the M holds a P */
 #include "t.h"
 
 static int sanitized(void) { return t_sanitized(); }
@@ -156,6 +158,66 @@ static int child_not_inherited(void *arg) {
     return 0;
 }
 
+/* co_panic out of co_blocking's fn, to a co_recover around the call: the
+ * coroutine comes back holding a P (co_blocking had given its own up), as
+ * after a return of fn. It used to go on without one, beside the M sysmon
+ * gave its P to: more coroutines running than Ps, co_yield a no-op. Modes:
+ * 0 panics at once (sysmon has not retaken the P yet), 1 after 30 ms
+ * (sysmon has handed it on), 2 from a co_blocking nested in fn. */
+static void blocking_panics(void *arg) {
+    long mode = (long)arg;
+    if (mode == 1) {
+        struct timespec ts = {0, 30000000};
+        nanosleep(&ts, NULL);
+    }
+    if (mode == 2) {
+        co_blocking(blocking_panics, (void *)0L);
+        return;
+    }
+    co_panic((void *)(0x100 + mode));
+}
+static void call_blocking(void *arg) {
+    co_blocking(blocking_panics, arg);
+    reached_after_panic = 1; /* never */
+}
+static atomic_int bp_ok;
+static void blocking_panic_co(void *arg) {
+    long mode = (long)arg % 3;
+    void *v = NULL;
+    int r = co_recover(call_blocking, (void *)mode, &v);
+    CHECK_EQ(r, 1);
+    CHECK(v == (void *)(0x100 + (mode == 2 ? 0 : mode)));
+    co_m_t *m = co__getm();
+    CHECK(m->p != NULL);
+    CHECK(m->syscallp == NULL);
+    co_yield();
+    m = co__getm();
+    CHECK(m->p != NULL);
+    /* and co_blocking works as before */
+    int x = 0;
+    CHECK_EQ(co_blocking(returns, &x), 0);
+    CHECK_EQ(x, 7);
+    CHECK(co__getm()->p != NULL);
+    atomic_fetch_add(&bp_ok, 1);
+    co_waitgroup_done(&wg);
+}
+static void test_blocking_panic(void) {
+    int n = sanitized() ? 30 : 150;
+    atomic_store(&bp_ok, 0);
+    co_waitgroup_add(&wg, n);
+    for (long i = 0; i < n; i++) CHECK_EQ(co_go(blocking_panic_co, (void *)i), 0);
+    co_waitgroup_wait(&wg);
+    CHECK_EQ(atomic_load(&bp_ok), n);
+    CHECK_EQ(reached_after_panic, 0);
+}
+
+/* With no co_recover about, a panic in co_blocking's fn is fatal as any. */
+static void blocking_panic_fatal(void *arg) { co_panic((void *)0x33); }
+static int child_blocking(void *arg) {
+    co_blocking(blocking_panic_fatal, NULL);
+    return 0;
+}
+
 static int run_child(const char *self, const char *mode, char *out, size_t outsz) {
     int fd = -1;
     pid_t pid = t_fork_piped(2, &fd);
@@ -184,6 +246,10 @@ static void test_unrecovered(void) {
     CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT);
     CHECK(strstr(out, "colony: panic: 0x77 in coroutine ") != NULL);
     CHECK(strstr(out, "'orphan'") != NULL);
+
+    st = run_child(self_path, "child-blocking", out, sizeof out);
+    CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT);
+    CHECK(strstr(out, "colony: panic: 0x33 in coroutine ") != NULL);
 }
 
 int main(int argc, char **argv) {
@@ -192,6 +258,7 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[1], "child-coroutine")) return co_main(child_coroutine, NULL);
         if (!strcmp(argv[1], "child-thread")) co_panic((void *)0x2a);
         if (!strcmp(argv[1], "child-not-inherited")) return co_main(child_not_inherited, NULL);
+        if (!strcmp(argv[1], "child-blocking")) return co_main(child_blocking, NULL);
         return 2;
     }
     self_path = "/proc/self/exe";
@@ -202,5 +269,6 @@ int main(int argc, char **argv) {
     T_RUN(test_plain_threads);
     T_RUN(test_coroutines_stress);
     T_RUN(test_odd_stacks_stress);
+    T_RUN(test_blocking_panic);
     return t_end();
 }
