@@ -57,6 +57,7 @@ static inline int co__ensure_init(void) {
  * co__rt_unhold gives it back. */
 CO_HIDDEN int co__rt_hold(void);
 CO_HIDDEN void co__rt_unhold(void);
+CO_HIDDEN bool co__rt_hold_if_up(void);
 
 /* Hook run at the start of co_shutdown(), before live coroutines are counted
  * (the default pool releases its idle workers here). It returns 0, or
@@ -325,5 +326,6 @@ CO_HIDDEN bool co__netpoll_has_waiters(void);
  * `now` (Ms poll whenever they run out of work). A hint (may be stale). */
 #define CO__POLL_RECENT_NS 1000000
 CO_HIDDEN bool co__netpoll_soon(int64_t now);
+CO_HIDDEN void co__netpoll_want(void); /* a plain thread parks on the netpoller */
 
 #endif

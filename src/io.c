@@ -222,23 +222,34 @@ out:
     return rc;
 }
 
-/* Take an operation's reference on fd and make sure it is set up. */
-static int pd_enter(int fd, co__pd_t **out) {
+/* Take an operation's reference on fd and make sure it is set up. A plain
+ * thread's operation also holds the runtime (co__rt_hold) until op_exit:
+ * co_shutdown fails with CO_EBUSY while one is under way, parked or not
+ * (a coroutine's counts as a live coroutine), instead of closing the
+ * poller under it and leaving it parked for good. *held says which. */
+static int pd_enter(int fd, co__pd_t **out, bool *held) {
     if (fd < 0)
         return -EBADF;
-    int rc = co__ensure_init();
-    if (rc < 0)
+    *held = co__cur_g() == NULL;
+    int rc = *held ? co__rt_hold() : co__ensure_init();
+    if (rc < 0) {
+        *held = false;
         return rc;
+    }
     co__pd_t *pd = co__pd_get(fd);
-    if (!pd)
-        return fd >= PD_DIR * PD_CHUNK ? -EBADF : CO_ENOMEM;
+    if (!pd) {
+        rc = fd >= PD_DIR * PD_CHUNK ? -EBADF : CO_ENOMEM;
+        goto fail;
+    }
     for (;;) {
         uint32_t s = __atomic_fetch_add(&pd->state, 1, __ATOMIC_ACQUIRE);
         if (CO_LIKELY(!(s & (CO__PD_CLOSING | CO__PD_FINAL))))
             break;
         pd_exit(pd);
-        if (!(s & CO__PD_FINAL))
-            return CO_ECLOSED; /* this fd is being closed */
+        if (!(s & CO__PD_FINAL)) {
+            rc = CO_ECLOSED; /* this fd is being closed */
+            goto fail;
+        }
         /* The number's previous file is in close(2): ours is the next one. */
         while (__atomic_load_n(&pd->state, __ATOMIC_ACQUIRE) & CO__PD_FINAL)
             co_yield(); /* sched_yield() on a plain thread */
@@ -248,23 +259,32 @@ static int pd_enter(int fd, co__pd_t **out) {
         rc = pd_setup(pd);
         if (rc < 0) {
             pd_exit(pd);
-            return rc;
+            goto fail;
         }
     }
     *out = pd;
     return 0;
+fail:
+    if (*held)
+        co__rt_unhold();
+    *held = false;
+    return rc;
+}
+
+/* The end of an operation: its reference (the last one may close the fd,
+ * which unregisters it from the poller: before the hold goes), then its
+ * hold. */
+static void op_exit(co__pd_t *pd, bool held) {
+    pd_exit(pd);
+    if (held)
+        co__rt_unhold();
 }
 
 static bool pd_plain(co__pd_t *pd) {
     return __atomic_load_n(&pd->kind, __ATOMIC_RELAXED) == CO__PD_PLAIN;
 }
 
-int co_close(int fd) {
-    if (fd < 0)
-        return -EBADF;
-    co__pd_t *pd = co__pd_peek(fd);
-    if (!pd)
-        return close(fd) < 0 ? -errno : 0;
+static int close_pd(co__pd_t *pd) {
     for (;;) {
         uint32_t s = __atomic_fetch_add(&pd->state, 1, __ATOMIC_ACQUIRE);
         if (!(s & CO__PD_FINAL))
@@ -292,6 +312,22 @@ int co_close(int fd) {
     return 0; /* the last operation still running closes it on its way out */
 }
 
+int co_close(int fd) {
+    if (fd < 0)
+        return -EBADF;
+    co__pd_t *pd = co__pd_peek(fd);
+    if (!pd)
+        return close(fd) < 0 ? -errno : 0;
+    /* A plain thread holds the runtime while it closes, if it is up, so
+     * that co_shutdown does not close the poller under the unregistering.
+     * Never starts it: with the runtime down no fd is registered. */
+    bool held = co__cur_g() == NULL && co__rt_hold_if_up();
+    int rc = close_pd(pd);
+    if (held)
+        co__rt_unhold();
+    return rc;
+}
+
 /* ---- waiting ------------------------------------------------------------- */
 
 static bool deadline_passed(int64_t deadline) {
@@ -306,6 +342,8 @@ static int pd_wait(co__pd_t *pd, int modes, uint32_t rseq, uint32_t wseq, int64_
         return CO_ETIMEDOUT;
     co__parker_t pk;
     co__parker_init(&pk, CO__WR_IO);
+    if (!pk.g)
+        co__netpoll_want(); /* before pd->lock: it may start an M */
     co__waiter_t wr = {0}, ww = {0};
     wr.pk = ww.pk = &pk;
     co__lock(&pd->lock);
@@ -396,7 +434,8 @@ ssize_t co_read(int fd, void *buf, size_t len, int64_t deadline) {
     if ((!buf && len) || len > SSIZE_MAX)
         return CO_EINVAL;
     co__pd_t *pd;
-    int rc = pd_enter(fd, &pd);
+    bool held;
+    int rc = pd_enter(fd, &pd, &held);
     if (rc < 0)
         return rc;
     ssize_t n;
@@ -437,7 +476,7 @@ ssize_t co_read(int fd, void *buf, size_t len, int64_t deadline) {
             break;
         }
     }
-    pd_exit(pd);
+    op_exit(pd, held);
     return n;
 }
 
@@ -447,7 +486,8 @@ ssize_t co_write(int fd, const void *buf, size_t len, int64_t deadline) {
     if ((!buf && len) || len > SSIZE_MAX)
         return CO_EINVAL;
     co__pd_t *pd;
-    int rc = pd_enter(fd, &pd);
+    bool held;
+    int rc = pd_enter(fd, &pd, &held);
     if (rc < 0)
         return rc;
     bool sock = __atomic_load_n(&pd->is_sock, __ATOMIC_RELAXED);
@@ -480,7 +520,7 @@ ssize_t co_write(int fd, const void *buf, size_t len, int64_t deadline) {
             break;
         }
     } while (off < len);
-    pd_exit(pd);
+    op_exit(pd, held);
     return res;
 }
 
@@ -490,7 +530,8 @@ int co_accept(int fd, struct sockaddr *addr, socklen_t *addrlen, int64_t deadlin
     if (addr && !addrlen)
         return CO_EINVAL;
     co__pd_t *pd;
-    int rc = pd_enter(fd, &pd);
+    bool held;
+    int rc = pd_enter(fd, &pd, &held);
     if (rc < 0)
         return rc;
     socklen_t len0 = addrlen ? *addrlen : 0;
@@ -511,7 +552,7 @@ int co_accept(int fd, struct sockaddr *addr, socklen_t *addrlen, int64_t deadlin
             break;
         }
     }
-    pd_exit(pd);
+    op_exit(pd, held);
     if (rc >= 0) {
         /* A fresh number: whatever its slot remembers is stale (a file
          * closed with close(2) had it). Its first use sets it up afresh,
@@ -533,7 +574,8 @@ int co_connect(int fd, const struct sockaddr *addr, socklen_t addrlen, int64_t d
     if (!addr)
         return CO_EINVAL;
     co__pd_t *pd;
-    int rc = pd_enter(fd, &pd);
+    bool held;
+    int rc = pd_enter(fd, &pd, &held);
     if (rc < 0)
         return rc;
     uint32_t seq = __atomic_load_n(&pd->wseq, __ATOMIC_ACQUIRE);
@@ -556,7 +598,7 @@ int co_connect(int fd, const struct sockaddr *addr, socklen_t addrlen, int64_t d
             break;
         }
     }
-    pd_exit(pd);
+    op_exit(pd, held);
     return rc;
 }
 
@@ -566,7 +608,8 @@ int co_wait_fd(int fd, int events, int64_t deadline) {
     if (events == 0 || (events & ~(CO_READABLE | CO_WRITABLE)))
         return CO_EINVAL;
     co__pd_t *pd;
-    int rc = pd_enter(fd, &pd);
+    bool held;
+    int rc = pd_enter(fd, &pd, &held);
     if (rc < 0)
         return rc;
     short want = (short)(((events & CO_READABLE) ? POLLIN | POLLRDHUP : 0) |
@@ -601,6 +644,6 @@ int co_wait_fd(int fd, int events, int64_t deadline) {
         if (rc < 0)
             break;
     }
-    pd_exit(pd);
+    op_exit(pd, held);
     return rc;
 }

@@ -69,6 +69,20 @@ int co__plain_spawn_enter(void) { return count_in_up(&live_global); }
 int co__rt_hold(void) { return count_in_up(&rt_holds); }
 void co__rt_unhold(void) { __atomic_sub_fetch(&rt_holds, 1, __ATOMIC_SEQ_CST); }
 
+/* A hold taken only if the runtime is up (same protocol); false, and none
+ * taken, if it is down. A shutdown under way is waited out: it ends with
+ * the runtime down, or up again if it failed. */
+bool co__rt_hold_if_up(void) {
+    for (;;) {
+        __atomic_add_fetch(&rt_holds, 1, __ATOMIC_SEQ_CST);
+        uint32_t st = __atomic_load_n(&co__rt_state, __ATOMIC_SEQ_CST);
+        if (CO_LIKELY(st == CO__RT_UP)) return true;
+        __atomic_sub_fetch(&rt_holds, 1, __ATOMIC_SEQ_CST);
+        if (st == CO__RT_DOWN) return false;
+        sched_yield();
+    }
+}
+
 /* ---- init / shutdown ---------------------------------------------------- */
 
 void co__at_shutdown(int (*fn)(void)) {

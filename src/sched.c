@@ -1653,6 +1653,18 @@ bool co__netpoll_soon(int64_t now) {
     return now - __atomic_load_n(&co__sched.lastpoll, __ATOMIC_RELAXED) < CO__POLL_RECENT_NS;
 }
 
+/* A plain thread is about to park on the netpoller (io.c): make sure an M
+ * polls. With none in the poller, every M asleep on its futex or none
+ * started yet, only sysmon would, every 10 ms or so: a wake-up per round
+ * trip. An M woken here finds no work and, idle, becomes the poller
+ * (block_idle). A coroutine's M needs none of this: it goes idle itself,
+ * or busy Ms poll each time they run out of work, as in Go. */
+void co__netpoll_want(void) {
+    /* acquire: a hint (a poller about to leave comes back through
+     * findrunnable, which polls while anyone waits) */
+    if (__atomic_load_n(&co__sched.polling, __ATOMIC_ACQUIRE) == 0) co__wakep();
+}
+
 uint64_t co_id(void) {
     co_g_t *g = co__cur_g();
     return g ? g->id : 0;

@@ -899,6 +899,38 @@ static void test_accepted_then_dgram(void) {
     CHECK_EQ(count_fds(), before);
 }
 
+/* co_shutdown while a plain thread waits in co_read (or is anywhere in an
+ * I/O call): CO_EBUSY, and the thread is woken by its data afterwards. It
+ * used to return 0 and close the poller under the thread, which then
+ * slept past its data for good. */
+typedef struct {
+    int fd;
+    ssize_t got;
+} tw_t;
+static void *thread_reader(void *arg) {
+    tw_t *t = arg;
+    char c;
+    t->got = co_read(t->fd, &c, 1, co_deadline_after(20000 * MS));
+    return NULL;
+}
+static void test_shutdown_while_thread_waits(void) {
+    int sp[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp), 0);
+    for (int round = 0; round < 3; round++) {
+        tw_t t = {.fd = sp[0], .got = -1};
+        pthread_t th;
+        CHECK_EQ(pthread_create(&th, NULL, thread_reader, &t), 0);
+        for (int i = 0; i < 10000 && !co__netpoll_has_waiters(); i++) usleep(1000);
+        CHECK(co__netpoll_has_waiters());
+        CHECK_EQ(co_shutdown(), CO_EBUSY);
+        CHECK_EQ(co_write(sp[1], "x", 1, co_deadline_after(5000 * MS)), 1);
+        pthread_join(th, NULL);
+        CHECK_EQ(t.got, 1);
+    }
+    co_close(sp[0]);
+    co_close(sp[1]);
+}
+
 int main(void) {
     t_begin(170);
     signal(SIGPIPE, SIG_DFL); /* co_write must not raise it on sockets */
@@ -916,6 +948,7 @@ int main(void) {
     T_RUN(test_short_read_not_drained);
     T_RUN(test_accepted_then_plain_close);
     T_RUN(test_accepted_then_dgram);
+    T_RUN(test_shutdown_while_thread_waits);
     T_RUN(test_thread_server);
     T_RUN(test_thread_coroutine_mix);
     T_RUN(test_1000_connections);
