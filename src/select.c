@@ -51,17 +51,22 @@
  * it. */
 static __thread uint64_t sel_rng __attribute__((tls_model("initial-exec"))); /* see tls_m */
 
+static inline uint64_t wy_mix(uint64_t a, uint64_t b) {
+    __uint128_t r = (__uint128_t)a * b;
+    return (uint64_t)(r >> 64) ^ (uint64_t)r;
+}
+
+/* The thread's counter steps once per select; the select's own generator
+ * starts from a mix of it, never from the counter itself. (It once did:
+ * rng_below steps by the same constant, so a select's second draw was the
+ * next select's first, and after case 2 of 3 ready ones fired, case 0
+ * never came next.) */
 static __attribute__((noinline)) uint64_t sel_seed(void) {
     uint64_t s = sel_rng;
     if (CO_UNLIKELY(s == 0)) s = (uint64_t)(uintptr_t)&sel_rng ^ ((uint64_t)co_now() << 1) ^ 1;
     s += 0xa0761d6478bd642fULL;
     sel_rng = s;
-    return s;
-}
-
-static inline uint64_t wy_mix(uint64_t a, uint64_t b) {
-    __uint128_t r = (__uint128_t)a * b;
-    return (uint64_t)(r >> 64) ^ (uint64_t)r;
+    return wy_mix(s, s ^ 0x8ebc6af09c88c6e3ULL);
 }
 
 /* Uniform in [0, n) (Lemire's multiply-shift; bias < n / 2^32). */

@@ -178,6 +178,51 @@ static void test_fairness_mixed(void) {
     co_chan_free(r);
 }
 
+/* Each select's choice is independent of the last: with 3 and with 4 ready
+ * cases, whatever case fired, each case comes next 1/3 (1/4) of the time,
+ * within +-0.06 (the expected spread is ~0.004). Once a select's generator
+ * started where the last one's had stopped, and after case 2 of 3 fired,
+ * case 0 never came next. Both with a deadline of 0 (the lock-free look)
+ * and CO_FOREVER. */
+static void fairness_transitions(int k, int64_t deadline) {
+    co_chan_t *ch[4];
+    int v[4];
+    co_case_t c[4];
+    for (int i = 0; i < k; i++) {
+        CHECK_EQ(co_chan_new(&ch[i], sizeof(int), 1), 0);
+        CHECK_EQ(co_chan_send(ch[i], &i, 0), 0);
+        c[i] = (co_case_t){.ch = ch[i], .op = CO_RECV, .elem = &v[i]};
+    }
+    long t[4][4] = {{0}};
+    int prev = -1;
+    for (int n = 0; n < NSEL; n++) {
+        int rc = co_select(c, k, deadline);
+        CHECK(rc >= 0 && rc < k);
+        if (rc < 0 || rc >= k) break;
+        CHECK_EQ(co_chan_send(ch[rc], &rc, 0), 0); /* ready again */
+        if (prev >= 0) t[prev][rc]++;
+        prev = rc;
+    }
+    for (int i = 0; i < k; i++) {
+        long tot = 0;
+        for (int j = 0; j < k; j++) tot += t[i][j];
+        for (int j = 0; j < k; j++) {
+            double p = tot ? (double)t[i][j] / (double)tot : 0;
+            if (p < 1.0 / k - 0.06 || p > 1.0 / k + 0.06) {
+                fprintf(stderr, "%d cases: after %d, %d came next %.3f of the time\n", k, i, j, p);
+                CHECK(0);
+            }
+        }
+    }
+    for (int i = 0; i < k; i++) co_chan_free(ch[i]);
+}
+static void test_fairness_independent(void) {
+    fairness_transitions(3, 0);
+    fairness_transitions(3, CO_FOREVER);
+    fairness_transitions(4, 0);
+    fairness_transitions(4, CO_FOREVER);
+}
+
 /* Four ready cases among six (a NULL channel and an empty one between
  * them): the ready ones are chosen 22 %..28 % each (the expected spread is
  * ~0.14 %), the others never. */
@@ -218,6 +263,7 @@ static int run(void *arg) {
     T_RUN(test_fairness_recv);
     T_RUN(test_fairness_mixed);
     T_RUN(test_fairness_sparse);
+    T_RUN(test_fairness_independent);
     return 0;
 }
 
