@@ -13,6 +13,8 @@
 #include "internal.h"
 #include "pool_impl.h"
 
+#include <limits.h>
+
 #include <stdlib.h>
 
 struct co_multipool {
@@ -108,41 +110,45 @@ int co_multipool_invoke(co_multipool_t *mp, void *arg) {
     return mp_dispatch(mp, NULL, arg);
 }
 
+/* A sum of the sub-pools' figures, as an int: INT_MAX when it does not
+ * fit (pools of INT_MAX each, ants' default size, are ordinary). */
+static int sum_clamped(int64_t s) { return s > INT_MAX ? INT_MAX : s < INT_MIN ? INT_MIN : (int)s; }
+
 int co_multipool_running(const co_multipool_t *mp) {
     if (!mp) return CO_EINVAL;
-    int s = 0;
+    int64_t s = 0;
     for (int i = 0; i < mp->n; i++) s += co_pool_running(mp->pools[i]);
-    return s;
+    return sum_clamped(s);
 }
 
 int co_multipool_waiting(const co_multipool_t *mp) {
     if (!mp) return CO_EINVAL;
-    int s = 0;
+    int64_t s = 0;
     for (int i = 0; i < mp->n; i++) s += co_pool_waiting(mp->pools[i]);
-    return s;
+    return sum_clamped(s);
 }
 
 /* -1 when the sub-pools are unlimited (ants would sum their -1s). */
 int co_multipool_cap(const co_multipool_t *mp) {
     if (!mp) return CO_EINVAL;
-    int s = 0;
+    int64_t s = 0;
     for (int i = 0; i < mp->n; i++) {
         int c = co_pool_cap(mp->pools[i]);
         if (c < 0) return -1;
         s += c;
     }
-    return s;
+    return sum_clamped(s);
 }
 
 int co_multipool_available(const co_multipool_t *mp) {
     if (!mp) return CO_EINVAL;
-    int s = 0;
+    int64_t s = 0;
     for (int i = 0; i < mp->n; i++) {
         int f = co_pool_available(mp->pools[i]);
         if (f == -1 && co_pool_cap(mp->pools[i]) < 0) return -1;
         s += f;
     }
-    return s;
+    return sum_clamped(s);
 }
 
 static co_pool_t *at(const co_multipool_t *mp, int i) {

@@ -1,6 +1,8 @@
 /* Multipool (ants T15): constructor errors, stats sums and per-index,
  * release_timeout / reboot, both load-balancing strategies, the round-robin
  * retry on the least-loaded sub-pool, function multipools, every error. */
+#include <limits.h>
+
 #include "test_pool_util.h"
 
 static gate_t gate;
@@ -143,6 +145,23 @@ static void least_tasks(void) {
     co_multipool_destroy(mp);
 }
 
+/* Sub-pools of INT_MAX workers each (ants' default size): the sums are
+ * clamped to INT_MAX. They used to overflow to -2 (UBSan: signed
+ * overflow), which reads as neither a size nor "unlimited". */
+static void huge_caps(void) {
+    co_multipool_t *mp;
+    gate_init(&gate);
+    CHECK_EQ(co_multipool_new(&mp, 2, INT_MAX, CO_LB_ROUND_ROBIN, NULL), 0);
+    CHECK_EQ(co_multipool_cap(mp), INT_MAX);
+    CHECK_EQ(co_multipool_available(mp), INT_MAX);
+    CHECK_EQ(co_multipool_submit(mp, gated_task, NULL), 0);
+    CHECK_EQ(co_multipool_available(mp), INT_MAX); /* 2 * INT_MAX - 1 still does not fit */
+    CHECK_EQ(co_multipool_running(mp), 1);
+    gate_open(&gate);
+    CHECK_EQ(co_multipool_release_timeout(mp, 10000 * MS), 0);
+    co_multipool_destroy(mp);
+}
+
 /* Tune sets every sub-pool; release_timeout reports a timeout. */
 static void tune_and_timeout(void) {
     co_multipool_t *mp;
@@ -198,6 +217,7 @@ int main(void) {
     T_RUN_SEL(rr_retry_on_overload);
     T_RUN_SEL(least_tasks);
     T_RUN_SEL(tune_and_timeout);
+    T_RUN_SEL(huge_caps);
     T_RUN_SEL(sum_least_tasks);
     T_RUN_SEL(release_reboot_race);
     return t_end();
