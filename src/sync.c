@@ -279,6 +279,12 @@ typedef struct rwmutex {
     sema_t reader_sem;    /* readers wait here for the writer to finish */
     int32_t reader_count; /* atomic: active+pending readers, -MAX_READERS if a writer is pending */
     int32_t reader_wait;  /* atomic: readers the pending writer still waits for */
+    /* atomic relaxed: 1 while a writer holds the lock (from when its lock
+     * returns until its unlock starts); only the writer writes it. Lets
+     * unlock tell a stray call (misuse) from the writer's own: with a
+     * writer pending, reader_count alone does not (it reads as the count of
+     * active readers there). */
+    uint32_t wlocked;
 } rwmutex_t;
 CO_STATIC_ASSERT(sizeof(rwmutex_t) <= sizeof(co_rwmutex_t), "co_rwmutex_t too small");
 CO_STATIC_ASSERT(_Alignof(rwmutex_t) <= _Alignof(co_rwmutex_t), "co_rwmutex_t misaligned");
@@ -306,10 +312,14 @@ void co_rwmutex_lock(co_rwmutex_t *pub) {
     int32_t r = __atomic_sub_fetch(&rw->reader_count, MAX_READERS, __ATOMIC_ACQ_REL) + MAX_READERS;
     if (r != 0 && __atomic_add_fetch(&rw->reader_wait, r, __ATOMIC_ACQ_REL) != 0)
         sema_acquire(&rw->writer_sem, false, CO__WR_RWMUTEX);
+    __atomic_store_n(&rw->wlocked, 1, __ATOMIC_RELAXED);
 }
 
 void co_rwmutex_unlock(co_rwmutex_t *pub) {
     rwmutex_t *rw = (rwmutex_t *)pub;
+    if (!__atomic_load_n(&rw->wlocked, __ATOMIC_RELAXED))
+        co__fatal("co_rwmutex_unlock(%p): unlock of unlocked rwmutex", (void *)pub);
+    __atomic_store_n(&rw->wlocked, 0, __ATOMIC_RELAXED);
     int32_t r = __atomic_add_fetch(&rw->reader_count, MAX_READERS, __ATOMIC_ACQ_REL);
     if (r >= MAX_READERS)
         co__fatal("co_rwmutex_unlock(%p): unlock of unlocked rwmutex", (void *)pub);

@@ -56,6 +56,11 @@ static void expect_abort(const char *name, const char *op) {
 static co_once_t rec_once = CO_ONCE_INIT;
 static void rec_fn(void *a) { co_once(&rec_once, rec_fn, a); }
 
+static void rw_pending_writer(void *rw) {
+    co_rwmutex_lock(rw);
+    co_rwmutex_unlock(rw);
+}
+
 static int run_misuse(const char *name) {
     static co_mutex_t m = CO_MUTEX_INIT;
     static co_rwmutex_t rw = CO_RWMUTEX_INIT;
@@ -84,6 +89,15 @@ static int run_misuse(const char *name) {
         fprintf(stderr, "obj=%p\n", (void *)&rw);
         co_rwmutex_rlock(&rw);
         co_rwmutex_unlock(&rw);
+    } else if (!strcmp(name, "rw_unlock_pending_writer")) {
+        /* read-locked, a writer pending: the count alone looked like a
+         * write-locked rwmutex with one reader queued, and the stray unlock
+         * went through (the writer then waited for good) */
+        fprintf(stderr, "obj=%p\n", (void *)&rw);
+        co_rwmutex_rlock(&rw);
+        co_go(rw_pending_writer, &rw);
+        while (co__rwmutex_reader_count(&rw) >= 0) co_sleep(1000000);
+        co_rwmutex_unlock(&rw);
     } else if (!strcmp(name, "cond_unlocked")) {
         fprintf(stderr, "obj=%p\n", (void *)&m);
         co_cond_wait(&c, &m);
@@ -109,6 +123,7 @@ static void test_misuse(void) {
     expect_abort("rw_runlock_writer", "co_rwmutex_runlock");
     expect_abort("rw_unlock", "co_rwmutex_unlock");
     expect_abort("rw_unlock_reader", "co_rwmutex_unlock");
+    expect_abort("rw_unlock_pending_writer", "unlock of unlocked rwmutex");
     expect_abort("cond_unlocked", "co_cond_wait");
     expect_abort("spin_unlock", "co_spinlock_unlock");
     expect_abort("once_recursive", "co_once");
