@@ -154,6 +154,7 @@ static bool pd_try_finalize(co__pd_t *pd, int *rc) {
     __atomic_store_n(&pd->stream, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&pd->rdrained, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&pd->hup, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&pd->wlock, 0, __ATOMIC_RELAXED); /* a stray WAIT of a writer gone */
     /* A stale edge for the old file just costs a retry. */
     __atomic_add_fetch(&pd->rseq, 1, __ATOMIC_RELEASE);
     __atomic_add_fetch(&pd->wseq, 1, __ATOMIC_RELEASE);
@@ -480,6 +481,65 @@ ssize_t co_read(int fd, void *buf, size_t len, int64_t deadline) {
     return n;
 }
 
+/* co_write's lock, so that whole writes never interleave (Go's Write holds
+ * the fd's write lock throughout). A writer that finds it held parks on wq
+ * with WAIT set, under pd->lock: the holder's unlock clears both bits and,
+ * if WAIT was set, wakes wq (write-readiness waiters too: they only retry),
+ * under pd->lock, so it cannot miss one that saw the lock held. Woken, a
+ * waiter tries again. 0, CO_ETIMEDOUT (the deadline passed first: nothing
+ * was written) or CO_ECLOSED. */
+static int wlock_wait(co__pd_t *pd, int64_t deadline) {
+    if (deadline_passed(deadline))
+        return CO_ETIMEDOUT;
+    co__parker_t pk;
+    co__parker_init(&pk, CO__WR_IO);
+    co__waiter_t ww = {0};
+    ww.pk = &pk;
+    co__lock(&pd->lock);
+    if (__atomic_load_n(&pd->state, __ATOMIC_RELAXED) & CO__PD_CLOSING) {
+        co__unlock(&pd->lock);
+        return CO_ECLOSED;
+    }
+    if (!(__atomic_fetch_or(&pd->wlock, CO__PD_WL_WAIT, __ATOMIC_ACQ_REL) & CO__PD_WL_HELD)) {
+        co__unlock(&pd->lock);
+        return 0; /* given back meanwhile */
+    }
+    co__waitq_push(&pd->wq, &ww);
+    int rc = co__park_lock(&pk, deadline, &pd->lock);
+    if (rc == CO_ETIMEDOUT) {
+        co__lock(&pd->lock);
+        co__waitq_remove(&ww);
+        co__unlock(&pd->lock);
+        return CO_ETIMEDOUT;
+    }
+    return ((co__waiter_t *)pk.winner)->result;
+}
+
+static int wlock_take(co__pd_t *pd, int64_t deadline) {
+    for (;;) {
+        /* acquire: the previous writer's writes come first */
+        if (CO_LIKELY(!(__atomic_fetch_or(&pd->wlock, CO__PD_WL_HELD, __ATOMIC_ACQUIRE) &
+                        CO__PD_WL_HELD)))
+            return 0;
+        int rc = wlock_wait(pd, deadline);
+        if (rc < 0)
+            return rc;
+    }
+}
+
+static void wlock_give(co__pd_t *pd) {
+    /* release: pairs with the next writer's acquire */
+    uint8_t w = __atomic_fetch_and(&pd->wlock, (uint8_t) ~(CO__PD_WL_HELD | CO__PD_WL_WAIT),
+                                   __ATOMIC_RELEASE);
+    if (CO_UNLIKELY(w & CO__PD_WL_WAIT)) {
+        co__waiter_t *list = NULL;
+        co__lock(&pd->lock);
+        pd_claim_all(&pd->wq, 0, &list);
+        co__unlock(&pd->lock);
+        (void)pd_wake_list(list);
+    }
+}
+
 ssize_t co_write(int fd, const void *buf, size_t len, int64_t deadline) {
     if (fd < 0)
         return -EBADF;
@@ -490,6 +550,10 @@ ssize_t co_write(int fd, const void *buf, size_t len, int64_t deadline) {
     int rc = pd_enter(fd, &pd, &held);
     if (rc < 0)
         return rc;
+    if (len > 0 && (rc = wlock_take(pd, deadline)) < 0) {
+        op_exit(pd, held);
+        return rc;
+    }
     bool sock = __atomic_load_n(&pd->is_sock, __ATOMIC_RELAXED);
     const char *p = buf;
     size_t off = 0;
@@ -504,8 +568,8 @@ ssize_t co_write(int fd, const void *buf, size_t len, int64_t deadline) {
         if (n == -EINTR)
             continue;
         if (CO_UNLIKELY(n == -ENOTSOCK) && sock) {
-            /* A number co_accept gave out, closed with close(2) and reused
-             * by a file that is no socket: write(2) it is, from now on. */
+            /* A number closed with close(2) behind our back (see co_close)
+             * and reused by a file that is no socket: write(2) it is. */
             __atomic_store_n(&pd->is_sock, 0, __ATOMIC_RELAXED);
             sock = false;
             continue;
@@ -520,6 +584,8 @@ ssize_t co_write(int fd, const void *buf, size_t len, int64_t deadline) {
             break;
         }
     } while (off < len);
+    if (len > 0)
+        wlock_give(pd);
     op_exit(pd, held);
     return res;
 }

@@ -41,6 +41,8 @@ enum {
 #define CO__PD_CLOSING 0x80000000u
 #define CO__PD_FINAL 0x40000000u
 #define CO__PD_REFMASK 0x3fffffffu
+#define CO__PD_WL_HELD 1u
+#define CO__PD_WL_WAIT 2u
 
 typedef struct co__pd {
     co__lock_t lock;   /* protects rq, wq, kind, is_sock (writes) */
@@ -54,6 +56,12 @@ typedef struct co__pd {
                           written under lock, or cleared (atomic relaxed) by co_write
                           on ENOTSOCK */
     uint8_t stream;    /* atomic relaxed; TCP: a short read drained it */
+    uint8_t wlock;     /* atomic: co_write's lock (Go's fdMutex write lock), so that
+                          whole writes never interleave: CO__PD_WL_HELD by the
+                          writer (fetch_or acquire / fetch_and release);
+                          CO__PD_WL_WAIT set under lock by a writer about to park
+                          on wq for it, cleared with HELD by the unlock, which then
+                          wakes wq */
     uint32_t rdrained; /* atomic relaxed, a hint: rseq + 1 when a read of a stream came
                           back short (the kernel buffer was empty then); 0: none */
     uint8_t hup;       /* atomic: a hang-up, an error or urgent data was reported (never

@@ -931,6 +931,119 @@ static void test_shutdown_while_thread_waits(void) {
     co_close(sp[1]);
 }
 
+/* Whole writes never interleave (Go's Write holds the fd's write lock): 6
+ * coroutines and 2 plain threads each write one frame of 256 KiB, more
+ * than the socket buffers hold, of their own byte to one socket; the
+ * reader sees 8 runs, one per frame. They used to come out mixed. */
+#define WF_SIZE (256 * 1024)
+#define WF_N 8
+typedef struct {
+    int fd;
+    int id;
+    ssize_t rc;
+    co_waitgroup_t *wg;
+} wf_t;
+static void wf_write(wf_t *w) {
+    char *b = malloc(WF_SIZE);
+    memset(b, 'a' + w->id, WF_SIZE);
+    w->rc = co_write(w->fd, b, WF_SIZE, co_deadline_after(20000 * MS));
+    free(b);
+}
+static void wf_co(void *arg) {
+    wf_t *w = arg;
+    wf_write(w);
+    co_waitgroup_done(w->wg);
+}
+static void *wf_thread(void *arg) {
+    wf_t *w = arg;
+    wf_write(w);
+    co_waitgroup_done(w->wg);
+    return NULL;
+}
+static void test_whole_writes(void) {
+    int before = count_fds();
+    int sp[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp), 0);
+    for (int round = 0; round < 3; round++) {
+        co_waitgroup_t wg = CO_WAITGROUP_INIT;
+        wf_t w[WF_N];
+        pthread_t th[2];
+        co_waitgroup_add(&wg, WF_N);
+        for (int i = 0; i < WF_N; i++) {
+            w[i] = (wf_t){.fd = sp[0], .id = i, .rc = -1, .wg = &wg};
+            if (i < 2)
+                CHECK_EQ(pthread_create(&th[i], NULL, wf_thread, &w[i]), 0);
+            else
+                CHECK_EQ(co_go(wf_co, &w[i]), 0);
+        }
+        char *all = malloc((size_t)WF_SIZE * WF_N);
+        size_t got = 0;
+        while (got < (size_t)WF_SIZE * WF_N) {
+            ssize_t n = co_read(sp[1], all + got, (size_t)WF_SIZE * WF_N - got,
+                                co_deadline_after(20000 * MS));
+            CHECK(n > 0);
+            if (n <= 0) break;
+            got += (size_t)n;
+        }
+        co_waitgroup_wait(&wg);
+        for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+        for (int i = 0; i < WF_N; i++) CHECK_EQ(w[i].rc, WF_SIZE);
+        int runs = got ? 1 : 0, seen[WF_N] = {0};
+        for (size_t i = 1; i < got; i++) runs += all[i] != all[i - 1];
+        for (int k = 0; k < WF_N && got == (size_t)WF_SIZE * WF_N; k++) {
+            int id = all[(size_t)k * WF_SIZE] - 'a';
+            CHECK(id >= 0 && id < WF_N && !seen[id]);
+            if (id >= 0 && id < WF_N) seen[id] = 1;
+        }
+        CHECK_EQ(got, (size_t)WF_SIZE * WF_N);
+        CHECK_EQ(runs, WF_N);
+        free(all);
+    }
+    co_close(sp[0]);
+    co_close(sp[1]);
+    CHECK_EQ(count_fds(), before);
+}
+
+/* Waiting for the write lock: a deadline that passes first gives
+ * CO_ETIMEDOUT with nothing written, a co_close gives CO_ECLOSED. A
+ * writer holds the lock, stuck: nobody reads the other end. */
+static void wl_holder(void *arg) {
+    wf_t *w = arg;
+    char *b = calloc(1, 4 << 20);
+    w->rc = co_write(w->fd, b, 4 << 20, co_deadline_after(20000 * MS));
+    free(b);
+    co_waitgroup_done(w->wg);
+}
+static void test_write_lock_wait(void) {
+    int before = count_fds();
+    int sp[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp), 0);
+    co_waitgroup_t wg = CO_WAITGROUP_INIT;
+    wf_t h = {.fd = sp[0], .rc = 0, .wg = &wg};
+    co_waitgroup_add(&wg, 1);
+    CHECK_EQ(co_go(wl_holder, &h), 0);
+    /* the holder is parked once the buffers are full */
+    for (int i = 0; i < 10000 && !co__netpoll_has_waiters(); i++) usleep(1000);
+    CHECK(co__netpoll_has_waiters());
+    int64_t t0 = co_now();
+    CHECK_EQ(co_write(sp[0], "x", 1, co_deadline_after(50 * MS)), CO_ETIMEDOUT);
+    CHECK(co_now() - t0 >= 50 * MS);
+    CHECK_EQ(co_write(sp[0], "x", 1, 0), CO_ETIMEDOUT); /* a try */
+    CHECK_EQ(co_close(sp[0]), 0);
+    co_waitgroup_wait(&wg);
+    CHECK_EQ(h.rc, CO_ECLOSED);
+    /* nothing of the refused writes went out: only zero bytes, the holder's */
+    char b[4096];
+    ssize_t n;
+    long nonzero = 0;
+    while ((n = co_read(sp[1], b, sizeof b, co_deadline_after(5000 * MS))) > 0)
+        for (ssize_t i = 0; i < n; i++) nonzero += b[i] != 0;
+    CHECK_EQ(n, 0);
+    CHECK_EQ(nonzero, 0);
+    co_close(sp[1]);
+    CHECK_EQ(count_fds(), before);
+}
+
 int main(void) {
     t_begin(170);
     signal(SIGPIPE, SIG_DFL); /* co_write must not raise it on sockets */
@@ -949,6 +1062,8 @@ int main(void) {
     T_RUN(test_accepted_then_plain_close);
     T_RUN(test_accepted_then_dgram);
     T_RUN(test_shutdown_while_thread_waits);
+    T_RUN(test_whole_writes);
+    T_RUN(test_write_lock_wait);
     T_RUN(test_thread_server);
     T_RUN(test_thread_coroutine_mix);
     T_RUN(test_1000_connections);
