@@ -293,8 +293,18 @@ static __attribute__((noinline)) void wg_release(wg_impl_t *wg, uint64_t s) {
     while ((w = co__waitq_pop(&wg->q)))
         if (co__claim(w->pk, w)) wg_release_add(&r, w);
     co__unlock(&wg->lock);
-    /* release: the last touch of *wg by this adder (see above) */
-    __atomic_store_n(&wg->state, 0, __ATOMIC_RELEASE);
+    /* release: the last touch of *wg by this adder (see above). With the
+     * counter at zero nothing else changes the state (a waiter that times
+     * out now waits for this store; a new one returns at once), but an
+     * add that races the release (a reuse before the waits returned, which
+     * Go reports as misuse) would be wiped out by a plain store: the next
+     * done would then find a negative counter, or a wait return early. */
+    uint64_t exp = s;
+    if (CO_UNLIKELY(!__atomic_compare_exchange_n(&wg->state, &exp, 0, false, __ATOMIC_RELEASE,
+                                                 __ATOMIC_RELAXED)))
+        co__fatal("co_waitgroup %p: co_waitgroup_add while its waiters were being released "
+                  "(reused before co_waitgroup_wait returned)",
+                  (void *)wg);
     wg_release_run(&r);
 }
 
