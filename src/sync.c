@@ -229,31 +229,45 @@ int co_mutex_trylock(co_mutex_t *pub) {
 }
 
 /* may_yield: in starvation mode yield to the waiter we handed the lock to
- * (as Go does). False when the caller holds a co__lock_t. */
+ * (as Go does). False when the caller holds a co__lock_t.
+ *
+ * Every change is one CAS from a state with LOCKED set, and that CAS is the
+ * unlocker's last touch of the state: it may be the last touch of the
+ * mutex at all. Go releases LOCKED first and then, with waiters about,
+ * loads and CASes the state again to wake one; in C a locker that got the
+ * mutex meanwhile may have woken that waiter itself, and the waiter,
+ * finding itself the last user (the last reference of an object counted
+ * under the mutex), may have freed it under the unlocker's CAS. Here the
+ * only touch after the CAS is sema_release's, when the CAS committed this
+ * unlocker to wake a waiter: until that waiter is woken (by this very
+ * call; sema_release's own last touches come before the wake-up) it is
+ * inside co_mutex_lock, so the mutex cannot have been freed. */
 static void mutex_unlock(mutex_t *m, const void *pub, const char *op, bool may_yield) {
-    /* release: publishes the critical section to the next locker */
-    uint32_t new = __atomic_sub_fetch(&m->state, M_LOCKED, __ATOMIC_RELEASE);
-    if (CO_LIKELY(new == 0)) return;
-    if (!((new + M_LOCKED) & M_LOCKED))
-        co__fatal("%s(%p): unlock of unlocked mutex", op, pub);
-    if (!(new & M_STARVING)) {
-        uint32_t old = new;
-        for (;;) {
-            /* Nobody to wake, or someone is awake / took it already. */
-            if ((old >> M_WAITER_SHIFT) == 0 || (old & (M_LOCKED | M_WOKEN | M_STARVING)))
-                return;
-            uint32_t nw = (old - M_WAITER) | M_WOKEN;
-            if (__atomic_compare_exchange_n(&m->state, &old, nw, false, __ATOMIC_RELEASE,
-                                            __ATOMIC_RELAXED)) {
-                sema_release(&m->sema);
-                return;
-            }
+    /* A look first: under contention the state seldom reads LOCKED alone,
+     * and a CAS that fails costs as much as one that succeeds. */
+    uint32_t old = __atomic_load_n(&m->state, __ATOMIC_RELAXED);
+    for (;;) {
+        if (!(old & M_LOCKED)) co__fatal("%s(%p): unlock of unlocked mutex", op, pub);
+        uint32_t nw = old - M_LOCKED;
+        bool wake = false;
+        if (old & M_STARVING) {
+            /* Starvation mode: LOCKED goes clear but STARVING keeps
+             * newcomers out; the head waiter owns the mutex once woken. */
+            wake = true;
+        } else if ((old >> M_WAITER_SHIFT) != 0 && !(old & M_WOKEN)) {
+            /* A waiter to wake (none is awake already, spinning). */
+            nw = (nw - M_WAITER) | M_WOKEN;
+            wake = true;
+        }
+        /* release: publishes the critical section to the next locker */
+        if (__atomic_compare_exchange_n(&m->state, &old, nw, false, __ATOMIC_RELEASE,
+                                        __ATOMIC_RELAXED)) {
+            if (!wake) return;
+            sema_release(&m->sema);
+            if ((old & M_STARVING) && may_yield && co__cur_g() != NULL) co_yield();
+            return;
         }
     }
-    /* Starvation mode: LOCKED stays clear but STARVING keeps newcomers out;
-     * the head waiter owns the mutex once woken. */
-    sema_release(&m->sema);
-    if (may_yield && co__cur_g() != NULL) co_yield();
 }
 
 void co_mutex_unlock(co_mutex_t *pub) {

@@ -6,6 +6,7 @@
 #include "t.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -173,11 +174,67 @@ static void test_starvation_many(void) {
     co_mutex_unlock(&sm);
 }
 
+/* The last one out frees: objects counted under their own mutex, each
+ * shared by 3 coroutines and a plain thread that lock, drop their
+ * reference and unlock; whoever drops the last frees the object right
+ * after its unlock (POSIX allows this for its mutexes). An unlocker still
+ * inside co_mutex_unlock must not touch the mutex once another party may
+ * have freed it: the unlock's last touch is its CAS (src/sync.c). Run it
+ * under ASan to see a use after free; here every object is freed exactly
+ * once. */
+typedef struct {
+    co_mutex_t mu;
+    int refs;
+} robj_t;
+#define ROBJ_N 256
+#define ROBJ_PARTIES 4
+static robj_t *robjs[ROBJ_N];
+static atomic_int robj_freed;
+static void robj_drop_all(int party) {
+    for (int k = 0; k < ROBJ_N; k++) {
+        robj_t *o = robjs[(k * 7 + party * 13) % ROBJ_N]; /* different orders */
+        co_mutex_lock(&o->mu);
+        int last = --o->refs == 0;
+        co_mutex_unlock(&o->mu);
+        if (last) {
+            memset(o, 0xa5, sizeof *o); /* a stale toucher would see garbage */
+            free(o);
+            atomic_fetch_add(&robj_freed, 1);
+        }
+    }
+}
+static void robj_co(void *a) {
+    robj_drop_all((int)(intptr_t)a);
+    co_waitgroup_done(&wg);
+}
+static void *robj_th(void *a) {
+    robj_drop_all((int)(intptr_t)a);
+    return NULL;
+}
+static void test_last_one_frees(void) {
+    int rounds = t_sanitized() ? 40 : 200;
+    for (int r = 0; r < rounds; r++) {
+        atomic_store(&robj_freed, 0);
+        for (int k = 0; k < ROBJ_N; k++) {
+            robjs[k] = calloc(1, sizeof(robj_t));
+            robjs[k]->refs = ROBJ_PARTIES;
+        }
+        co_waitgroup_add(&wg, ROBJ_PARTIES - 1);
+        pthread_t th;
+        CHECK_EQ(pthread_create(&th, NULL, robj_th, (void *)(intptr_t)0), 0);
+        for (int p = 1; p < ROBJ_PARTIES; p++) CHECK_EQ(co_go(robj_co, (void *)(intptr_t)p), 0);
+        co_waitgroup_wait(&wg);
+        pthread_join(th, NULL);
+        CHECK_EQ(atomic_load(&robj_freed), ROBJ_N);
+    }
+}
+
 int main(void) {
     t_begin(t_small() ? 280 : 200);
     T_RUN(test_counter);
     T_RUN(test_starvation_victim_coroutine);
     T_RUN(test_starvation_victim_thread);
     T_RUN(test_starvation_many);
+    T_RUN(test_last_one_frees);
     return t_end();
 }
