@@ -111,7 +111,9 @@ uint32_t co__fastrand(void) {
  * run out (token_g_slow); bit 1 makes the global run queue find no chunk
  * (co__globrunqput's list fallback); bit 2 makes a waitgroup's release
  * find no memory for its array (wait.c's list fallback); bit 3 makes the
- * timer run and heap find no memory to grow (timer.c's overflow list).
+ * timer run and heap find no memory to grow (timer.c's overflow list);
+ * bit 4 makes a select of more than 16 cases find no memory for its
+ * scratch arrays (select.c).
  * Relaxed loads: a test sets it between phases and waits for its effects. */
 CO_HIDDEN int co__test_fail_alloc; /* hidden: tests link the static library */
 int co__test_fail_alloc;

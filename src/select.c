@@ -39,6 +39,7 @@
 #include "internal.h"
 
 #include "chan_impl.h"
+#include "runtime.h" /* co__test_fail_alloc */
 
 #include <stdlib.h>
 
@@ -364,8 +365,22 @@ int co_select(co_case_t *cases, int n, int64_t deadline) {
         return sel_run(cases, n, nn, deadline, pollorder, lockorder, ws);
     }
     size_t sz = (size_t)nn * (2 * sizeof(int) + sizeof(co__waiter_t));
-    char *mem = malloc(sz);
-    if (!mem) return CO_ENOMEM;
+    char *mem = CO_UNLIKELY(__atomic_load_n(&co__test_fail_alloc, __ATOMIC_RELAXED) & 16)
+                    ? NULL
+                    : malloc(sz);
+    if (!mem) {
+        /* No memory to lock them all or wait on them: a case that can go
+         * at once still goes (each tried under its own lock, from a random
+         * start, as pass 0 tried one). Only a select that would have to
+         * wait fails, or times out if it was a try. */
+        uint64_t r2 = sel_seed();
+        int start = (int)rng_below(&r2, (uint32_t)n);
+        for (int k = 0; k < n; k++) {
+            int i = (start + k) % n;
+            if (cases[i].ch && sel_try_one(&cases[i], i) >= 0) return i;
+        }
+        return chan_dl_past(deadline) ? CO_ETIMEDOUT : CO_ENOMEM;
+    }
     co__waiter_t *ws = (co__waiter_t *)mem;
     int *pollorder = (int *)(mem + (size_t)nn * sizeof(co__waiter_t));
     int rc = sel_run(cases, n, nn, deadline, pollorder, pollorder + nn, ws);

@@ -384,6 +384,34 @@ static void test_many_cases(void) {
         co_chan_free(ch[i]);
     }
 }
+/* A select of more than 16 cases that finds no memory for its scratch
+ * arrays (test hook): a case that can go still goes, a try with nothing
+ * ready times out as any try does, and only a select that would have to
+ * wait fails with CO_ENOMEM (the try used to fail with it too). */
+extern int co__test_fail_alloc;
+static void test_many_cases_nomem(void) {
+    co_chan_t *ch[BIG];
+    int vals[BIG];
+    co_case_t c[BIG];
+    for (int i = 0; i < BIG; i++) {
+        ch[i] = mk(i % 2);
+        vals[i] = -1;
+        c[i] = (co_case_t){.ch = ch[i], .op = CO_RECV, .elem = &vals[i]};
+    }
+    __atomic_or_fetch(&co__test_fail_alloc, 16, __ATOMIC_RELAXED);
+    CHECK_EQ(co_select(c, BIG, 0), CO_ETIMEDOUT);
+    CHECK_EQ(co_select(c, BIG, co_deadline_after(1000000)), CO_ENOMEM);
+    CHECK_EQ(co_select(c, BIG, CO_FOREVER), CO_ENOMEM);
+    for (int round = 0; round < 20; round++) {
+        int k = ((round * 7 + 3) % BIG) | 1; /* odd: a buffered one */
+        CHECK_EQ(co_chan_send(ch[k], &k, 0), 0);
+        CHECK_EQ(co_select(c, BIG, CO_FOREVER), k);
+        CHECK_EQ(vals[k], k);
+    }
+    __atomic_and_fetch(&co__test_fail_alloc, ~16, __ATOMIC_RELAXED);
+    for (int i = 0; i < BIG; i++) co_chan_free(ch[i]);
+}
+
 /* A plain thread blocks in select; a coroutine wakes it. */
 static void *thread_select(void *arg) {
     co_chan_t **ch = arg;
@@ -424,6 +452,7 @@ static int run(void *arg) {
     T_RUN(test_duplicate_channel);
     T_RUN(test_wakers_race);
     T_RUN(test_many_cases);
+    T_RUN(test_many_cases_nomem);
     T_RUN(test_thread_select);
     return 0;
 }
