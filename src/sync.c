@@ -50,9 +50,12 @@ static bool sema_trytake(sema_t *s) {
 }
 
 /* Take one unit, parking until one is released. lifo: queue at the head
- * (a waiter that already waited once, as Go's queueLifo). */
+ * (a waiter that already waited once, as Go's queueLifo). Always under the
+ * lock, even a unit that is there already: a releaser that found nobody
+ * queued adds the unit and then unlocks, and a taker that did not wait for
+ * that unlock could return, and (the mutex's last user) free the sema
+ * under the releaser's unlock. */
 static void sema_acquire(sema_t *s, bool lifo, int reason) {
-    if (sema_trytake(s)) return;
     co__parker_t pk;
     co__parker_init(&pk, reason);
     co__waiter_t w;
