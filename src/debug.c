@@ -14,7 +14,7 @@ const char *co_strerror(int err) {
     case CO_EINVAL: return "invalid argument";
     case CO_ENOMEM: return "out of memory";
     case CO_ECANCELED: return "context canceled";
-    case CO_EBUSY: return "busy (coroutines still alive)";
+    case CO_EBUSY: return "busy (still in use)";
     case CO_EDEADLK: return "would deadlock (a worker submitted to its own full pool)";
     case CO_EPERM: return "not allowed from this context";
     default:
@@ -94,19 +94,38 @@ void co__schedtrace(FILE *out) {
     co_sched_stats_t st;
     co_sched_stats(&st);
     if (st.procs == 0) return; /* shutting down */
-    char buf[1024];
-    int n = snprintf(buf, sizeof buf,
+    /* Every P's queue length (up to 1024 of them, "256 " each at most):
+     * on the heap, since a coroutine with a small stack may call co_dump.
+     * Without memory, the line stops after the first 64. */
+    int small[64], *lens = small, cap = 64;
+    char sbuf[1024], *buf = sbuf;
+    size_t bufsz = sizeof sbuf;
+    if (st.procs > 64) {
+        int *l = malloc((size_t)st.procs * sizeof *l);
+        char *b = malloc((size_t)st.procs * 12 + 256);
+        if (l && b) {
+            lens = l;
+            cap = st.procs;
+            buf = b;
+            bufsz = (size_t)st.procs * 12 + 256;
+        } else {
+            free(l);
+            free(b);
+        }
+    }
+    int n = snprintf(buf, bufsz,
                      "SCHED %lldms: gomaxprocs=%d idleprocs=%d threads=%d spinningthreads=%d "
                      "idlethreads=%d runqueue=%lld [",
                      (long long)((co_now() - co__sched.start_ns) / 1000000), st.procs,
                      st.idle_procs, st.threads, st.spinning_threads, st.idle_threads,
                      (long long)st.global_runq);
-    int lens[64];
-    int np = co_sched_runq_lens(lens, 64);
-    for (int i = 0; i < np && n < (int)sizeof buf - 16; i++)
-        n += snprintf(buf + n, sizeof buf - (size_t)n, i ? " %d" : "%d", lens[i]);
+    int np = co_sched_runq_lens(lens, cap);
+    for (int i = 0; i < np && n < (int)bufsz - 16; i++)
+        n += snprintf(buf + n, bufsz - (size_t)n, i ? " %d" : "%d", lens[i]);
     fprintf(out, "%s]\n", buf);
     fflush(out);
+    if (lens != small) free(lens);
+    if (buf != sbuf) free(buf);
 }
 
 static const char *const wait_reasons[CO__WR_COUNT_] = {
@@ -121,7 +140,9 @@ static const char *const wait_reasons[CO__WR_COUNT_] = {
 void co_dump(FILE *out) {
     if (!out) out = stderr;
     co_sched_t *s = &co__sched;
-    if (!s->allp) {
+    /* counted in as a reader (co__stats_enter): co_init and co_shutdown
+     * wait for it before they reset or free what it walks */
+    if (!co__stats_enter()) {
         fprintf(out, "colony: runtime not started\n");
         return;
     }
@@ -142,6 +163,7 @@ void co_dump(FILE *out) {
                 status == CO_G_WAITING && wr > 0 && wr < CO__WR_COUNT_ ? wait_reasons[wr] : "");
     }
     co__unlock(&s->allg_lock);
+    co__stats_exit();
 }
 
 /* co_main: run fn as a coroutine and wait for it, from a thread or a coroutine. */
