@@ -11,7 +11,8 @@
  *    channel for errors: a coroutine may resume on another thread.
  *  - Time is int64_t nanoseconds on the co_now() monotonic clock. Every
  *    blocking call takes an absolute deadline: CO_FOREVER waits forever, any
- *    deadline already past (0 included) means "try once, do not block".
+ *    deadline already past (0 included) means "try once, do not block"
+ *    (co_sleep_until excepted: CO_EINVAL for CO_FOREVER or a negative time).
  *  - Every blocking call works from a coroutine (it parks the coroutine) and
  *    from a plain OS thread (it blocks the thread).
  *  - The first call of anything starts the runtime with defaults.
@@ -48,7 +49,7 @@ extern "C" {
 #define CO_EINVAL (-10004)    /* invalid argument                           */
 #define CO_ENOMEM (-10005)    /* out of memory / address space              */
 #define CO_ECANCELED (-10006) /* context canceled                           */
-#define CO_EBUSY (-10007)     /* resource in use (co_shutdown with live coroutines) */
+#define CO_EBUSY (-10007)     /* in use: co_shutdown with something alive, a trylock of a held lock */
 #define CO_EDEADLK (-10008)   /* operation would deadlock (submit to own full pool) */
 #define CO_EPERM (-10009)     /* not allowed from this context             */
 CO_EXTERN const char *co_strerror(int err);
@@ -56,7 +57,7 @@ CO_EXTERN const char *co_strerror(int err);
 /* ---- time -------------------------------------------------------------- */
 #define CO_FOREVER ((int64_t)-1)
 CO_EXTERN int64_t co_now(void);                /* monotonic nanoseconds */
-CO_EXTERN int64_t co_deadline_after(int64_t ns); /* co_now()+ns; CO_FOREVER if ns < 0 */
+CO_EXTERN int64_t co_deadline_after(int64_t ns); /* co_now()+ns; CO_FOREVER if ns < 0 or if the sum overflows */
 
 /* ---- runtime ----------------------------------------------------------- */
 typedef struct co_config {
