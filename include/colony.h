@@ -36,6 +36,14 @@ extern "C" {
 #else
 #define CO_EXTERN
 #endif
+/* C11's _Noreturn is no C++ keyword: the header is usable from C++ too */
+#if defined(__GNUC__)
+#define CO_NORETURN __attribute__((noreturn))
+#elif defined(__cplusplus)
+#define CO_NORETURN
+#else
+#define CO_NORETURN _Noreturn
+#endif
 
 #define COLONY_VERSION_MAJOR 0
 #define COLONY_VERSION_MINOR 1
@@ -173,7 +181,7 @@ CO_EXTERN co_ctx_t *co_group_ctx(co_group_t *g);
 CO_EXTERN void co_group_free(co_group_t *g);
 
 /* ---- panics ------------------------------------------------------------ */
-CO_EXTERN _Noreturn void co_panic(void *value);
+CO_EXTERN CO_NORETURN void co_panic(void *value);
 CO_EXTERN int co_recover(void (*fn)(void *arg), void *arg, void **value);
 
 /* ---- the pool (ants) --------------------------------------------------- */

@@ -33,4 +33,15 @@ cc -std=c11 "$HERE/consumer.c" -o "$TMP/pc_static" $(pkg-config --cflags colony)
     "$libdir/libcolony.a" $(pkg-config --static --libs-only-other --libs-only-l colony | sed 's/-lcolony//')
 out=$("$TMP/pc_static")
 [ "$out" = "consumer ok 4950" ] || { echo "pkg-config --static: '$out'" >&2; exit 1; }
-echo "install: find_package (static, shared, default) and pkg-config (shared, static) ok"
+# The header from C++ (extern "C", no C-only keyword in a declaration),
+# where a C++ compiler is installed.
+cxx_note=""
+if command -v c++ >/dev/null 2>&1; then
+    c++ -x c++ -std=c++11 -Wall -Werror "$HERE/consumer.c" -x none -o "$TMP/pc_cxx" $(pkg-config --cflags colony) \
+        "$libdir/libcolony.a" $(pkg-config --static --libs-only-other --libs-only-l colony | sed 's/-lcolony//') ||
+        { echo "the header does not build as C++" >&2; exit 1; }
+    out=$("$TMP/pc_cxx")
+    [ "$out" = "consumer ok 4950" ] || { echo "C++ consumer: '$out'" >&2; exit 1; }
+    cxx_note=", C++"
+fi
+echo "install: find_package (static, shared, default) and pkg-config (shared, static$cxx_note) ok"
