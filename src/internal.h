@@ -278,6 +278,9 @@ typedef struct co__waitq {
 } co__waitq_t;
 CO_HIDDEN void co__waitq_push(co__waitq_t *q, co__waiter_t *w);       /* at the tail */
 CO_HIDDEN void co__waitq_push_front(co__waitq_t *q, co__waiter_t *w); /* at the head */
+/* Before the first waiter whose n is larger (at the tail if none): a queue
+ * kept in order of n. Walks from the head. */
+CO_HIDDEN void co__waitq_insert_by_n(co__waitq_t *q, co__waiter_t *w);
 CO_HIDDEN co__waiter_t *co__waitq_pop(co__waitq_t *q);                /* NULL if empty */
 CO_HIDDEN void co__waitq_remove(co__waiter_t *w);                     /* no-op if unlinked */
 static inline bool co__waitq_empty(const co__waitq_t *q) { return q->head == NULL; }

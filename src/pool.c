@@ -699,6 +699,7 @@ static __attribute__((noinline)) int submit_slow(co_pool_t *p, void (*fn)(void *
     wakelist_t wl = {NULL};
     bool raised = false;  /* waiters raised and the chute drained since the lock was taken */
     bool spun = false;    /* a plain thread watched the chute before parking */
+    int64_t ticket = -1;  /* its place in submitq (sub_ticket), kept across RETRY */
     int rc;
     for (;;) {
         if (p->state != CO__POOL_OPEN) {
@@ -786,7 +787,17 @@ static __attribute__((noinline)) int submit_slow(co_pool_t *p, void (*fn)(void *
         memset(&wt, 0, sizeof wt);
         wt.pk = &pk;
         wt.data = &t;
-        co__waitq_push(&p->submitq, &wt);
+        /* First come, first served: a submitter that went round again
+         * after RETRY and found the pool full again (a newcomer took the
+         * slot meanwhile) goes back to its place by its first ticket, not
+         * to the tail. */
+        if (ticket < 0) {
+            wt.n = ticket = p->sub_ticket++;
+            co__waitq_push(&p->submitq, &wt);
+        } else {
+            wt.n = ticket;
+            co__waitq_insert_by_n(&p->submitq, &wt);
+        }
         st32(&p->waiting, p->waiting + 1);
         p->sub_parked++;
         wl_wake(&wl); /* before parking: nobody would wake them after */

@@ -280,7 +280,9 @@ struct co_pool {
     co__pw_t *spare;      /* [L] retired records kept for reuse */
     int nspare;           /* [L] */
 
-    co__waitq_t submitq;  /* [L] blocked submitters; waiter.data = their co__task */
+    co__waitq_t submitq;  /* [L] blocked submitters, by arrival; waiter.data = their
+                           * co__task, waiter.n = their ticket */
+    int64_t sub_ticket;   /* [L] the next blocked submitter's ticket */
     co__waitq_t idleq;    /* [L] co_pool_wait_idle callers: woken when busy == 0 */
     co__waitq_t drainq;   /* [L] release_timeout/destroy callers: woken when
                            * busy_old <= waiter.n */

@@ -184,6 +184,23 @@ void co__waitq_push_front(co__waitq_t *q, co__waiter_t *w) {
     q->head = w;
 }
 
+void co__waitq_insert_by_n(co__waitq_t *q, co__waiter_t *w) {
+    co__waiter_t *at = q->head;
+    while (at && at->n <= w->n) at = at->next;
+    if (!at) {
+        co__waitq_push(q, w);
+        return;
+    }
+    w->q = q;
+    w->next = at;
+    w->prev = at->prev;
+    if (at->prev)
+        at->prev->next = w;
+    else
+        q->head = w;
+    at->prev = w;
+}
+
 void co__waitq_remove(co__waiter_t *w) {
     co__waitq_t *q = w->q;
     if (!q) return;

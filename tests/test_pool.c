@@ -533,6 +533,50 @@ static void t13_tune_scale_up(void) {
     co_pool_destroy(p);
 }
 
+/* First come, first served across a RETRY: A, B and C wait, in that order,
+ * on a full pool of 1; it grows to 2, which sends A round again, and a
+ * newcomer D submits at once and usually takes the new slot first. A
+ * then waits again at the head, not behind C (it went to the tail). The
+ * first slot then serves A, B and C, one at a time, in order. */
+static gate_t g0, gd;
+static atomic_int fifo_order[3];
+static atomic_int fifo_n;
+static void fifo_rec(void *a) {
+    int k = atomic_fetch_add(&fifo_n, 1);
+    if (k < 3) atomic_store(&fifo_order[k], (int)(intptr_t)a);
+}
+static void fifo_gated0(void *a) { gate_wait(&g0); }
+static void fifo_gatedd(void *a) { gate_wait(&gd); }
+static void fifo_after_retry(void) {
+    for (int round = 0; round < 5; round++) {
+        co_pool_t *p;
+        gate_init(&g0);
+        gate_init(&gd);
+        atomic_store(&fifo_n, 0);
+        for (int i = 0; i < 3; i++) atomic_store(&fifo_order[i], 0);
+        CHECK_EQ(co_pool_new(&p, 1, NULL), 0);
+        CHECK_EQ(co_pool_submit(p, fifo_gated0, NULL), 0);
+        bg_submit_t b[3];
+        for (int i = 0; i < 3; i++) {
+            bg_submit_start(&b[i], p, fifo_rec, (void *)(intptr_t)(i + 1));
+            CHECK(WAIT_FOR(co_pool_waiting(p) == i + 1));
+        }
+        co_pool_tune(p, 2);
+        CHECK_EQ(co_pool_submit(p, fifo_gatedd, NULL), 0); /* D */
+        gate_open(&g0);
+        CHECK(WAIT_FOR(atomic_load(&fifo_order[0]) && atomic_load(&fifo_order[1]) &&
+                       atomic_load(&fifo_order[2])));
+        for (int i = 0; i < 3; i++) CHECK_EQ(atomic_load(&fifo_order[i]), i + 1);
+        for (int i = 0; i < 3; i++) {
+            CHECK(WAIT_FOR(atomic_load(&b[i].done)));
+            CHECK_EQ(atomic_load(&b[i].rc), 0);
+        }
+        gate_open(&gd);
+        CHECK_EQ(co_pool_wait_idle(p, CO_FOREVER), 0);
+        co_pool_destroy(p);
+    }
+}
+
 /* Tune down: busy workers retire as they finish, idle ones at once. */
 static void tune_scale_down(void) {
     co_pool_t *p;
@@ -742,5 +786,6 @@ int main(void) {
     T_RUN_SEL(shutdown_with_default_pool);
     T_RUN_SEL(shutdown_with_busy_default_pool);
     T_RUN_SEL(failed_shutdown_changes_nothing);
+    T_RUN_SEL(fifo_after_retry);
     return t_end();
 }
