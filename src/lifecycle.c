@@ -118,7 +118,8 @@ int co_init(const co_config_t *cfg) {
     co__lock(&init_lock);
     if (__atomic_load_n(&co__rt_state, __ATOMIC_ACQUIRE) == CO__RT_UP) {
         bool same = !cfg || ((cfg->procs == 0 || cfg->procs == s->nprocs) &&
-                             (cfg->stack_size == 0 || cfg->stack_size == s->stack_size));
+                             (cfg->stack_size == 0 ||
+                              co__stack_round(cfg->stack_size) == s->stack_size));
         co__unlock(&init_lock);
         return same ? 0 : CO_EINVAL;
     }
@@ -126,7 +127,9 @@ int co_init(const co_config_t *cfg) {
     while (__atomic_load_n(&stat_readers, __ATOMIC_SEQ_CST) != 0) sched_yield();
     memset(s, 0, sizeof *s);
     s->nprocs = cfg && cfg->procs ? cfg->procs : default_procs();
-    s->stack_size = cfg && cfg->stack_size ? cfg->stack_size : CO_DEFAULT_STACK;
+    /* in whole pages: a size that is not would never equal a mapped one,
+     * and every exit would unmap its stack */
+    s->stack_size = co__stack_round(cfg && cfg->stack_size ? cfg->stack_size : CO_DEFAULT_STACK);
     s->start_ns = co_now();
     s->allp = calloc((size_t)s->nprocs, sizeof *s->allp);
     if (!s->allp) goto nomem;

@@ -448,9 +448,14 @@ CO_HIDDEN void co__gcache_free_global(void);      /* shutdown */
 CO_HIDDEN void co__stack_setup(void);
 CO_HIDDEN bool co__stack_light_guards_probe(void); /* MADV_GUARD_INSTALL guards for real */
 CO_HIDDEN int co__stack_alloc(co__stack_t *s, size_t size);
+/* A stack size as it is mapped: rounded up to whole pages. Sizes are
+ * compared with the default's (reuse through the caches, the exit
+ * hand-over), so each is rounded where it enters (co_init, co_go_with). */
+CO_HIDDEN size_t co__stack_round(size_t size);
 CO_HIDDEN int co__stack_alloc_n(co__stack_t *out, int n, size_t size); /* >= 1 made, or error */
 CO_HIDDEN void co__stack_free(co__stack_t *s);
 CO_HIDDEN int64_t co__stacks_mapped(void);        /* stacks mapped now (tests read it) */
+CO_HIDDEN int64_t co__stacks_mapped_total(void);  /* stacks ever mapped (tests) */
 CO_HIDDEN void co__stack_check_canary(co_g_t *g);
 /* Called when g switches away or exits: an unguarded stack's canary must
  * still be zero (stack.c). Guarded stacks and g0 have nothing to check. */

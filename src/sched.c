@@ -948,7 +948,7 @@ static inline __attribute__((always_inline)) int spawn_on(co_m_t *m, void (*fn)(
         int rc = co__plain_spawn_enter();
         if (rc < 0) return rc;
     }
-    if (stack_size == 0) stack_size = s->stack_size;
+    stack_size = stack_size == 0 ? s->stack_size : co__stack_round(stack_size);
     co_g_t *g = g_alloc(p);
     if (!g) goto nomem;
     /* A default-size stack comes when the G first runs (gcache.c); any

@@ -74,6 +74,10 @@ static int light_guards = 1;      /* atomic relaxed: 0 when the probe at setup f
 static int64_t stacks_mapped;     /* atomic relaxed: stacks mapped and not yet unmapped (tests) */
 
 int64_t co__stacks_mapped(void) { return __atomic_load_n(&stacks_mapped, __ATOMIC_RELAXED); }
+static int64_t stacks_mapped_total; /* atomic relaxed: stacks ever mapped (tests) */
+int64_t co__stacks_mapped_total(void) {
+    return __atomic_load_n(&stacks_mapped_total, __ATOMIC_RELAXED);
+}
 #ifndef CO_ASAN /* ASan reports overflows itself: no handler of ours then */
 static struct sigaction prev_segv;
 static bool segv_installed;
@@ -147,6 +151,11 @@ bool co__stack_light_guards_probe(void) {
     }
     munmap(p, pg);
     return ok;
+}
+
+size_t co__stack_round(size_t size) {
+    size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+    return (size + pg - 1) / pg * pg;
 }
 
 void co__stack_setup(void) {
@@ -243,6 +252,7 @@ int co__stack_alloc_n(co__stack_t *out, int n, size_t size) {
         s->vg_id = VALGRIND_STACK_REGISTER(s->lo, s->lo + s->size);
     }
     __atomic_add_fetch(&stacks_mapped, n, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&stacks_mapped_total, n, __ATOMIC_RELAXED);
     return n;
 }
 

@@ -339,6 +339,29 @@ static void test_stacks_reused(void) {
     CHECK(after_all <= after_one + 2 * n);
 }
 
+/* A default stack size that is no whole number of pages (co_init's
+ * stack_size, and co_go_with's) is rounded up where it enters: stacks
+ * mapped at the rounded size never equalled it, so every exit unmapped
+ * its stack and every first run mapped a new one (5,000 munmaps for 5,000
+ * coroutines). Now as many rounds as you like map no more stacks than the
+ * first needed, plus the caches. */
+int64_t co__stacks_mapped_total(void); /* libcolony internal (stack.c) */
+static void test_odd_stack_size_reused(void) {
+    CHECK_EQ(T_SHUTDOWN(), 0);
+    co_config_t c = {.procs = 2, .stack_size = 16 * 1024 + 1};
+    CHECK_EQ(co_init(&c), 0);
+    CHECK_EQ(co_init(&c), 0); /* the same configuration, rounded alike */
+    int n = 300, rounds = sanitized() ? 10 : 40;
+    sr_round(n);
+    int64_t after_one = co__stacks_mapped_total();
+    for (int r = 1; r < rounds; r++) sr_round(n);
+    int64_t after_all = co__stacks_mapped_total();
+    fprintf(stderr, "stacks ever mapped: %lld after one round, %lld after %d\n",
+            (long long)after_one, (long long)after_all, rounds);
+    CHECK(after_all <= after_one + 2 * n);
+    CHECK_EQ(T_SHUTDOWN(), 0);
+}
+
 /* Spawn back-pressure: a coroutine that spawns in a loop, never parking,
  * yields once its P's queue is full (or the global queue holds 256 per P),
  * so the coroutines it spawned but that have not run stay a few hundred
@@ -1081,6 +1104,7 @@ int main(void) {
     T_RUN(test_schedtrace_huge);
     T_RUN(test_shutdown_restart);
     T_RUN(test_sched_line_many_procs);
+    T_RUN(test_odd_stack_size_reused);
     T_RUN(test_shutdown_races);
     return t_end();
 }
