@@ -18,7 +18,17 @@ const char *co_strerror(int err) {
     case CO_EDEADLK: return "would deadlock (a worker submitted to its own full pool)";
     case CO_EPERM: return "not allowed from this context";
     default:
-        if (err < 0 && err > -4096) return strerror(-err);
+        if (err < 0 && err > -4096) {
+            /* strerrordesc_np: glibc's own constant text, never the
+             * "Unknown error N" that strerror formats into a buffer shared
+             * by every thread (glibc 2.32+) */
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 32))
+            const char *d = strerrordesc_np(-err);
+            return d ? d : "unknown error";
+#else
+            return strerror(-err);
+#endif
+        }
         return "unknown error";
     }
 }

@@ -474,6 +474,11 @@ static void test_errors(void) {
     }
     CHECK(strcmp(co_strerror(-ENOENT), strerror(ENOENT)) == 0);
     CHECK(strcmp(co_strerror(12345), "unknown error") == 0);
+    /* an errno glibc does not know: a constant text, not strerror's
+     * "Unknown error N" in a buffer every thread shares */
+    const char *u = co_strerror(-4000);
+    CHECK(strcmp(u, "unknown error") == 0);
+    CHECK(u == co_strerror(-4001));
     CHECK_EQ(co_deadline_after(-1), CO_FOREVER);
     CHECK(co_deadline_after(0) <= co_now());
 }
