@@ -169,13 +169,11 @@ static int echo_run(void *arg) {
 
 int main(int argc, char **argv) {
     echo_main_t m = {.cfg = {.port = 7007, .pool_size = 1000}};
-    if (argc > 1)
-        m.cfg.port = atoi(argv[1]);
-    if (argc > 2)
-        m.cfg.pool_size = atoi(argv[2]);
-    if (argc > 3 || m.cfg.port < 0 || m.cfg.port > 65535 || (argc > 2 && m.cfg.pool_size <= 0)) {
-        fprintf(stderr, "usage: %s [port (0: any)] [pool-size]\n", argv[0]);
-        return 2;
+    bool help = argc > 1 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"));
+    if (help || argc > 3 || (argc > 1 && !psrv_arg_int(argv[1], 0, 65535, &m.cfg.port)) ||
+        (argc > 2 && !psrv_arg_int(argv[2], 1, 1 << 24, &m.cfg.pool_size))) {
+        fprintf(help ? stdout : stderr, "usage: %s [port (0: any)] [pool-size]\n", argv[0]);
+        return help ? 0 : 2;
     }
     const char *h = getenv("ECHO_HOST");
     if (h)

@@ -6,8 +6,9 @@
  *
  * port 0 (the default 8080 otherwise) picks a free one; the port is printed.
  * Routes: GET/HEAD /      -> "Hello, World!\n" (fixed)
- *         GET/HEAD /file  -> the file given on the command line, read from
- *                            disk per request inside co_blocking
+ *         GET/HEAD /file  -> the file given on the command line, streamed
+ *                            from disk per request in 64 KiB pieces (each
+ *                            read inside co_blocking)
  * Keep-alive (HTTP/1.1 default, HTTP/1.0 with "Connection: keep-alive"),
  * pipelining, Content-Length on every response, request bodies up to
  * 1 MiB (discarded). 400 for a malformed request, 431 for a request head
@@ -54,7 +55,8 @@
 
 #define HTTP_MAX_HEAD 8192           /* request line + headers */
 #define HTTP_MAX_BODY (1 << 20)      /* request bodies we accept (and drop) */
-#define HTTP_MAX_FILE (64 << 20)     /* the /file response */
+#define HTTP_FILE_CHUNK (64 << 10)   /* /file is sent in pieces of this: memory per
+                                        connection stays bounded, whatever the file */
 #define HTTP_MS 1000000LL
 
 static const char http_hello[] = "Hello, World!\n";
@@ -65,7 +67,8 @@ typedef struct http_config {
     int pool_size;            /* workers (concurrent connections served) */
     const char *file;         /* served at /file; NULL: 404 there */
     int64_t read_timeout_ns;  /* a request head (or keep-alive idle) must arrive in this */
-    int64_t write_timeout_ns; /* a response must be taken by the peer in this */
+    int64_t write_timeout_ns; /* each write (a response, a piece of /file) must be taken
+                               * by the peer in this */
     int64_t queue_wait_ns;    /* a connection waits this long for a worker, then 503 */
     int queue_cap;            /* connections that may wait; 0: pool_size */
 } http_config_t;
@@ -171,38 +174,82 @@ static void http_linger_close(int fd) {
 
 /* ---- the file route --------------------------------------------------------- */
 
+/* open/fstat and each piece's read run inside co_blocking: they may block
+ * on the disk. The file is streamed: one HTTP_FILE_CHUNK buffer per
+ * connection, never the whole file (a client that stops reading holds a
+ * piece, not a copy of the file). */
 typedef struct {
     const char *path;
-    char *data;
+    int fd;
     size_t len;
     int err;
-} http_file_job_t;
+} http_file_open_t;
 
-/* Runs inside co_blocking: open/stat/read may block on the disk. */
-static void http_read_file(void *arg) {
-    http_file_job_t *j = arg;
-    int fd = open(j->path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
+static void http_open_file(void *arg) {
+    http_file_open_t *j = arg;
+    j->fd = open(j->path, O_RDONLY | O_CLOEXEC);
+    if (j->fd < 0) {
         j->err = errno;
         return;
     }
     struct stat st;
-    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size > HTTP_MAX_FILE) {
+    if (fstat(j->fd, &st) < 0 || !S_ISREG(st.st_mode)) {
         j->err = EINVAL;
-        close(fd);
+        close(j->fd);
+        j->fd = -1;
         return;
     }
-    j->data = malloc((size_t)st.st_size + 1);
-    size_t got = 0;
-    while (j->data && got < (size_t)st.st_size) {
-        ssize_t n = read(fd, j->data + got, (size_t)st.st_size - got);
-        if (n <= 0)
-            break; /* shrank under us: serve what we read */
-        got += (size_t)n;
+    j->len = (size_t)st.st_size;
+    j->err = 0;
+}
+
+typedef struct {
+    int fd;
+    char *buf;
+    size_t want;
+    off_t off;
+    ssize_t got;
+} http_file_piece_t;
+
+static void http_read_piece(void *arg) {
+    http_file_piece_t *r = arg;
+    do
+        r->got = pread(r->fd, r->buf, r->want, r->off);
+    while (r->got < 0 && errno == EINTR);
+}
+
+static void http_close_file(void *arg) { close(*(int *)arg); }
+
+/* GET/HEAD /file: the head with the file's size, then (GET) the file in
+ * pieces. The write deadline counts per piece: a client that keeps
+ * reading, however slowly, gets the whole file; one that stops for the
+ * write timeout is dropped. A file that shrank under us cannot make up its
+ * Content-Length: the connection is closed (-1). */
+static int http_send_file(http_conn_t *c, bool head_only, int conn_hdr) {
+    http_server_t *s = http_srv(c);
+    http_file_open_t j = {.path = s->cfg.file, .fd = -1};
+    co_blocking(http_open_file, &j);
+    if (j.err)
+        return http_respond(c, 500, "text/plain; charset=utf-8", "file unavailable\n", 17,
+                            head_only, conn_hdr, NULL);
+    int rc = http_respond(c, 200, "application/octet-stream", NULL, j.len, true, conn_hdr, NULL);
+    char *buf = rc == 0 && !head_only && j.len ? malloc(HTTP_FILE_CHUNK) : NULL;
+    if (rc == 0 && !head_only && j.len && !buf)
+        rc = -1; /* the head promised a body we cannot send */
+    for (size_t off = 0; buf && off < j.len;) {
+        size_t want = j.len - off < HTTP_FILE_CHUNK ? j.len - off : HTTP_FILE_CHUNK;
+        http_file_piece_t r = {.fd = j.fd, .buf = buf, .want = want, .off = (off_t)off};
+        co_blocking(http_read_piece, &r);
+        if (r.got <= 0 ||
+            co_write(c->base.fd, buf, (size_t)r.got, co_deadline_after(s->cfg.write_timeout_ns)) < 0) {
+            rc = -1;
+            break;
+        }
+        off += (size_t)r.got;
     }
-    j->len = got;
-    j->err = j->data ? 0 : ENOMEM;
-    close(fd);
+    free(buf);
+    co_blocking(http_close_file, &j.fd);
+    return rc;
 }
 
 /* ---- parsing ---------------------------------------------------------------- */
@@ -460,15 +507,7 @@ static void http_conn_main(void *arg) {
             rc = http_respond(c, 200, "text/plain; charset=utf-8", http_hello,
                               sizeof http_hello - 1, is_head, conn_hdr, NULL);
         } else if (target_fits && strcmp(target, "/file") == 0 && s->cfg.file) {
-            http_file_job_t j = {.path = s->cfg.file};
-            co_blocking(http_read_file, &j);
-            if (j.err)
-                rc = http_respond(c, 500, "text/plain; charset=utf-8", "file unavailable\n", 17,
-                                  is_head, conn_hdr, NULL);
-            else
-                rc = http_respond(c, 200, "application/octet-stream", j.data, j.len, is_head,
-                                  conn_hdr, NULL);
-            free(j.data);
+            rc = http_send_file(c, is_head, conn_hdr);
         } else {
             rc = http_respond(c, 404, "text/plain; charset=utf-8", "not found\n", 10, is_head,
                               conn_hdr, NULL);
@@ -578,16 +617,15 @@ static int http_run(void *arg) {
 
 int main(int argc, char **argv) {
     http_main_t m = {.cfg = {.port = 8080, .pool_size = 1000}};
-    if (argc > 1)
-        m.cfg.port = atoi(argv[1]);
-    if (argc > 2)
-        m.cfg.pool_size = atoi(argv[2]);
+    bool help = argc > 1 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"));
+    if (help || argc > 4 || (argc > 1 && !psrv_arg_int(argv[1], 0, 65535, &m.cfg.port)) ||
+        (argc > 2 && !psrv_arg_int(argv[2], 1, 1 << 24, &m.cfg.pool_size))) {
+        fprintf(help ? stdout : stderr, "usage: %s [port (0: any)] [pool-size] [file served at /file]\n",
+                argv[0]);
+        return help ? 0 : 2;
+    }
     if (argc > 3)
         m.cfg.file = argv[3];
-    if (argc > 4 || m.cfg.port < 0 || m.cfg.port > 65535 || (argc > 2 && m.cfg.pool_size <= 0)) {
-        fprintf(stderr, "usage: %s [port (0: any)] [pool-size] [file served at /file]\n", argv[0]);
-        return 2;
-    }
     const char *h = getenv("HTTP_HOST");
     if (h)
         m.cfg.host = h;

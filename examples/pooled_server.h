@@ -264,6 +264,17 @@ static void psrv_wait(psrv_t *s) {
  * SIGINT and SIGTERM (before the runtime's threads exist: they inherit the
  * mask) and returns a signalfd that receives them (or -1, errno set).
  * SIGPIPE is ignored: a write to a closed peer returns EPIPE. */
+/* A command-line integer in [lo, hi], all of the string ("80x" is not
+ * 80, "--help" not 0); false otherwise. */
+static inline bool psrv_arg_int(const char *s, long lo, long hi, int *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) return false;
+    *out = (int)v;
+    return true;
+}
+
 static inline int psrv_main_signals(void) {
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {

@@ -207,6 +207,54 @@ static void test_http_answers(void) {
 #undef EX
 }
 
+/* /file is streamed in pieces, and the write timeout counts per piece: a
+ * client that keeps reading, however slowly, gets the whole file. An 8 MiB
+ * file read 64 KiB at a time with 20 ms pauses takes about 2.6 s, past
+ * the 1 s write timeout (the whole response used to have to go out within
+ * it: the client got a cut body and a clean end of file). And the server
+ * holds one piece per connection, not a copy of the file. */
+static void test_http_file_slow_reader(void) {
+    int fds0 = count_fds();
+    char path[] = "/tmp/colony_http_XXXXXX";
+    int tf = mkstemp(path);
+    static char blob[8 << 20];
+    for (size_t i = 0; i < sizeof blob; i++) blob[i] = (char)(i * 7);
+    CHECK_EQ(write(tf, blob, sizeof blob), (ssize_t)sizeof blob);
+    close(tf);
+    http_config_t cfg = {.pool_size = 4, .read_timeout_ns = 5000 * MS,
+                         .write_timeout_ns = 1000 * MS, .queue_wait_ns = 1000 * MS, .file = path};
+    http_server_t *s = NULL;
+    CHECK_EQ(http_server_start(&s, &cfg), 0);
+    int fd = dial(http_server_port(s));
+    CHECK(fd >= 0);
+    int small = 64 << 10;
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+    const char rq[] = "GET /file HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    CHECK_EQ(co_write(fd, rq, sizeof rq - 1, co_deadline_after(5000 * MS)), (ssize_t)sizeof rq - 1);
+    static char got[(8 << 20) + 4096];
+    size_t have = 0;
+    for (;;) {
+        size_t room = sizeof got - have < (64 << 10) ? sizeof got - have : (64 << 10);
+        ssize_t n = co_read(fd, got + have, room, co_deadline_after(10000 * MS));
+        if (n <= 0) break;
+        have += (size_t)n;
+        co_sleep(20 * MS);
+    }
+    co_close(fd);
+    char *body = strstr(got, "\r\n\r\n");
+    CHECK(body != NULL);
+    if (body) {
+        body += 4;
+        CHECK_EQ(have - (size_t)(body - got), sizeof blob);
+        CHECK(memcmp(body, blob, sizeof blob) == 0);
+    }
+    http_server_stop(s);
+    http_stats_t st;
+    http_server_wait(s, &st);
+    unlink(path);
+    CHECK_EQ(count_fds(), fds0);
+}
+
 /* ---- HTTP: faults ------------------------------------------------------------ */
 
 typedef struct {
@@ -588,6 +636,7 @@ int main(void) {
     signal(SIGPIPE, SIG_IGN);
     CHECK_EQ(co_init(NULL), 0);
     T_RUN(test_http_answers);
+    T_RUN(test_http_file_slow_reader);
     T_RUN(test_http_faults);
     T_RUN(test_http_overload);
     T_RUN(test_http_shutdown_with_clients);
