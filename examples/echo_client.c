@@ -23,6 +23,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -85,6 +86,38 @@ static ssize_t read_echo(int fd, char *b, size_t n, int64_t deadline) {
     return got == n ? (ssize_t)n : -EPROTO;
 }
 
+/* One round trip: write msg, read its echo into back (room for n + 1).
+ * A message larger than the socket buffers cannot be written whole before
+ * any of its echo is read (both ends would wait on full buffers until the
+ * deadline): a helper coroutine writes it while this one reads. */
+#define BIG_MSG (32 << 10)
+typedef struct {
+    int fd;
+    const char *msg;
+    size_t n;
+    int64_t dl;
+    ssize_t rc;
+    co_waitgroup_t wg;
+} big_write_t;
+static void big_writer(void *arg) {
+    big_write_t *b = arg;
+    b->rc = co_write(b->fd, b->msg, b->n, b->dl);
+    co_waitgroup_done(&b->wg);
+}
+static bool round_trip(int fd, const char *msg, char *back, size_t n, int64_t dl) {
+    if (n <= BIG_MSG)
+        return co_write(fd, msg, n, dl) == (ssize_t)n && read_echo(fd, back, n, dl) == (ssize_t)n;
+    big_write_t b = {.fd = fd, .msg = msg, .n = n, .dl = dl, .rc = -1, .wg = CO_WAITGROUP_INIT};
+    co_waitgroup_add(&b.wg, 1);
+    if (co_go(big_writer, &b) != 0)
+        return false;
+    ssize_t r = read_echo(fd, back, n, dl);
+    if (r != (ssize_t)n)
+        shutdown(fd, SHUT_RDWR); /* the writer may wait on a full buffer: end it now */
+    co_waitgroup_wait(&b.wg);
+    return r == (ssize_t)n && b.rc == (ssize_t)n;
+}
+
 static void load_worker(void *arg) {
     worker_t *w = arg;
     const opts_t *o = w->o;
@@ -103,8 +136,7 @@ static void load_worker(void *arg) {
         int64_t t0 = co_now(); /* one clock read: loop test, deadline, latency start */
         if (t0 >= w->end) break;
         int64_t dl = t0 + 10000 * MS;
-        if (co_write(fd, msg, (size_t)o->size, dl) < 0 ||
-            read_echo(fd, back, (size_t)o->size, dl) != o->size ||
+        if (!round_trip(fd, msg, back, (size_t)o->size, dl) ||
             memcmp(back, msg, (size_t)o->size) != 0) {
             w->err = -EIO;
             static int reported_io; /* atomic */

@@ -631,6 +631,62 @@ static void test_binaries_sigterm(void) {
     run_binary("./echo_server", "hello");
 }
 
+/* The binaries refuse bad command lines instead of starting a server
+ * (atoi read "--help" as port 0 and "80x" as 80): exit 0 with the usage for
+ * --help, 2 for a bad argument. */
+static int run_quick(const char *path, const char *arg) {
+    int rd = -1;
+    pid_t pid = t_fork_piped(1, &rd);
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        t_execl(path, path, arg, (char *)NULL);
+        _exit(127);
+    }
+    char out[512];
+    int st = t_drain_and_wait(rd, out, sizeof out, pid);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+static void test_binaries_arguments(void) {
+    const char *bins[] = {"./http_server", "./echo_server"};
+    for (int i = 0; i < 2; i++) {
+        if (access(bins[i], X_OK) != 0) {
+            fprintf(stderr, "   (%s not built here: skipped)\n", bins[i]);
+            continue;
+        }
+        CHECK_EQ(run_quick(bins[i], "--help"), 0);
+        CHECK_EQ(run_quick(bins[i], "80x"), 2);
+        CHECK_EQ(run_quick(bins[i], "70000"), 2);
+    }
+}
+
+/* echo_client with messages larger than the socket buffers: it wrote a
+ * whole message before reading any of its echo, and both ends waited on
+ * full buffers until the server dropped it (0 round trips, exit 1). */
+static void test_echo_client_big_messages(void) {
+    if (access("./echo_client", X_OK) != 0) {
+        fprintf(stderr, "   (./echo_client not built here: skipped)\n");
+        return;
+    }
+    echo_server_t *s = start_echo(4, 0, 10000 * MS, 1000 * MS);
+    char port[16];
+    snprintf(port, sizeof port, "%d", echo_server_port(s));
+    int rd = -1;
+    pid_t pid = t_fork_piped(1, &rd);
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        t_execl("./echo_client", "./echo_client", "-p", port, "-c", "1", "-s", "8388608", "-d", "1",
+                (char *)NULL);
+        _exit(127);
+    }
+    char out[1024] = {0};
+    int st = t_drain_and_wait(rd, out, sizeof out, pid);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    CHECK(strstr(out, "0 connection errors") != NULL);
+    echo_server_stop(s);
+    echo_stats_t es;
+    echo_server_wait(s, &es);
+}
+
 int main(void) {
     t_begin(170);
     signal(SIGPIPE, SIG_IGN);
@@ -643,5 +699,7 @@ int main(void) {
     T_RUN(test_echo);
     T_RUN(test_echo_overload_and_shutdown);
     T_RUN(test_binaries_sigterm);
+    T_RUN(test_binaries_arguments);
+    T_RUN(test_echo_client_big_messages);
     return t_end();
 }
