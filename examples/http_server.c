@@ -407,10 +407,18 @@ static long http_read_head(http_conn_t *c) {
     http_server_t *s = http_srv(c);
     int64_t dl = co_deadline_after(s->cfg.read_timeout_ns);
     for (;;) {
+        /* empty lines before a request line are ignored (RFC 9112, 2.2) */
+        size_t skip = 0;
+        while (c->have - skip >= 2 && c->buf[skip] == '\r' && c->buf[skip + 1] == '\n')
+            skip += 2;
+        if (skip) {
+            memmove(c->buf, c->buf + skip, c->have - skip);
+            c->have -= skip;
+        }
         char *e = c->have >= 4 ? memmem(c->buf, c->have, "\r\n\r\n", 4) : NULL;
         if (e)
             return (long)(e - c->buf) + 4;
-        int pre = http_precheck(c->buf, c->have);
+        int pre = c->have == 1 && c->buf[0] == '\r' ? 0 : http_precheck(c->buf, c->have);
         if (pre)
             return -pre;
         if (http_bare_lf(c->buf, c->have))
@@ -491,12 +499,15 @@ static void http_conn_main(void *arg) {
         int conn_hdr = keep ? (r.minor == 0 ? 2 : 0) : 1;
         bool is_get = r.method_len == 3 && memcmp(r.method, "GET", 3) == 0;
         bool is_head = r.method_len == 4 && memcmp(r.method, "HEAD", 4) == 0;
-        /* copy what we need: skipping the body reuses the buffer */
+        /* copy what we need: skipping the body reuses the buffer. Routes
+         * go by the path: a query string ("/?a=1") is not part of it. */
         char target[64];
-        size_t tl = r.target_len < sizeof target - 1 ? r.target_len : sizeof target - 1;
+        const char *qm = memchr(r.target, '?', r.target_len);
+        size_t path_len = qm ? (size_t)(qm - r.target) : r.target_len;
+        size_t tl = path_len < sizeof target - 1 ? path_len : sizeof target - 1;
         memcpy(target, r.target, tl);
         target[tl] = 0;
-        bool target_fits = r.target_len < sizeof target - 1;
+        bool target_fits = path_len < sizeof target - 1;
         if (http_skip_body(c, r.head_len, r.body_len) < 0)
             break;
         int rc;

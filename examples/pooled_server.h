@@ -115,8 +115,10 @@ static void psrv_unregister(psrv_conn_t *c) {
 static void psrv_refuse(psrv_t *s, int fd) {
     __atomic_add_fetch(&s->refused, 1, __ATOMIC_RELAXED);
     char sink[1024];
-    while (co_read(fd, sink, sizeof sink, 0) > 0) {
-    } /* drained: our close sends FIN, not RST */
+    /* drained (at most 16 KiB: a peer that keeps sending must not hold the
+     * acceptor), so that our close sends FIN, not RST */
+    for (int i = 0; i < 16 && co_read(fd, sink, sizeof sink, 0) > 0; i++) {
+    }
     if (s->cfg.refuse_msg) /* try once: never stall the acceptor */
         (void)co_write(fd, s->cfg.refuse_msg, strlen(s->cfg.refuse_msg), 0);
     shutdown(fd, SHUT_WR);

@@ -134,6 +134,12 @@ static void test_http_answers(void) {
     EX("GET /file HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", 200);
     CHECK(strstr(b, "Content-Length: 3000\r\n"));
     CHECK(memcmp(strstr(b, "\r\n\r\n") + 4, content, sizeof content) == 0);
+    /* routes go by the path, without the query string; empty lines
+     * before the request line are ignored (RFC 9112, 2.2) */
+    EX("GET /?a=1 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", 200);
+    EX("GET /file?x HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", 200);
+    CHECK(strstr(b, "Content-Length: 3000\r\n"));
+    EX("\r\n\r\nGET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", 200);
     { /* HEAD: the GET's Content-Length, no body */
         int hf = dial(port);
         const char rq[] = "HEAD /file HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
@@ -199,7 +205,7 @@ static void test_http_answers(void) {
     http_server_stop(s);
     http_stats_t st;
     http_server_wait(s, &st);
-    CHECK_EQ(st.requests, 59); /* the 7 valid single requests, 2 pipelined, 50 keep-alive */
+    CHECK_EQ(st.requests, 62); /* the 10 valid single requests, 2 pipelined, 50 keep-alive */
     CHECK(st.status_4xx >= 10);
     unlink(path);
     CHECK_EQ(count_fds(), fds0);
