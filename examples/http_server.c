@@ -451,9 +451,11 @@ static int http_skip_body(http_conn_t *c, size_t head_len, long long len) {
     }
     len -= (long long)inbuf;
     c->have = 0;
-    int64_t dl = co_deadline_after(http_srv(c)->cfg.read_timeout_ns);
     while (len > 0) {
         size_t want = len < (long long)sizeof c->buf ? (size_t)len : sizeof c->buf;
+        /* the read timeout counts per read, as the write timeout per piece:
+         * a slow upload that keeps coming is not cut */
+        int64_t dl = co_deadline_after(http_srv(c)->cfg.read_timeout_ns);
         ssize_t n = co_read(c->base.fd, c->buf, want, dl);
         if (n <= 0)
             return -1;

@@ -261,6 +261,35 @@ static void test_http_file_slow_reader(void) {
     CHECK_EQ(count_fds(), fds0);
 }
 
+/* A request body that keeps coming, slowly: the read timeout counts per
+ * read, so 256 KiB in 16 KiB pieces 100 ms apart (1.6 s) gets its answer
+ * from a server whose read timeout is 500 ms (the whole body once had to
+ * arrive within it). */
+static void test_http_slow_upload(void) {
+    int fds0 = count_fds();
+    http_server_t *s = start_http(4, 0, 500 * MS, 1000 * MS, NULL);
+    int fd = dial(http_server_port(s));
+    CHECK(fd >= 0);
+    const char head[] = "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 262144\r\n"
+                        "Connection: close\r\n\r\n";
+    CHECK_EQ(co_write(fd, head, sizeof head - 1, co_deadline_after(5000 * MS)),
+             (ssize_t)sizeof head - 1);
+    static char piece[16 << 10];
+    for (int i = 0; i < 16; i++) {
+        co_sleep(100 * MS);
+        if (co_write(fd, piece, sizeof piece, co_deadline_after(5000 * MS)) != (ssize_t)sizeof piece)
+            break;
+    }
+    char b[1024] = {0};
+    ssize_t n = co_read(fd, b, sizeof b - 1, co_deadline_after(10000 * MS));
+    CHECK(n > 0 && status_of(b) == 405); /* answered (POST is not served), not dropped */
+    co_close(fd);
+    http_server_stop(s);
+    http_stats_t st;
+    http_server_wait(s, &st);
+    CHECK_EQ(count_fds(), fds0);
+}
+
 /* ---- HTTP: faults ------------------------------------------------------------ */
 
 typedef struct {
@@ -699,6 +728,7 @@ int main(void) {
     CHECK_EQ(co_init(NULL), 0);
     T_RUN(test_http_answers);
     T_RUN(test_http_file_slow_reader);
+    T_RUN(test_http_slow_upload);
     T_RUN(test_http_faults);
     T_RUN(test_http_overload);
     T_RUN(test_http_shutdown_with_clients);
