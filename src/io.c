@@ -191,19 +191,26 @@ static int pd_setup(co__pd_t *pd) {
             rc = -errno;
             goto out;
         }
-        /* One look says both whether it is a socket and whether it is TCP,
-         * where a short read means an empty buffer (co_read's skip), urgent
-         * data aside (its edge turns the skip off, see hup). Not a Unix
-         * stream socket (a read stops after a segment with SCM_RIGHTS, or
-         * between writers with SO_PASSCRED), nor MPTCP or SCTP (their own
-         * protocol numbers), nor a pipe (one in packet mode, O_DIRECT,
-         * returns one write per read, and only its write end shows the
-         * flag). Asked of every new file, co_accept's too: a number it gave
-         * out may have been closed with close(2) and taken by any file. */
-        int proto = 0;
-        socklen_t pl = sizeof proto;
+        /* Whether it is a socket, and whether it is TCP, where a short read
+         * means an empty buffer (co_read's skip), urgent data aside (its
+         * edge turns the skip off, see hup). Not a Unix stream socket (a
+         * read stops after a segment with SCM_RIGHTS, or between writers
+         * with SO_PASSCRED), nor MPTCP or SCTP (their own protocol
+         * numbers), nor a pipe (one in packet mode, O_DIRECT, returns one
+         * write per read, and only its write end shows the flag). A
+         * protocol number means something only within its family and type
+         * (6 is also a raw IP socket's IPPROTO_TCP and NETLINK_XFRM): all
+         * three are asked. Of every new file, co_accept's too: a number it
+         * gave out may have been closed with close(2) and taken by any
+         * file. */
+        int proto = 0, type = 0, dom = 0;
+        socklen_t pl = sizeof proto, tl = sizeof type, dl = sizeof dom;
         pd->is_sock = getsockopt(pd->fd, SOL_SOCKET, SO_PROTOCOL, &proto, &pl) == 0;
-        bool stream = pd->is_sock && proto == IPPROTO_TCP;
+        bool stream = pd->is_sock && proto == IPPROTO_TCP &&
+                      getsockopt(pd->fd, SOL_SOCKET, SO_TYPE, &type, &tl) == 0 &&
+                      type == SOCK_STREAM &&
+                      getsockopt(pd->fd, SOL_SOCKET, SO_DOMAIN, &dom, &dl) == 0 &&
+                      (dom == AF_INET || dom == AF_INET6);
         __atomic_store_n(&pd->stream, stream, __ATOMIC_RELAXED);
         /* a former file's (closed with close(2)) read-side hints */
         __atomic_store_n(&pd->rdrained, 0, __ATOMIC_RELAXED);
@@ -622,8 +629,8 @@ int co_accept(int fd, struct sockaddr *addr, socklen_t *addrlen, int64_t deadlin
     if (rc >= 0) {
         /* A fresh number: whatever its slot remembers is stale (a file
          * closed with close(2) had it). Its first use sets it up afresh,
-         * as any file's: non-blocking already, so one fcntl, a getsockopt
-         * and the registration. */
+         * as any file's: non-blocking already, so one fcntl, its type
+         * (getsockopt) and the registration. */
         co__pd_t *npd = co__pd_get(rc);
         if (npd) {
             co__lock(&npd->lock);

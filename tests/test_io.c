@@ -16,6 +16,7 @@ bool co__netpoll_has_waiters(void);
 #include <dirent.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <linux/netlink.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -899,6 +900,59 @@ static void test_accepted_then_dgram(void) {
     CHECK_EQ(count_fds(), before);
 }
 
+/* A socket whose protocol number is 6 but which is no TCP stream (a
+ * NETLINK_XFRM socket: 6 is IPPROTO_TCP only in the IP families): two
+ * queued messages, two reads. Taken for TCP, its first short read would
+ * read as "drained" and the second wait for an edge that never comes.
+ * Skipped where netlink sockets cannot be made or bound. */
+typedef struct {
+    int a, b;
+    unsigned bport;
+    int ok;
+    co_waitgroup_t *wg;
+} p6_t;
+static void proto6_reader(void *arg) {
+    p6_t *t = arg;
+    char buf[4096];
+    (void)co_read(t->b, buf, sizeof buf, 0); /* registered now: a try */
+    co_sleep(2 * MS);
+    struct sockaddr_nl to = {.nl_family = AF_NETLINK, .nl_pid = t->bport};
+    char msg[64] = {0};
+    struct nlmsghdr *h = (struct nlmsghdr *)msg;
+    h->nlmsg_len = sizeof msg;
+    h->nlmsg_type = 0x20;
+    for (int i = 0; i < 2; i++)
+        CHECK_EQ(sendto(t->a, msg, sizeof msg, 0, (struct sockaddr *)&to, sizeof to),
+                 (ssize_t)sizeof msg);
+    co_sleep(2 * MS);
+    CHECK_EQ(co_read(t->b, buf, sizeof buf, co_deadline_after(5000 * MS)), (ssize_t)sizeof msg);
+    CHECK_EQ(co_read(t->b, buf, sizeof buf, co_deadline_after(5000 * MS)), (ssize_t)sizeof msg);
+    t->ok = 1;
+    co_waitgroup_done(t->wg);
+}
+static void test_proto6_not_tcp(void) {
+    int a = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_XFRM);
+    int b = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_XFRM);
+    struct sockaddr_nl sa = {.nl_family = AF_NETLINK};
+    socklen_t l = sizeof sa;
+    if (a < 0 || b < 0 || bind(a, (struct sockaddr *)&sa, sizeof sa) != 0 ||
+        bind(b, (struct sockaddr *)&sa, sizeof sa) != 0 ||
+        getsockname(b, (struct sockaddr *)&sa, &l) != 0) {
+        fprintf(stderr, "   (no NETLINK_XFRM sockets here: skipped)\n");
+        if (a >= 0) close(a);
+        if (b >= 0) close(b);
+        return;
+    }
+    co_waitgroup_t wg = CO_WAITGROUP_INIT;
+    p6_t t = {.a = a, .b = b, .bport = sa.nl_pid, .ok = 0, .wg = &wg};
+    co_waitgroup_add(&wg, 1);
+    CHECK_EQ(co_go(proto6_reader, &t), 0);
+    co_waitgroup_wait(&wg);
+    CHECK(t.ok);
+    close(a);
+    co_close(b);
+}
+
 /* co_shutdown while a plain thread waits in co_read (or is anywhere in an
  * I/O call): CO_EBUSY, and the thread is woken by its data afterwards. It
  * used to return 0 and close the poller under the thread, which then
@@ -1061,6 +1115,7 @@ int main(void) {
     T_RUN(test_short_read_not_drained);
     T_RUN(test_accepted_then_plain_close);
     T_RUN(test_accepted_then_dgram);
+    T_RUN(test_proto6_not_tcp);
     T_RUN(test_shutdown_while_thread_waits);
     T_RUN(test_whole_writes);
     T_RUN(test_write_lock_wait);
