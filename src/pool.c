@@ -734,9 +734,11 @@ static __attribute__((noinline)) int submit_slow(co_pool_t *p, void (*fn)(void *
             st32(&p->running, p->running + 1);
             goto activate;
         }
-        /* Full. */
+        /* Full. A submitter that already waited (ticket) and was sent round
+         * again keeps its admission: newcomers that filled max_blocking
+         * meanwhile do not turn it away. */
         if (p->opts.nonblocking ||
-            (p->opts.max_blocking > 0 && p->waiting >= p->opts.max_blocking)) {
+            (p->opts.max_blocking > 0 && ticket < 0 && p->waiting >= p->opts.max_blocking)) {
             rc = CO_EOVERLOAD;
             break;
         }

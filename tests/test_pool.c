@@ -584,6 +584,54 @@ static void fifo_after_retry(void) {
     }
 }
 
+/* A submitter sent round again keeps its admission under max_blocking: A
+ * (a plain thread, slow to wake) waits on a full pool of 1 with
+ * max_blocking 1; the pool grows to 2; before A is back, D takes the new
+ * slot and E fills the one waiting place. A then waits again (it used to
+ * be turned away with CO_EOVERLOAD) and runs once a slot frees. */
+static gate_t ga;
+static void adm_gated(void *a) { gate_wait(&ga); }
+static void adm_task(void *a) { atomic_fetch_add((atomic_int *)a, 1); }
+typedef struct {
+    co_pool_t *p;
+    atomic_int *ran;
+    int rc;
+} adm_thread_t;
+static void *adm_thread(void *arg) {
+    adm_thread_t *t = arg;
+    t->rc = co_pool_submit(t->p, adm_task, t->ran);
+    return NULL;
+}
+static void retry_keeps_admission(void) {
+    for (int round = 0; round < 5; round++) {
+        co_pool_t *p;
+        co_pool_opts_t o = {.max_blocking = 1};
+        gate_init(&ga);
+        atomic_int ran = 0;
+        CHECK_EQ(co_pool_new(&p, 1, &o), 0);
+        CHECK_EQ(co_pool_submit(p, adm_gated, NULL), 0);
+        adm_thread_t a = {.p = p, .ran = &ran, .rc = 1};
+        pthread_t th;
+        CHECK_EQ(pthread_create(&th, NULL, adm_thread, &a), 0);
+        CHECK(WAIT_FOR(co_pool_waiting(p) == 1));
+        co_pool_tune(p, 2);
+        int rd = co_pool_submit_until(p, adm_gated, NULL, 0); /* D, if A is not back yet */
+        bg_submit_t e;
+        bg_submit_start(&e, p, adm_task, &ran); /* E: waits, or is refused if A waits */
+        co_yield();
+        gate_open(&ga);
+        pthread_join(th, NULL);
+        CHECK_EQ(a.rc, 0);
+        CHECK(WAIT_FOR(atomic_load(&e.done)));
+        int rce = atomic_load(&e.rc);
+        CHECK(rce == 0 || rce == CO_EOVERLOAD);
+        CHECK(rd == 0 || rd == CO_ETIMEDOUT);
+        CHECK_EQ(co_pool_wait_idle(p, CO_FOREVER), 0);
+        CHECK_EQ(atomic_load(&ran), 1 + (rce == 0));
+        co_pool_destroy(p);
+    }
+}
+
 /* Tune down: busy workers retire as they finish, idle ones at once. */
 static void tune_scale_down(void) {
     co_pool_t *p;
@@ -794,5 +842,6 @@ int main(void) {
     T_RUN_SEL(shutdown_with_busy_default_pool);
     T_RUN_SEL(failed_shutdown_changes_nothing);
     T_RUN_SEL(fifo_after_retry);
+    T_RUN_SEL(retry_keeps_admission);
     return t_end();
 }
