@@ -507,9 +507,15 @@ static int wlock_wait(co__pd_t *pd, int64_t deadline) {
         co__unlock(&pd->lock);
         return CO_ECLOSED;
     }
-    if (!(__atomic_fetch_or(&pd->wlock, CO__PD_WL_WAIT, __ATOMIC_ACQ_REL) & CO__PD_WL_HELD)) {
+    uint8_t wl = __atomic_fetch_or(&pd->wlock, CO__PD_WL_WAIT, __ATOMIC_ACQ_REL);
+    if (!(wl & CO__PD_WL_HELD)) {
+        /* Given back meanwhile: take back the WAIT we set, if nobody had
+         * (WAIT is set only under pd->lock, which we hold), so that the
+         * next unlock does not wake the queue for nothing. */
+        if (!(wl & CO__PD_WL_WAIT))
+            __atomic_fetch_and(&pd->wlock, (uint8_t)~CO__PD_WL_WAIT, __ATOMIC_RELAXED);
         co__unlock(&pd->lock);
-        return 0; /* given back meanwhile */
+        return 0;
     }
     co__waitq_push(&pd->wq, &ww);
     int rc = co__park_lock(&pk, deadline, &pd->lock);
