@@ -51,37 +51,37 @@ static int nhooks;
 void co__live_global_add(int64_t d) { __atomic_add_fetch(&live_global, d, __ATOMIC_SEQ_CST); }
 
 /* Add one to *count (live_global or rt_holds), the runtime up, by their
- * protocol with co_shutdown (see live_global): 0, or a negative code if it
- * was down and could not be started again (nothing added then). */
-static int count_in_up(int64_t *count) {
+ * protocol with co_shutdown (see live_global). If it is not up: with
+ * `start`, start it again (co_init waits for a shutdown under way) and
+ * retry: 0, or co_init's negative code; without, wait out a shutdown under
+ * way (it ends with the runtime down, or up again if it failed): 0, or 1
+ * if the runtime is down. Nothing is added unless 0 is returned. */
+static int count_in_up(int64_t *count, bool start) {
     for (;;) {
         __atomic_add_fetch(count, 1, __ATOMIC_SEQ_CST);
-        if (CO_LIKELY(__atomic_load_n(&co__rt_state, __ATOMIC_SEQ_CST) == CO__RT_UP)) return 0;
+        uint32_t st = __atomic_load_n(&co__rt_state, __ATOMIC_SEQ_CST);
+        if (CO_LIKELY(st == CO__RT_UP)) return 0;
         __atomic_sub_fetch(count, 1, __ATOMIC_SEQ_CST);
-        int rc = co_init(NULL); /* waits for a shutdown under way */
-        if (rc < 0) return rc;
+        if (start) {
+            int rc = co_init(NULL);
+            if (rc < 0) return rc;
+        } else if (st == CO__RT_DOWN) {
+            return 1;
+        } else {
+            sched_yield();
+        }
     }
 }
 
 /* Count a coroutine a plain thread is about to spawn, the runtime up. */
-int co__plain_spawn_enter(void) { return count_in_up(&live_global); }
+int co__plain_spawn_enter(void) { return count_in_up(&live_global, true); }
 
-int co__rt_hold(void) { return count_in_up(&rt_holds); }
+int co__rt_hold(void) { return count_in_up(&rt_holds, true); }
 void co__rt_unhold(void) { __atomic_sub_fetch(&rt_holds, 1, __ATOMIC_SEQ_CST); }
 
-/* A hold taken only if the runtime is up (same protocol); false, and none
- * taken, if it is down. A shutdown under way is waited out: it ends with
- * the runtime down, or up again if it failed. */
-bool co__rt_hold_if_up(void) {
-    for (;;) {
-        __atomic_add_fetch(&rt_holds, 1, __ATOMIC_SEQ_CST);
-        uint32_t st = __atomic_load_n(&co__rt_state, __ATOMIC_SEQ_CST);
-        if (CO_LIKELY(st == CO__RT_UP)) return true;
-        __atomic_sub_fetch(&rt_holds, 1, __ATOMIC_SEQ_CST);
-        if (st == CO__RT_DOWN) return false;
-        sched_yield();
-    }
-}
+/* A hold taken only if the runtime is up; false, and none taken, if it is
+ * down (a shutdown under way is waited out). */
+bool co__rt_hold_if_up(void) { return count_in_up(&rt_holds, false) == 0; }
 
 /* ---- init / shutdown ---------------------------------------------------- */
 
