@@ -62,7 +62,8 @@ void co__debug_parse_env(void) {
      * preempts it on a loaded machine) and sysmon lends Ps after 1 ms of
      * no scheduling instead of 10 ms. Behaviour must not change. */
     if (strstr(e, "chaos")) co__sched.chaos = 1;
-    /* noyieldslot: yields always go through the ring (yslot.h), for A/B
+    /* noyieldslot: yields always go through the ring, and owners take
+     * from it one at a time, with no batch (yslot.h), for A/B
      * measurements */
     if (strstr(e, "noyieldslot")) co__sched.no_yslot = 1;
 }

@@ -16,6 +16,7 @@
 
 #define CO_RUNQ_SIZE 256   /* per-P ring, as Go's runq [256]guintptr */
 #define CO_GFREE_LOCAL 64  /* dead Gs cached per P before spilling half to global */
+#define CO_OBATCH 8        /* ring entries the owner claims at once (sched.c's runqget) */
 #define CO_SFREE_LOCAL 32  /* free stacks cached per P before spilling half to global */
 #define CO_MAX_PROCS 1024
 #define CO_DEFAULT_STACK ((size_t)256 * 1024)
@@ -158,6 +159,17 @@ typedef struct co_p {
      * runqget). Stale for slots a steal filled: a prefetch of any address
      * is harmless. */
     void *runq_sp[CO_RUNQ_SIZE];
+
+    /* The owner's batch (sched.c's runqget): entries claimed from the
+     * ring's head by one CAS, to run before the ring; ob[obn - 1] runs
+     * first, ob_sp[i] is ob[i]'s runq_sp. Thieves never look here. obn is
+     * atomic; the owner changes it and the arrays inside a yield-slot
+     * window (yslot.h), anyone else only once p->retire is set, by an
+     * exchange of obn (the owner retiring p, or sysmon's co__yslot_steal:
+     * one of them gets the entries). */
+    uint32_t obn;
+    co_g_t *ob[CO_OBATCH];
+    void *ob_sp[CO_OBATCH];
 
     /* gcache.c, owner only: dead Gs (bare: no stack) and free stacks of
      * the runtime's default size. */
@@ -337,7 +349,6 @@ CO_HIDDEN void co__park_m(co_m_t *m, void (*post)(co_g_t *, void *), void *arg, 
 CO_HIDDEN void co__wakep(void);
 CO_HIDDEN void co__startm(co_p_t *p, bool spinning);
 CO_HIDDEN void co__handoffp(co_p_t *p);
-CO_HIDDEN bool co__runq_room(void); /* the caller's P can take another G without spilling */
 CO_HIDDEN co_p_t *co__pidleget(void);
 /* Run-queue entries: in sched.c's rings, globq.c's global queue and its
  * injection stack. Ring entries carry a tag in bit 0 (Gs are at least

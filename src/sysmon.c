@@ -32,13 +32,16 @@
 #define GFREE_KEEP 1024          /* ...beyond this many kept for the next burst */
 #define STACKWAIT_RETRY_NS 10000000 /* Gs that found no stack to start on retry this often */
 
-/* p is retiring (p->retire set): its yield slot's coroutine to the global
- * queue, unless its owner is in a window now (the next round retries: p
- * stays on pretiring while anything is queued on it). */
+/* p is retiring (p->retire set): its yield slot's coroutine and its
+ * owner's batch to the global queue, unless its owner is in a window now
+ * (the next round retries: p stays on pretiring while anything is queued
+ * on it). */
 static void drain_yslot(co_p_t *p) {
-    co_g_t *y = co__yslot_steal(p);
-    if (y) {
-        co__globrunqput(&y, 1);
+    co_g_t *gs[1 + CO_OBATCH];
+    int n = co__yslot_steal(p, gs);
+    for (int i = 0; i < n; i++) gs[i] = rq_unfresh(gs[i]);
+    if (n) {
+        co__globrunqput(gs, n);
         co__wakep();
     }
 }

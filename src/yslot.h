@@ -16,6 +16,11 @@
  * is older than anything queued after it, so the owner runs it before the
  * ring (after runnext, which is "run next" by definition).
  *
+ * The windows guard the owner's batch too (runtime.h's p->ob and p->obn,
+ * sched.c's runqget): entries the owner took from its ring's head in one
+ * CAS, to run next. Same rules: the owner in a window, and once retire is
+ * set, an exchange of obn by the owner or by sysmon.
+ *
  * Who touches it. p->yieldg and p->yseq:
  *  - the P's owner M, inside a window (co__yslot_open .. co__yslot_close):
  *    relaxed loads, release stores; a window opens only while p->retire is
@@ -47,9 +52,11 @@ CO_HIDDEN extern int co__yslot_on;
 
 CO_HIDDEN void co__yslot_init(void);
 /* Any thread but p's owner, with p->retire set: take the slot's coroutine
- * if the owner is outside a window (NULL otherwise, or if empty: the caller
- * tries again later). */
-CO_HIDDEN co_g_t *co__yslot_steal(co_p_t *p);
+ * and the owner's batch (runtime.h's p->ob, which windows guard too) if
+ * the owner is outside a window. They go to out (room for 1 + CO_OBATCH),
+ * in the order they were to run, as ring entries (tagged); returns how
+ * many (0 also when a window is open: the caller tries again later). */
+CO_HIDDEN int co__yslot_steal(co_p_t *p, co_g_t **out);
 
 /* Owner: open a window; false (none open) if p is retiring. */
 static inline __attribute__((always_inline)) bool co__yslot_open(co_p_t *p) {

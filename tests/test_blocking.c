@@ -311,6 +311,57 @@ static void test_nested_blocking(void) {
     CHECK_EQ(__atomic_load_n(&nested_depth_seen, __ATOMIC_RELAXED), 3 * N);
 }
 
+/* ---- the owner's batch behind a computation ------------------------------
+ * A P whose ring holds 16 or more takes 8 entries from its head at once
+ * (sched.c's runqget) and runs the other 7 from a batch of its own, which
+ * thieves do not read. Here the first of such a batch computes until every
+ * other coroutine spawned with it has run, 7 of them in its batch: sysmon
+ * must move them to the global queue when it lends the P away (10 ms), as
+ * it moves the ring. Left in the batch, they would never run, and the
+ * computation would give up after 10 s. */
+#define BATCH_N 31
+static int batch_ran;     /* atomic */
+static int batch_hog_saw; /* atomic: the computation saw every other run */
+
+static void batch_nop(void *arg) { co_waitgroup_done(arg); }
+
+static void batch_inc(void *arg) {
+    __atomic_add_fetch(&batch_ran, 1, __ATOMIC_RELEASE);
+    co_waitgroup_done(arg);
+}
+
+static void batch_hog(void *arg) {
+    int64_t give_up = co_now() + GIVE_UP_NS;
+    while (__atomic_load_n(&batch_ran, __ATOMIC_ACQUIRE) < BATCH_N && co_now() < give_up) {
+    }
+    if (__atomic_load_n(&batch_ran, __ATOMIC_ACQUIRE) == BATCH_N)
+        __atomic_store_n(&batch_hog_saw, 1, __ATOMIC_RELAXED);
+    co_waitgroup_done(arg);
+}
+
+/* On the only P, in this order: the first spawn goes to runnext, the rest
+ * to the ring, the computation at its head; none runs before the wait. */
+static void batch_spawner(void *arg) {
+    co_waitgroup_t inner = CO_WAITGROUP_INIT;
+    co_waitgroup_add(&inner, BATCH_N + 2);
+    CHECK_EQ(co_go(batch_nop, &inner), 0);
+    CHECK_EQ(co_go(batch_hog, &inner), 0);
+    for (int i = 0; i < BATCH_N; i++) CHECK_EQ(co_go(batch_inc, &inner), 0);
+    co_waitgroup_wait(&inner);
+    co_waitgroup_done(arg);
+}
+
+static void test_batch_behind_computation(void) {
+    __atomic_store_n(&batch_ran, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&batch_hog_saw, 0, __ATOMIC_RELAXED);
+    co_waitgroup_t wg = CO_WAITGROUP_INIT;
+    co_waitgroup_add(&wg, 1);
+    CHECK_EQ(co_go(batch_spawner, &wg), 0);
+    co_waitgroup_wait(&wg);
+    CHECK_EQ(__atomic_load_n(&batch_ran, __ATOMIC_RELAXED), BATCH_N);
+    CHECK_EQ(__atomic_load_n(&batch_hog_saw, __ATOMIC_RELAXED), 1);
+}
+
 int main(void) {
     t_begin(100);
     co_config_t cfg = {.procs = 1};
@@ -323,5 +374,6 @@ int main(void) {
     T_RUN(test_nested_blocking);
     T_RUN(test_lend_while_going_idle);
     T_RUN(test_lend_chain_keeps_timers);
+    T_RUN(test_batch_behind_computation);
     return t_end();
 }

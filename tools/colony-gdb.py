@@ -217,6 +217,8 @@ class InfoColony(gdb.Command):
                 extra.append("runnext=%d" % int(p["runnext"]["id"]))
             if int(p["yieldg"]):
                 extra.append("yieldslot=%d" % int(p["yieldg"]["id"]))
+            if int(p["obn"]):
+                extra.append("batch=%d" % int(p["obn"]))
             m = p["m"]
             own = " M%d" % int(m["id"]) if st != 0 and int(m) else ""
             print("  P%d %s%s runqueue=%d %s" % (i, P_STATUS[st] if st < 4 else st, own, qlen,
