@@ -309,13 +309,13 @@ static inline __attribute__((always_inline)) void prefetch_stack(char *sp) {
  * enough, runqget takes CO_OBATCH entries in that one CAS and runs the
  * rest of them from the batch, with plain loads and stores. Spawning,
  * running and joining 1,000,000 empty coroutines (bench_runtime spawn):
- * 1 P 35.3 -> 26.6 ns, 2 P 53.9 -> 45.7 (medians of 7 and 9 alternating
- * runs, batches of 8; batches of 4 gave 28.8 and 46.7).
+ * 1 P 47.9 -> 45.2 ns, 2 P 64.2 -> 58.1 (medians of 11 alternating runs
+ * on a busy host; 34 -> 27 and 39 -> 31 in its quiet rounds).
  *
- * What it costs: thieves cannot take the batch. A thief still finds at
- * least as many entries in the ring (a batch is claimed only from a ring
- * of 2 * CO_OBATCH or more, half of which a thief takes), and no batch is
- * claimed while a P is idle (its M would be woken to steal them). But a
+ * What it costs: thieves cannot take the batch. The ring keeps at least
+ * as many entries as the batch holds (a batch is claimed only from a ring
+ * of 2 * CO_OBATCH or more), and no batch is claimed while a P is idle
+ * (its M would be woken to steal them). But a
  * coroutine that runs long without entering the scheduler holds up the
  * batch behind it, as it holds up the yield slot: sysmon takes both from
  * it when it lends its P away (10 ms, co__yslot_steal), by the same
