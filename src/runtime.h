@@ -15,7 +15,7 @@
 #include <pthread.h>
 
 #define CO_RUNQ_SIZE 256   /* per-P ring, as Go's runq [256]guintptr */
-#define CO_GFREE_LOCAL 64  /* dead Gs cached per P before spilling half to global */
+#define CO_GFREE_LOCAL 256 /* dead Gs cached per P before spilling half to global */
 #define CO_OBATCH 8        /* ring entries the owner claims at once (sched.c's runqget) */
 #define CO_SFREE_LOCAL 32  /* free stacks cached per P before spilling half to global */
 #define CO_MAX_PROCS 1024
