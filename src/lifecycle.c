@@ -14,10 +14,26 @@
 
 #include <pthread.h>
 #include <sched.h>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+
+/* internal.h's co__prefetchw: whether the CPU has PREFETCHW, stored by
+ * every co_init (the same value each time); relaxed atomic. */
+int co__has_prefetchw;
+
+static int cpu_has_prefetchw(void) {
+#if defined(__x86_64__)
+    unsigned a, b, c, d;
+    return __get_cpuid(0x80000001u, &a, &b, &c, &d) && (c & (1u << 8)); /* PRFCHW */
+#else
+    return 0;
+#endif
+}
 
 /* States of the runtime as a whole. Changed only under init_lock; STOPPING
  * while co_shutdown tears it down (co__ensure_init then waits on init_lock
@@ -145,6 +161,7 @@ int co_init(const co_config_t *cfg) {
     if (rc < 0) goto fail; /* no fd for epoll (EMFILE): nothing started yet */
     co__debug_parse_env();
     co__yslot_init();
+    __atomic_store_n(&co__has_prefetchw, cpu_has_prefetchw(), __ATOMIC_RELAXED);
     /* Before the runtime is up: nobody can have used it if this fails (no
      * thread for sysmon: a runtime without it would never lend a P or
      * retry a coroutine waiting for a stack). */

@@ -421,7 +421,7 @@ static inline co_g_t *co__gfget(co_p_t *p) {
     if (CO_LIKELY(p && p->gfree_n)) {
         co_g_t *g = p->gfree[--p->gfree_n];
         /* the next spawn's G: start its (likely cold) first line coming */
-        if (p->gfree_n) __builtin_prefetch(p->gfree[p->gfree_n - 1], 1);
+        if (p->gfree_n) co__prefetchw(p->gfree[p->gfree_n - 1]);
         return g;
     }
     return co__gfget_slow(p);

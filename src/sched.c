@@ -304,6 +304,19 @@ static inline __attribute__((always_inline)) void prefetch_stack(char *sp) {
         for (int k = 0; k < 10; k++) __builtin_prefetch(sp + 64 * k);
 }
 
+/* Start the record of run-queue entry e coming, before it runs: a G's for
+ * writing (its status and more are written when it runs), a token's (a
+ * pool task's record) for reading, as its submitter may write the same
+ * lines again meanwhile. With a token's line taken exclusive, tiny pool
+ * tasks from a coroutine took 1.16 of the time (median of 11 paired
+ * runs). */
+static inline __attribute__((always_inline)) void prefetch_entry(co_g_t *e) {
+    if (rq_is_token(e))
+        __builtin_prefetch(rq_strip(e));
+    else
+        co__prefetchw(rq_strip(e));
+}
+
 /* The owner's batch (p->ob, runtime.h). The ring's head is shared with
  * thieves, so the owner takes it with a locked CAS; with the ring long
  * enough, runqget takes CO_OBATCH entries in that one CAS and runs the
@@ -366,8 +379,7 @@ static inline __attribute__((always_inline)) co_g_t *runqget(co_p_t *p) {
             if (!won) continue;
             /* Their records are likely cold (queued long ago, maybe by
              * another CPU): start them all coming at once. */
-            for (uint32_t i = 0; i < CO_OBATCH - 1; i++)
-                __builtin_prefetch(rq_strip(p->ob[i]));
+            for (uint32_t i = 0; i < CO_OBATCH - 1; i++) prefetch_entry(p->ob[i]);
             prefetch_stack(p->ob_sp[CO_OBATCH - 2]);
             goto got;
         }
@@ -376,8 +388,7 @@ static inline __attribute__((always_inline)) co_g_t *runqget(co_p_t *p) {
             /* The G after it is likely cold (queued long ago): start its
              * first line coming. The slot may be stale; a prefetch of any
              * address is harmless. */
-            __builtin_prefetch(
-                rq_strip(__atomic_load_n(&p->runq[(h + 2) % CO_RUNQ_SIZE], __ATOMIC_RELAXED)));
+            prefetch_entry(__atomic_load_n(&p->runq[(h + 2) % CO_RUNQ_SIZE], __ATOMIC_RELAXED));
             if (t - h >= 2) prefetch_stack(p->runq_sp[(h + 1) % CO_RUNQ_SIZE]);
             goto got;
         }
