@@ -41,7 +41,7 @@ CO_HIDDEN extern int co__has_prefetchw;
 static inline __attribute__((always_inline)) void co__prefetchw(const void *a) {
 #if defined(__x86_64__)
     if (CO_LIKELY(__atomic_load_n(&co__has_prefetchw, __ATOMIC_RELAXED)))
-        __asm__ volatile("prefetchw %0" : : "m"(*(const char *)a));
+        __asm__ volatile("prefetchw (%0)" : : "r"(a));
     else
         __builtin_prefetch(a, 1);
 #else
