@@ -113,7 +113,8 @@ uint32_t co__fastrand(void) {
  * find no memory for its array (wait.c's list fallback); bit 3 makes the
  * timer run and heap find no memory to grow (timer.c's overflow list);
  * bit 4 makes a select of more than 16 cases find no memory for its
- * scratch arrays (select.c).
+ * scratch arrays (select.c); bit 5 makes co__startm find no idle M and
+ * fail to create one, as when pthread_create fails.
  * Relaxed loads: a test sets it between phases and waits for its effects. */
 CO_HIDDEN int co__test_fail_alloc; /* hidden: tests link the static library */
 int co__test_fail_alloc;
@@ -648,6 +649,23 @@ static bool newm(co_p_t *p, bool spinning) {
     return true;
 }
 
+/* p's yield slot and its owner's batch, which only an owner runs and no
+ * thief takes, to the global queue: p has no owner (it is being handed
+ * off or retired), so no window is open on it, and a window opened later
+ * reads retire set or finds them gone. acq_rel exchanges: sysmon may take
+ * them at the same time (co__yslot_steal); each goes to one of us.
+ * Returns how many moved. */
+static int private_to_global(co_p_t *p) {
+    co_g_t *gs[1 + CO_OBATCH];
+    int k = 0;
+    co_g_t *y = __atomic_exchange_n(&p->yieldg, NULL, __ATOMIC_ACQ_REL);
+    if (y) gs[k++] = y;
+    uint32_t n = __atomic_exchange_n(&p->obn, 0, __ATOMIC_ACQ_REL);
+    while (n) gs[k++] = rq_unfresh(__atomic_load_n(&p->ob[--n], __ATOMIC_RELAXED));
+    if (k) co__globrunqput(gs, k);
+    return k;
+}
+
 /* Start an M to run p (or an idle P if p is NULL). */
 void co__startm(co_p_t *p, bool spinning) {
     co_sched_t *s = &co__sched;
@@ -660,14 +678,22 @@ void co__startm(co_p_t *p, bool spinning) {
             return;
         }
     }
-    co_m_t *m = s->midle;
+    bool no_m = CO_UNLIKELY(__atomic_load_n(&co__test_fail_alloc, __ATOMIC_RELAXED) & 32);
+    co_m_t *m = no_m ? NULL : s->midle;
     if (m) {
         s->midle = m->link;
         s->nmidle--;
     }
     co__unlock(&s->lock);
     if (!m) {
-        if (!newm(p, spinning)) {
+        if (no_m || !newm(p, spinning)) {
+            /* No thread for p now (pthread_create failed: a pids cgroup,
+             * RLIMIT_NPROC). p goes idle; what only its owner would run
+             * goes where sysmon's safety net sees it (co__work_stranded:
+             * the global queue, and the rings it checks anyway), so an M
+             * starts for it once threads can be made again. No wakep here:
+             * it would only try the same creation again. */
+            private_to_global(p);
             co__lock(&s->lock);
             pidleput_locked(p);
             co__unlock(&s->lock);
@@ -1640,18 +1666,8 @@ static void retire_p_nowake(co_m_t *m) {
     co_p_t *p = m->p;
     m->p = NULL;
     /* The yield slot and the owner's batch first (they were to run before
-     * the ring). acq_rel: sysmon may be taking them too (co__yslot_steal);
-     * one gets each. */
-    co_g_t *gs[1 + CO_OBATCH];
-    int k = 0;
-    co_g_t *y = __atomic_exchange_n(&p->yieldg, NULL, __ATOMIC_ACQ_REL);
-    if (y) gs[k++] = y;
-    uint32_t n = __atomic_exchange_n(&p->obn, 0, __ATOMIC_ACQ_REL);
-    while (n) gs[k++] = rq_unfresh(__atomic_load_n(&p->ob[--n], __ATOMIC_RELAXED));
-    if (k) {
-        co__globrunqput(gs, k);
-        co__wakep();
-    }
+     * the ring); sysmon may be taking them too. */
+    if (private_to_global(p)) co__wakep();
     co__runq_drain_global(p);
     co_p_t *dst = co__allp(p->id);
     if (CO_UNLIKELY(s->chaos) && co__fastrand() % 4 == 0) { /* COLONY_DEBUG=chaos: */
