@@ -220,7 +220,7 @@ static inline __attribute__((always_inline)) void switch_to(co_g_t *from, co_g_t
 
 /* ---- run queues --------------------------------------------------------- */
 
-static bool runqputslow(co_p_t *p, co_g_t *g, uint32_t h, uint32_t t);
+static bool runqputslow(co_p_t *p, co_g_t *e, uint32_t h, uint32_t t);
 
 static inline co_g_t *rq_tag(co_g_t *e) {
     if (rq_is_token(e) || !e->stack.map) return (co_g_t *)((uintptr_t)e | RQ_FRESH);
@@ -232,6 +232,25 @@ static co_g_t *token_g_slow(co_p_t *p, co_g_t *e);
 static inline __attribute__((always_inline)) co_g_t *token_g(co_p_t *p, co_g_t *e) {
     if (CO_LIKELY(!rq_is_token(e))) return rq_strip(e);
     return token_g_slow(p, e);
+}
+
+/* Owner only: entry e, tagged as it is to stay, at the ring's tail, with
+ * sp for runq_sp; if the ring is full, half of it and e go to the global
+ * queue. */
+static inline __attribute__((always_inline)) void runq_push(co_p_t *p, co_g_t *e, void *sp) {
+    for (;;) {
+        /* load-acquire: synchronize with consumers advancing head */
+        uint32_t h = __atomic_load_n(&p->runqhead, __ATOMIC_ACQUIRE);
+        uint32_t t = p->runqtail;
+        if (t - h < CO_RUNQ_SIZE) {
+            p->runq_sp[t % CO_RUNQ_SIZE] = sp;
+            __atomic_store_n(&p->runq[t % CO_RUNQ_SIZE], e, __ATOMIC_RELAXED);
+            /* store-release: makes the item available for consumption */
+            __atomic_store_n(&p->runqtail, t + 1, __ATOMIC_RELEASE);
+            return;
+        }
+        if (runqputslow(p, e, h, t)) return;
+    }
 }
 
 /* Owner only. next=true puts g in runnext, kicking the old one to the tail.
@@ -254,27 +273,16 @@ static inline __attribute__((always_inline)) void runqput_(co_p_t *p, co_g_t *g,
         g = old;
     }
     co_g_t *e = ran ? g : rq_tag(g);
-    for (;;) {
-        /* load-acquire: synchronize with consumers advancing head */
-        uint32_t h = __atomic_load_n(&p->runqhead, __ATOMIC_ACQUIRE);
-        uint32_t t = p->runqtail;
-        if (t - h < CO_RUNQ_SIZE) {
-            /* e untagged: g ran, and is ours until the tail's store */
-            p->runq_sp[t % CO_RUNQ_SIZE] = e == g ? g->ctx.sp : NULL;
-            __atomic_store_n(&p->runq[t % CO_RUNQ_SIZE], e, __ATOMIC_RELAXED);
-            /* store-release: makes the item available for consumption */
-            __atomic_store_n(&p->runqtail, t + 1, __ATOMIC_RELEASE);
-            return;
-        }
-        if (runqputslow(p, g, h, t)) return;
-    }
+    /* e untagged: g has a stack, and is ours until the tail's store */
+    runq_push(p, e, e == g ? g->ctx.sp : NULL);
 }
 static inline __attribute__((always_inline)) void runqput(co_p_t *p, co_g_t *g, bool next) {
     runqput_(p, g, next, false);
 }
 
-/* Owner only: queue full, move half of it plus g to the global queue. */
-static bool runqputslow(co_p_t *p, co_g_t *g, uint32_t h, uint32_t t) {
+/* Owner only: queue full, move half of it plus entry e to the global
+ * queue. */
+static bool runqputslow(co_p_t *p, co_g_t *e, uint32_t h, uint32_t t) {
     enum { N = CO_RUNQ_SIZE / 2 };
     co_g_t *batch[N + 1];
     uint32_t n = (t - h) / 2;
@@ -285,7 +293,7 @@ static bool runqputslow(co_p_t *p, co_g_t *g, uint32_t h, uint32_t t) {
     if (!__atomic_compare_exchange_n(&p->runqhead, &h, h + n, false, __ATOMIC_RELEASE,
                                      __ATOMIC_RELAXED))
         return false;
-    batch[n] = rq_unfresh(g);
+    batch[n] = rq_unfresh(e);
     co__globrunqput(batch, (int)n + 1);
     return true;
 }
@@ -328,8 +336,9 @@ static inline __attribute__((always_inline)) void prefetch_entry(co_g_t *e) {
  *
  * What it costs: thieves cannot take the batch. The ring keeps at least
  * as many entries as the batch holds (a batch is claimed only from a ring
- * of 2 * CO_OBATCH or more), and no batch is claimed while a P is idle
- * (its M would be woken to steal them). But a
+ * of 2 * CO_OBATCH or more), no batch is claimed while a P is idle (its M
+ * would be woken to steal them), and one that goes idle later gets the
+ * rest at the owner's next pop (obatch_give_back). But a
  * coroutine that runs long without entering the scheduler holds up the
  * batch behind it, as it holds up the yield slot: sysmon takes both from
  * it when it lends its P away (10 ms, co__yslot_steal), by the same
@@ -338,6 +347,25 @@ static inline __attribute__((always_inline)) void prefetch_entry(co_g_t *e) {
 static inline __attribute__((always_inline)) bool obatch_fits(co_p_t *p, uint32_t h, uint32_t t) {
     return t - h >= 2 * CO_OBATCH && __atomic_load_n(&co__yslot_on, __ATOMIC_RELAXED) &&
            !__atomic_load_n(&co__sched.npidle, __ATOMIC_RELAXED);
+}
+
+/* Owner, in a window, the batch's first n entries still to run: a P has
+ * gone idle since the batch was claimed. They go back to the ring's tail,
+ * in order, where that P's M can steal them; without this, a burst of
+ * computations claimed by one P would run one after another there while
+ * the other P sat idle (until sysmon lends the P away, 10 ms into one of
+ * them). Out of line: rare. */
+static __attribute__((noinline)) void obatch_give_back(co_p_t *p, uint32_t n) {
+    co_g_t *gs[CO_OBATCH];
+    void *sps[CO_OBATCH];
+    for (uint32_t i = 0; i < n; i++) {
+        gs[i] = __atomic_load_n(&p->ob[n - 1 - i], __ATOMIC_RELAXED);
+        sps[i] = p->ob_sp[n - 1 - i];
+    }
+    __atomic_store_n(&p->obn, 0, __ATOMIC_RELAXED); /* published by the close */
+    co__yslot_close(p);
+    for (uint32_t i = 0; i < n; i++) runq_push(p, gs[i], sps[i]);
+    co__wakep();
 }
 
 /* Owner only. */
@@ -354,6 +382,10 @@ static inline __attribute__((always_inline)) co_g_t *runqget(co_p_t *p) {
     if (n && co__yslot_open(p)) {
         e = __atomic_load_n(&p->ob[n - 1], __ATOMIC_RELAXED);
         if (n >= 2) prefetch_stack(p->ob_sp[n - 2]);
+        if (CO_UNLIKELY(n >= 2 && __atomic_load_n(&co__sched.npidle, __ATOMIC_RELAXED))) {
+            obatch_give_back(p, n - 1); /* closes the window */
+            goto got;
+        }
         __atomic_store_n(&p->obn, n - 1, __ATOMIC_RELAXED); /* published by the close */
         co__yslot_close(p);
         goto got;
