@@ -529,6 +529,13 @@ bool co__work_stranded(void) {
         if (__atomic_load_n(&p->runqhead, __ATOMIC_RELAXED) !=
             __atomic_load_n(&p->runqtail, __ATOMIC_RELAXED))
             return true;
+        /* An idle P's runnext: nobody runs it but a thief (a busy P's is
+         * its owner's to run, and waking a thief for it would only move
+         * it). None should be left there (co__startm moves it when it
+         * finds no M), but a woken M's last round of stealing takes it. */
+        if (__atomic_load_n(&p->status, __ATOMIC_RELAXED) == CO_P_IDLE &&
+            __atomic_load_n(&p->runnext, __ATOMIC_RELAXED))
+            return true;
     }
     return false;
 }
@@ -723,8 +730,13 @@ void co__startm(co_p_t *p, bool spinning) {
              * RLIMIT_NPROC). p goes idle; what only its owner would run
              * goes where sysmon's safety net sees it (co__work_stranded:
              * the global queue, and the rings it checks anyway), so an M
-             * starts for it once threads can be made again. No wakep here:
-             * it would only try the same creation again. */
+             * starts for it once threads can be made again. Its runnext
+             * too: the net does not look there, and a thief takes it only
+             * in its last round, if any M looks for work at all. acq_rel:
+             * thieves CAS it; one of us gets it. No wakep here: it would
+             * only try the same creation again. */
+            co_g_t *next = __atomic_exchange_n(&p->runnext, NULL, __ATOMIC_ACQ_REL);
+            if (next) co__globrunqput(&next, 1);
             private_to_global(p);
             co__lock(&s->lock);
             pidleput_locked(p);
@@ -1619,6 +1631,11 @@ void *co__take_unstarted(void (*fn)(void *), bool (*accept)(void *arg, void *ctx
     co_g_t *e;
     uint32_t n = __atomic_load_n(&p->obn, __ATOMIC_RELAXED); /* the owner's: exact */
     if (n) {
+        /* A P went idle since the claim: let the scheduler's runqget give
+         * the batch back (obatch_give_back), where that P can take it;
+         * taking it here, a pool's burst ran one task after another on
+         * this P while the other sat idle. */
+        if (n >= 2 && __atomic_load_n(&co__sched.npidle, __ATOMIC_RELAXED)) return NULL;
         if (!co__yslot_open(p)) return NULL; /* retiring meanwhile */
         e = __atomic_load_n(&p->ob[n - 1], __ATOMIC_RELAXED);
         bool fresh = (uintptr_t)e & RQ_FRESH;
@@ -1692,7 +1709,9 @@ void co__runq_drain_global(co_p_t *p) {
  * Its queued Gs go to the global queue, its timers to the P that replaced
  * it, and the P itself to the spare list. */
 /* m's P was lent away: hand what it holds to the P that replaced it and
- * park it on pspare. No wakep (the shutdown path must not start Ms). */
+ * park it on pspare. Its own wakes are the queue moves' (co__wakep does
+ * nothing once a shutdown is under way); the shutdown path calls this,
+ * and must not start Ms, so nothing else here wakes one. */
 static void retire_p_nowake(co_m_t *m) {
     co_sched_t *s = &co__sched;
     co_p_t *p = m->p;

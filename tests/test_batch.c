@@ -10,7 +10,10 @@
  *    6 ms each (below sysmon's 10 ms, so it does not lend the P); the
  *    short ones after them in the ring keep the other P busy a moment
  *    more. Kept in the batch, the 8 ran one after another on one thread
- *    while the other P sat idle.
+ *    while the other P sat idle; given back, 3 or 4 of them run on another
+ *    thread (the check asks for 2). The same through a pool, whose workers
+ *    take the next task themselves (co__take_unstarted): 7 or 8 of them
+ *    ran on one thread.
  *
  * 2. A P handed off while no thread can be made to run it (pthread_create
  *    failing for a while: a pids cgroup, RLIMIT_NPROC) goes idle. Its
@@ -20,8 +23,10 @@
  *    hands its P off, to no M. Thread creation then works again, and,
  *    still inside co_blocking, the blocked coroutine waits for every
  *    other coroutine of the burst to run on the other P. Left on the idle
- *    P, the 7 of the batch never ran (it gave up after 10 s). */
-// ctest-timeout: 60
+ *    P, the 7 of the batch never ran (it gave up after 10 s). The same for
+ *    the coroutine in its runnext, with the other P computing until it
+ *    ran. */
+// ctest-timeout: 120
 #include "t.h"
 
 #include <colony.h>
@@ -30,6 +35,7 @@
 #include <semaphore.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 #include <time.h>
 
 extern int co__test_fail_alloc; /* library test hook: bit 5, no M for a P */
@@ -107,7 +113,57 @@ static void test_idle_p_gets_batch(void) {
     CHECK_EQ(__atomic_load_n(&long_seen, __ATOMIC_ACQUIRE), NLONG);
     int others = 0;
     for (int i = 1; i < NLONG; i++) others += !pthread_equal(long_thread[i], long_thread[0]);
-    CHECK(others > 0);
+    CHECK(others >= 2);
+}
+
+/* The same through a pool: a worker that finishes takes the next task off
+ * its P's queue itself (co__take_unstarted), and must leave the batch to
+ * the scheduler too when a P is idle. */
+static co_pool_t *pool;
+static pthread_t pool_long_thread[NLONG];
+
+typedef struct {
+    int64_t ns;
+    int idx;
+} ptask_t;
+
+static void ptask(void *arg) {
+    ptask_t *t = arg;
+    int64_t end = co_now() + t->ns;
+    while (co_now() < end) {
+    }
+    if (t->idx >= 0) pool_long_thread[t->idx] = pthread_self();
+}
+
+static void pool_burst(void *arg) {
+    enum { N = 24 };
+    static ptask_t tasks[N];
+    for (int i = 0; i < N; i++) {
+        bool is_long = i >= 1 && i <= NLONG;
+        tasks[i] = (ptask_t){is_long ? 6 * MS : MS / 10, is_long ? i - 1 : -1};
+        CHECK_EQ(co_pool_submit(pool, ptask, &tasks[i]), 0);
+    }
+    CHECK_EQ(co_pool_wait_idle(pool, co_now() + 10000 * MS), 0);
+    co_waitgroup_done(arg);
+}
+
+static void test_idle_p_gets_pool_batch(void) {
+    CHECK_EQ(co_pool_new(&pool, 64, NULL), 0);
+    memset(pool_long_thread, 0, sizeof pool_long_thread);
+    co_waitgroup_t wg = CO_WAITGROUP_INIT;
+    co_waitgroup_add(&wg, 2);
+    static job_t busy;
+    busy = (job_t){&wg, 2 * MS, -1};
+    CHECK_EQ(co_go(job, &busy), 0);
+    struct timespec ts = {0, MS / 2};
+    nanosleep(&ts, NULL);
+    CHECK_EQ(co_go(pool_burst, &wg), 0);
+    co_waitgroup_wait(&wg);
+    co_pool_destroy(pool);
+    int others = 0;
+    for (int i = 1; i < NLONG; i++)
+        others += !pthread_equal(pool_long_thread[i], pool_long_thread[0]);
+    CHECK(others >= 2);
 }
 
 /* ---- 2. a P handed off to no thread ------------------------------------- */
@@ -158,12 +214,66 @@ static void test_handoff_without_thread(void) {
     sem_destroy(&posts);
 }
 
+/* The same with a coroutine in the P's runnext (what it spawned last
+ * before it entered co_blocking) while the other P computes and never
+ * looks for work: sysmon's safety net watches the global queue and the
+ * rings, not runnext, so it must not stay there. */
+static int stop_computing; /* atomic */
+static int next_ran;       /* atomic: 1 once seen within the wait */
+
+static void compute_until_told(void *arg) {
+    int64_t give_up = co_now() + 30000 * MS;
+    while (!__atomic_load_n(&stop_computing, __ATOMIC_ACQUIRE) && co_now() < give_up) {
+    }
+    co_waitgroup_done(arg);
+}
+
+static void next_one(void *arg) {
+    sem_post(&posts);
+    co_waitgroup_done(arg);
+}
+
+static void next_fn(void *arg) {
+    (void)arg;
+    __atomic_store_n(&co__test_fail_alloc, 32, __ATOMIC_RELAXED);
+    struct timespec pause = {0, 100 * MS}; /* sysmon hands our P off meanwhile */
+    nanosleep(&pause, NULL);
+    __atomic_store_n(&co__test_fail_alloc, 0, __ATOMIC_RELAXED);
+    struct timespec dl;
+    clock_gettime(CLOCK_REALTIME, &dl);
+    dl.tv_sec += 10;
+    __atomic_store_n(&next_ran, sem_timedwait(&posts, &dl) == 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&stop_computing, 1, __ATOMIC_RELEASE);
+}
+
+static void spawn_then_block(void *arg) {
+    CHECK_EQ(co_go(next_one, arg), 0); /* this P's runnext */
+    CHECK_EQ(co_blocking(next_fn, NULL), 0);
+    co_waitgroup_done(arg);
+}
+
+static void test_handoff_keeps_runnext(void) {
+    CHECK_EQ(sem_init(&posts, 0, 0), 0);
+    __atomic_store_n(&stop_computing, 0, __ATOMIC_RELAXED);
+    co_waitgroup_t wg = CO_WAITGROUP_INIT;
+    co_waitgroup_add(&wg, 3);
+    CHECK_EQ(co_go(compute_until_told, &wg), 0);
+    struct timespec ts = {0, 2 * MS}; /* it is running on one P */
+    nanosleep(&ts, NULL);
+    CHECK_EQ(co_go(spawn_then_block, &wg), 0);
+    co_waitgroup_wait(&wg);
+    CHECK_EQ(__atomic_load_n(&next_ran, __ATOMIC_RELAXED), 1);
+    sem_destroy(&posts);
+}
+
 int main(void) {
-    t_begin(50);
+    t_begin(100);
     co_config_t cfg = {.procs = 2};
     CHECK_EQ(co_init(&cfg), 0);
     T_RUN(test_idle_p_gets_batch);
+    T_RUN(test_idle_p_gets_pool_batch);
     T_RUN(test_handoff_without_thread);
+    T_RUN(test_handoff_keeps_runnext);
     CHECK_EQ(T_SHUTDOWN(), 0);
     return t_end();
 }
