@@ -17,8 +17,8 @@
  *
  * 2. A P handed off while no thread can be made to run it (pthread_create
  *    failing for a while: a pids cgroup, RLIMIT_NPROC) goes idle. Its
- *    batch and yield slot go to the global queue, which sysmon watches
- *    and every M takes from. On 2 Ps: the first of a batch enters
+ *    batch, yield slot and runnext go to the global queue, which sysmon
+ *    watches and every M takes from. On 2 Ps: the first of a batch enters
  *    co_blocking; meanwhile thread creation fails (test hook) and sysmon
  *    hands its P off, to no M. Thread creation then works again, and,
  *    still inside co_blocking, the blocked coroutine waits for every
