@@ -168,18 +168,25 @@ static void test_idle_p_gets_pool_batch(void) {
 
 /* ---- 2. a P handed off to no thread ------------------------------------- */
 
-static void blocked_fn(void *arg) {
-    (void)arg;
+/* Inside co_blocking: no thread can be made for 100 ms (sysmon hands our
+ * P off meanwhile, to no M); then wait up to 10 s for `want` posts.
+ * Returns how many came. */
+static int no_threads_then_wait(int want) {
     __atomic_store_n(&co__test_fail_alloc, 32, __ATOMIC_RELAXED);
-    struct timespec pause = {0, 100 * MS}; /* sysmon hands our P off meanwhile */
+    struct timespec pause = {0, 100 * MS};
     nanosleep(&pause, NULL);
     __atomic_store_n(&co__test_fail_alloc, 0, __ATOMIC_RELAXED);
     struct timespec dl;
     clock_gettime(CLOCK_REALTIME, &dl);
     dl.tv_sec += 10;
     int n = 0;
-    while (n < NW && sem_timedwait(&posts, &dl) == 0) n++;
-    __atomic_store_n(&got, n, __ATOMIC_RELAXED);
+    while (n < want && sem_timedwait(&posts, &dl) == 0) n++;
+    return n;
+}
+
+static void blocked_fn(void *arg) {
+    (void)arg;
+    __atomic_store_n(&got, no_threads_then_wait(NW), __ATOMIC_RELAXED);
 }
 
 static void blocked(void *arg) {
@@ -219,7 +226,7 @@ static void test_handoff_without_thread(void) {
  * looks for work: sysmon's safety net watches the global queue and the
  * rings, not runnext, so it must not stay there. */
 static int stop_computing; /* atomic */
-static int next_ran;       /* atomic: 1 once seen within the wait */
+static int next_ran;       /* atomic: 1 if it ran within the wait */
 
 static void compute_until_told(void *arg) {
     int64_t give_up = co_now() + 30000 * MS;
@@ -228,26 +235,14 @@ static void compute_until_told(void *arg) {
     co_waitgroup_done(arg);
 }
 
-static void next_one(void *arg) {
-    sem_post(&posts);
-    co_waitgroup_done(arg);
-}
-
 static void next_fn(void *arg) {
     (void)arg;
-    __atomic_store_n(&co__test_fail_alloc, 32, __ATOMIC_RELAXED);
-    struct timespec pause = {0, 100 * MS}; /* sysmon hands our P off meanwhile */
-    nanosleep(&pause, NULL);
-    __atomic_store_n(&co__test_fail_alloc, 0, __ATOMIC_RELAXED);
-    struct timespec dl;
-    clock_gettime(CLOCK_REALTIME, &dl);
-    dl.tv_sec += 10;
-    __atomic_store_n(&next_ran, sem_timedwait(&posts, &dl) == 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&next_ran, no_threads_then_wait(1), __ATOMIC_RELAXED);
     __atomic_store_n(&stop_computing, 1, __ATOMIC_RELEASE);
 }
 
 static void spawn_then_block(void *arg) {
-    CHECK_EQ(co_go(next_one, arg), 0); /* this P's runnext */
+    CHECK_EQ(co_go(poster, arg), 0); /* this P's runnext */
     CHECK_EQ(co_blocking(next_fn, NULL), 0);
     co_waitgroup_done(arg);
 }
