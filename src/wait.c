@@ -173,20 +173,8 @@ void co__waitq_push(co__waitq_t *q, co__waiter_t *w) {
     q->tail = w;
 }
 
-void co__waitq_push_front(co__waitq_t *q, co__waiter_t *w) {
-    w->q = q;
-    w->prev = NULL;
-    w->next = q->head;
-    if (q->head)
-        q->head->prev = w;
-    else
-        q->tail = w;
-    q->head = w;
-}
-
-void co__waitq_insert_by_n(co__waitq_t *q, co__waiter_t *w) {
-    co__waiter_t *at = q->head;
-    while (at && at->n <= w->n) at = at->next;
+/* w into q just before at, a waiter of q (NULL: at the tail). */
+static void waitq_insert_before(co__waitq_t *q, co__waiter_t *at, co__waiter_t *w) {
     if (!at) {
         co__waitq_push(q, w);
         return;
@@ -199,6 +187,14 @@ void co__waitq_insert_by_n(co__waitq_t *q, co__waiter_t *w) {
     else
         q->head = w;
     at->prev = w;
+}
+
+void co__waitq_push_front(co__waitq_t *q, co__waiter_t *w) { waitq_insert_before(q, q->head, w); }
+
+void co__waitq_insert_by_n(co__waitq_t *q, co__waiter_t *w) {
+    co__waiter_t *at = q->head;
+    while (at && at->n <= w->n) at = at->next;
+    waitq_insert_before(q, at, w);
 }
 
 void co__waitq_remove(co__waiter_t *w) {
