@@ -696,11 +696,8 @@ static bool newm(co_p_t *p, bool spinning) {
  * Returns how many moved. */
 static int private_to_global(co_p_t *p) {
     co_g_t *gs[1 + CO_OBATCH];
-    int k = 0;
-    co_g_t *y = __atomic_exchange_n(&p->yieldg, NULL, __ATOMIC_ACQ_REL);
-    if (y) gs[k++] = y;
-    uint32_t n = __atomic_exchange_n(&p->obn, 0, __ATOMIC_ACQ_REL);
-    while (n) gs[k++] = rq_unfresh(__atomic_load_n(&p->ob[--n], __ATOMIC_RELAXED));
+    int k = co__yslot_take(p, gs);
+    for (int i = 0; i < k; i++) gs[i] = rq_unfresh(gs[i]);
     if (k) co__globrunqput(gs, k);
     return k;
 }

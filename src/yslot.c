@@ -34,7 +34,12 @@ int co__yslot_steal(co_p_t *p, co_g_t **out) {
      * the retire flag (set by our caller) is visible to any window after. */
     if (membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) != 0) return 0;
     if (__atomic_load_n(&p->yseq, __ATOMIC_ACQUIRE) != v) return 0;
-    /* acq_rel: the owner's retire flush exchanges too; one of us gets each */
+    return co__yslot_take(p, out);
+}
+
+int co__yslot_take(co_p_t *p, co_g_t **out) {
+    /* acq_rel: another taker may exchange at the same time; one of us
+     * gets each */
     int k = 0;
     co_g_t *y = __atomic_exchange_n(&p->yieldg, NULL, __ATOMIC_ACQ_REL);
     if (y) out[k++] = y; /* older than the batch: it runs first */

@@ -57,6 +57,10 @@ CO_HIDDEN void co__yslot_init(void);
  * in the order they were to run, as ring entries (tagged); returns how
  * many (0 also when a window is open: the caller tries again later). */
 CO_HIDDEN int co__yslot_steal(co_p_t *p, co_g_t **out);
+/* The same without the handshake, for a P that nobody owns (being handed
+ * off, or retired by its own M) or whose owner cannot open a window any
+ * more: the slot's coroutine and the batch, by exchange, into out. */
+CO_HIDDEN int co__yslot_take(co_p_t *p, co_g_t **out);
 
 /* Owner: open a window; false (none open) if p is retiring. */
 static inline __attribute__((always_inline)) bool co__yslot_open(co_p_t *p) {
