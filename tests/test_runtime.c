@@ -399,6 +399,55 @@ static void test_spawn_backpressure(void) {
     CHECK(maxlive >= 1 && maxlive <= (2 * co_procs() + 2) * 260);
 }
 
+/* Back-pressure with every P busy: the spawner yields through the global
+ * queue (sched.c's spawn_yield), for whichever P runs short of work first.
+ * Here the other P's coroutine computes and never schedules, so only the
+ * spawner's own P can take it back, once it has run what was queued: every
+ * coroutine runs once, all of them while the computation still holds the
+ * other P. A spawner left where no M looks would hang here. */
+static atomic_int bb_stop, bb_hog_on;
+static co_waitgroup_t bb_wg = CO_WAITGROUP_INIT;
+static void bb_noop(void *arg) {
+    (void)arg;
+    atomic_fetch_add(&bp_ran, 1);
+    co_waitgroup_done(&bb_wg);
+}
+static void bb_hog(void *arg) {
+    (void)arg;
+    atomic_store(&bb_hog_on, 1);
+    while (!atomic_load(&bb_stop)) {
+    }
+    co_waitgroup_done(&wg);
+}
+static int bb_main(void *arg) {
+    int n = (int)(long)arg;
+    co_waitgroup_add(&wg, 1);
+    CHECK_EQ(co_go(bb_hog, NULL), 0);
+    while (!atomic_load(&bb_hog_on)) co_yield();
+    co_sched_stats_t st;
+    co_sched_stats(&st);
+    int idle_at_start = st.idle_procs;
+    co_waitgroup_add(&bb_wg, n);
+    for (int i = 0; i < n; i++) CHECK_EQ(co_go(bb_noop, NULL), 0);
+    co_waitgroup_wait(&bb_wg);
+    CHECK_EQ(atomic_load(&bp_ran), n);
+    CHECK_EQ(atomic_load(&bb_stop), 0); /* the computation held its P throughout */
+    atomic_store(&bb_stop, 1);
+    co_waitgroup_wait(&wg);
+    return idle_at_start;
+}
+static void test_backpressure_busy_ps(void) {
+    CHECK_EQ(T_SHUTDOWN(), 0);
+    CHECK_EQ(co_init(&(co_config_t){.procs = 2}), 0);
+    int n = t_small() ? 20000 : 100000;
+    atomic_store(&bp_ran, 0);
+    atomic_store(&bb_stop, 0);
+    atomic_store(&bb_hog_on, 0);
+    int idle = co_main(bb_main, (void *)(long)n);
+    fprintf(stderr, "%d spawned beside a computation (%d P idle when it began)\n", n, idle);
+    CHECK_EQ(T_SHUTDOWN(), 0); /* the next test starts with the default configuration */
+}
+
 static void test_waitgroup_timeout(void) {
     co_waitgroup_t w = CO_WAITGROUP_INIT;
     CHECK_EQ(co_waitgroup_wait_until(&w, 0), 0); /* zero counter: returns at once */
@@ -1093,6 +1142,7 @@ int main(void) {
     T_RUN(test_timer_run);
     T_RUN(test_stacks_reused);
     T_RUN(test_spawn_backpressure);
+    T_RUN(test_backpressure_busy_ps);
     T_RUN(test_waitgroup_timeout);
     T_RUN(test_ids);
     T_RUN(test_sched_stats);
