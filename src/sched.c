@@ -1305,6 +1305,9 @@ static void post_yield_global(co_g_t *g, void *arg) {
     (void)arg;
     __atomic_store_n(&g->status, CO_G_RUNNABLE, __ATOMIC_RELAXED);
     co__globrunqput(&g, 1);
+    /* Every P was busy at spawn_yield's look, but one may have gone idle
+     * since (its M found nothing before this put): as every put. */
+    wakep_if_idle();
 }
 
 /* The back-pressure's yield. With one P, or a P idle, co_yield: behind
@@ -1318,11 +1321,19 @@ static void post_yield_global(co_g_t *g, void *arg) {
  * coroutines at once, and the spawner moved between Ms about 40 times in
  * 1M spawns (now about 5,000, one per yield).
  * 1M spawns joined by a waitgroup on 2 P: 0.76 of the time (9 paired
- * rounds, all faster; docs/hacking.md). Out of line: once per 128 spawns
- * or more. */
+ * rounds, all faster; docs/hacking.md). Only when this P's own queue is
+ * full: a yield forced by the global queue's length (spawn_queue_full's
+ * other half) goes behind this P's queue as before. Behind the global
+ * backlog the spawner would wait for all of it, and each such spawner,
+ * one more entry there, would keep the condition true for every other: a
+ * recursive fan-out on 2 P took 3 times as long with 4 times the memory,
+ * and a co_go beside a plain thread's backlog of 2,000 took 50 ms (found
+ * by review; test_runtime's test_backpressure_global_backlog). Out of
+ * line: once per 128 spawns or more. */
 static __attribute__((noinline)) void spawn_yield(co_m_t *m) {
     co_p_t *p = m->p;
-    if (co__sched.nprocs == 1 || __atomic_load_n(&co__sched.npidle, __ATOMIC_RELAXED) != 0) {
+    if (co__sched.nprocs == 1 || __atomic_load_n(&co__sched.npidle, __ATOMIC_RELAXED) != 0 ||
+        runq_len(p) < CO_RUNQ_SIZE) {
         co_yield();
         return;
     }
