@@ -407,9 +407,8 @@ static void test_spawn_backpressure(void) {
  * other P. A spawner left where no M looks would hang here. */
 static atomic_int bb_stop, bb_hog_on;
 static co_waitgroup_t bb_wg = CO_WAITGROUP_INIT;
-static void bb_noop(void *arg) {
-    (void)arg;
-    atomic_fetch_add(&bp_ran, 1);
+static void bb_count(void *counter) { /* counts itself in *counter */
+    atomic_fetch_add((atomic_int *)counter, 1);
     co_waitgroup_done(&bb_wg);
 }
 static void bb_hog(void *arg) {
@@ -428,7 +427,7 @@ static int bb_main(void *arg) {
     co_sched_stats(&st);
     int idle_at_start = st.idle_procs;
     co_waitgroup_add(&bb_wg, n);
-    for (int i = 0; i < n; i++) CHECK_EQ(co_go(bb_noop, NULL), 0);
+    for (int i = 0; i < n; i++) CHECK_EQ(co_go(bb_count, &bp_ran), 0);
     co_waitgroup_wait(&bb_wg);
     CHECK_EQ(atomic_load(&bp_ran), n);
     CHECK_EQ(atomic_load(&bb_stop), 0); /* the computation held its P throughout */
@@ -457,18 +456,13 @@ static void test_backpressure_busy_ps(void) {
  * it waited for all of them: a co_go beside a plain thread's steady
  * backlog took 50 ms, and a recursive fan-out 3 times as long.) */
 static atomic_int gb_ran, gb_injected;
-static void gb_job(void *arg) {
-    (void)arg;
-    atomic_fetch_add(&gb_ran, 1);
-    co_waitgroup_done(&bb_wg);
-}
 static void gb_noop(void *arg) {
     (void)arg;
     co_waitgroup_done(&bb_wg);
 }
 static void *gb_thread(void *arg) {
     int n = (int)(long)arg;
-    for (int i = 0; i < n; i++) CHECK_EQ(co_go(gb_job, NULL), 0);
+    for (int i = 0; i < n; i++) CHECK_EQ(co_go(bb_count, &gb_ran), 0);
     atomic_store(&gb_injected, 1);
     return NULL;
 }
