@@ -1314,8 +1314,8 @@ static void post_yield_global(co_g_t *g, void *arg) {
  * this P's queue (an idle P's M may steal it from there). With every P
  * busy, through the global queue, as Go's Gosched: this P runs what the
  * spawner queued, and the first P to run short of work (its own queue
- * empty: it looks at the global queue before it steals) takes the spawner
- * and spawns there. Behind its own queue, the spawner came back only on
+ * empty: it looks at the global queue before it steals), or any P at its
+ * every-61st-schedule look there, takes the spawner and spawns there. Behind its own queue, the spawner came back only on
  * this P, after it had run that queue side by side with the other P,
  * which had stolen half of it: both ran the same spawner's short
  * coroutines at once, and the spawner moved between Ms about 40 times in

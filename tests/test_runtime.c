@@ -400,11 +400,12 @@ static void test_spawn_backpressure(void) {
 }
 
 /* Back-pressure with every P busy: the spawner yields through the global
- * queue (sched.c's spawn_yield), for whichever P runs short of work first.
- * Here the other P's coroutine computes and never schedules, so only the
- * spawner's own P can take it back, once it has run what was queued: every
- * coroutine runs once, all of them while the computation still holds the
- * other P. A spawner left where no M looks would hang here. */
+ * queue (sched.c's spawn_yield). Here the other P's coroutine computes and
+ * never schedules, so until sysmon lends that P away (10 ms) only the
+ * spawner's own P takes the spawner back, once it has run what was
+ * queued. Every coroutine runs once. A liveness guard: a spawner left
+ * where no M looks would hang here (the test passes without spawn_yield
+ * too). */
 static atomic_int bb_stop, bb_hog_on;
 static co_waitgroup_t bb_wg = CO_WAITGROUP_INIT;
 static void bb_count(void *counter) { /* counts itself in *counter */
@@ -430,7 +431,6 @@ static int bb_main(void *arg) {
     for (int i = 0; i < n; i++) CHECK_EQ(co_go(bb_count, &bp_ran), 0);
     co_waitgroup_wait(&bb_wg);
     CHECK_EQ(atomic_load(&bp_ran), n);
-    CHECK_EQ(atomic_load(&bb_stop), 0); /* the computation held its P throughout */
     atomic_store(&bb_stop, 1);
     co_waitgroup_wait(&wg);
     return idle_at_start;
@@ -455,14 +455,24 @@ static void test_backpressure_busy_ps(void) {
  * queue, as spawn_yield once did for any back-pressure with every P busy,
  * it waited for all of them: a co_go beside a plain thread's steady
  * backlog took 50 ms, and a recursive fan-out 3 times as long.) */
-static atomic_int gb_ran, gb_injected;
+static atomic_int gb_ran, gb_injected, gb_in_go;
+static pthread_t gb_spawner; /* written before gb_in_go is set, read after it is seen */
+/* Counts itself only if it runs on the spawner's thread while the
+ * spawner is inside its co_go: what the spawner waited for. (Counted on
+ * any thread, a P lent away by sysmon meanwhile ran the backlog too.) */
+static void gb_job(void *arg) {
+    (void)arg;
+    if (atomic_load(&gb_in_go) && pthread_equal(pthread_self(), gb_spawner))
+        atomic_fetch_add(&gb_ran, 1);
+    co_waitgroup_done(&bb_wg);
+}
 static void gb_noop(void *arg) {
     (void)arg;
     co_waitgroup_done(&bb_wg);
 }
 static void *gb_thread(void *arg) {
     int n = (int)(long)arg;
-    for (int i = 0; i < n; i++) CHECK_EQ(co_go(bb_count, &gb_ran), 0);
+    for (int i = 0; i < n; i++) CHECK_EQ(co_go(gb_job, NULL), 0);
     atomic_store(&gb_injected, 1);
     return NULL;
 }
@@ -484,14 +494,19 @@ static int gb_main(void *arg) {
         co_sched_stats_t st;
         co_sched_stats(&st); /* (also moves the injected ones to the global queue) */
         bool set_up = st.idle_procs == 0 && st.global_runq >= 2 * 256;
-        int before = atomic_load(&gb_ran);
+        gb_spawner = pthread_self();
+        atomic_store(&gb_ran, 0);
+        atomic_store(&gb_in_go, 1);
         CHECK_EQ(co_go(gb_noop, NULL), 0);
-        int during = atomic_load(&gb_ran) - before;
+        atomic_store(&gb_in_go, 0);
+        int during = atomic_load(&gb_ran);
         if (set_up) {
             hits++;
-            fprintf(stderr, "global queue %lld: %d of its coroutines ran during a co_go\n",
+            fprintf(stderr,
+                    "global queue %lld: %d of its coroutines ran on the spawner's thread "
+                    "during its co_go\n",
                     (long long)st.global_runq, during);
-            CHECK(during < n / 2);
+            CHECK(during < n / 4); /* 0 or 1 (the 61st schedule's look); 300-600 before */
         }
         atomic_store(&bb_stop, 1);
         co_waitgroup_wait(&bb_wg);
