@@ -1292,15 +1292,7 @@ static co_g_t *token_g_slow(co_p_t *p, co_g_t *e) {
     return g;
 }
 
-/* Spawn back-pressure. A coroutine that spawns faster than its P runs what
- * it spawns would otherwise pile up new coroutines without bound (C cannot
- * preempt it; sysmon only lends a spare P after 10 ms): every record cold,
- * allocated afresh, in the order of a LIFO. Once its P's queue holds
- * CO_RUNQ_SIZE, the spawner yields instead: it goes behind them, they run
- * (and hand their records and stacks back, hot), and then it goes on. A
- * few hundred coroutines wait per P, not millions. co__spawn itself never
- * yields (its callers may hold a lock); co_go, co_go_with, a pool's submit
- * and co_group_go call this after a successful spawn, holding none. */
+/* After spawn_yield's switch, on the M that switched away from g. */
 static void post_yield_global(co_g_t *g, void *arg) {
     (void)arg;
     __atomic_store_n(&g->status, CO_G_RUNNABLE, __ATOMIC_RELAXED);
@@ -1310,26 +1302,29 @@ static void post_yield_global(co_g_t *g, void *arg) {
     wakep_if_idle();
 }
 
-/* The back-pressure's yield. With one P, or a P idle, co_yield: behind
- * this P's queue (an idle P's M may steal it from there). With every P
- * busy, through the global queue, as Go's Gosched: this P runs what the
- * spawner queued, and the first P to run short of work (its own queue
- * empty: it looks at the global queue before it steals), or any P at its
- * every-61st-schedule look there, takes the spawner and spawns there. Behind its own queue, the spawner came back only on
- * this P, after it had run that queue side by side with the other P,
- * which had stolen half of it: both ran the same spawner's short
- * coroutines at once, and the spawner moved between Ms about 40 times in
- * 1M spawns (now about 5,000, one per yield).
- * 1M spawns joined by a waitgroup on 2 P: 0.76 of the time (9 paired
- * rounds, all faster; docs/hacking.md). Only when this P's own queue is
- * full: a yield forced by the global queue's length (spawn_queue_full's
- * other half) goes behind this P's queue as before. Behind the global
- * backlog the spawner would wait for all of it, and each such spawner,
- * one more entry there, would keep the condition true for every other: a
- * recursive fan-out on 2 P took 3 times as long with 4 times the memory,
- * and a co_go beside a plain thread's backlog of 2,000 took 50 ms (found
- * by review; test_runtime's test_backpressure_global_backlog). Out of
- * line: once per 128 spawns or more. */
+/* The back-pressure's yield. When this P's own queue is full, there is
+ * more than one P and none is idle: through the global queue, as Go's
+ * Gosched. This P runs what the spawner queued, and the first P to run
+ * short of work (its own queue empty: it looks at the global queue before
+ * it steals), or any P at its every-61st-schedule look there, takes the
+ * spawner and spawns there. Otherwise co_yield, behind this P's queue (an
+ * idle P's M may steal it from there).
+ *
+ * Behind its own full queue, the spawner came back only on this P, after
+ * it had run that queue side by side with the other P, which had stolen
+ * half of it: both ran the same spawner's short coroutines at once, and
+ * the spawner moved between Ms about 40 times in 1M spawns (now about
+ * 5,000, one per yield). 1M spawns joined by a waitgroup on 2 P: 0.76 of
+ * the time (9 paired rounds, all faster; docs/hacking.md).
+ *
+ * A yield forced by the global queue's length alone (spawn_queue_full's
+ * other half) stays behind this P's queue: behind the global backlog the
+ * spawner would wait for all of it, and each such spawner, one more entry
+ * there, would keep the condition true for every other. A recursive
+ * fan-out on 2 P took 3 times as long with 4 times the memory, and a co_go
+ * beside a plain thread's backlog of 2,000 took 50 ms (found by review;
+ * test_runtime's test_backpressure_global_backlog). Out of line: once per
+ * 128 spawns or more. */
 static __attribute__((noinline)) void spawn_yield(co_m_t *m) {
     co_p_t *p = m->p;
     if (co__sched.nprocs == 1 || __atomic_load_n(&co__sched.npidle, __ATOMIC_RELAXED) != 0 ||
@@ -1350,6 +1345,15 @@ static __attribute__((noinline)) void spawn_yield(co_m_t *m) {
     gogo(m, g, next, false);
 }
 
+/* Spawn back-pressure. A coroutine that spawns faster than its P runs what
+ * it spawns would otherwise pile up new coroutines without bound (C cannot
+ * preempt it; sysmon only lends a spare P after 10 ms): every record cold,
+ * allocated afresh, in the order of a LIFO. Once its P's queue holds
+ * CO_RUNQ_SIZE, the spawner yields instead: it goes behind them, they run
+ * (and hand their records and stacks back, hot), and then it goes on. A
+ * few hundred coroutines wait per P, not millions. co__spawn itself never
+ * yields (its callers may hold a lock); co_go, co_go_with, a pool's submit
+ * and co_group_go call this after a successful spawn, holding none. */
 static inline __attribute__((always_inline)) void spawn_backpressure_m(co_m_t *m) {
     if (!m || !m->curg || !m->p) return;
     /* Hints: a thief may shorten the queue right after; then the yield is
