@@ -1242,6 +1242,7 @@ static inline __attribute__((always_inline)) void queue_new(co_p_t *p, co_g_t *e
  * G then (token_g), starting t->fn(t). The default stack size only. Never
  * fails: a token needs no memory of its own. */
 static void spawn_yield(co_m_t *m);
+static void yield_slow(co_m_t *m, co_g_t *g, co_p_t *p, void (*post)(co_g_t *, void *));
 void co__spawn_token(co__token_t *t) {
     co_m_t *m = getm();
     co_p_t *p = m ? m->p : NULL;
@@ -1332,17 +1333,9 @@ static __attribute__((noinline)) void spawn_yield(co_m_t *m) {
         co_yield();
         return;
     }
-    co_g_t *g = m->curg;
-    co_g_t *next = runq_next_fast(p);
-    if (!next) { /* nothing queued here after all (thieves took it), or p lent away */
-        co_yield();
-        return;
-    }
-    co__stack_check(g);
-    m->post_fn = post_yield_global;
-    m->post_g = g;
-    m->post_arg = NULL;
-    gogo(m, g, next, false);
+    /* (nothing queued here after all, thieves having taken it: it goes on
+     * running, as co_yield would) */
+    yield_slow(m, m->curg, p, post_yield_global);
 }
 
 /* Spawn back-pressure. A coroutine that spawns faster than its P runs what
@@ -1555,9 +1548,13 @@ static void post_yslot(co_g_t *g, void *arg) {
 }
 #endif
 
-/* co_yield without the yield slot: the ring (or the global queue). Out of
- * line, to keep co_yield's fast path short: it saves no registers. */
-static __attribute__((noinline)) void yield_slow(co_m_t *m, co_g_t *g, co_p_t *p) {
+/* co_yield without the yield slot: g switches to the next coroutine of p,
+ * and post (post_yield: the ring or the global queue; spawn_yield's
+ * post_yield_global: the global queue) requeues it after the switch, with
+ * post_arg unused. Out of line, to keep co_yield's fast path short: it
+ * saves no registers. */
+static __attribute__((noinline)) void yield_slow(co_m_t *m, co_g_t *g, co_p_t *p,
+                                                 void (*post)(co_g_t *, void *)) {
     co_g_t *next = runq_next_fast(p);
     if (!next) {
         if (!p || !__atomic_load_n(&p->retire, __ATOMIC_ACQUIRE))
@@ -1565,7 +1562,7 @@ static __attribute__((noinline)) void yield_slow(co_m_t *m, co_g_t *g, co_p_t *p
         next = &m->g0; /* our P was lent away: requeue globally via g0 */
     }
     co__stack_check(g);
-    m->post_fn = post_yield; /* run_post handles it inline: post_arg unused */
+    m->post_fn = post; /* run_post handles post_yield inline */
     m->post_g = g;
     gogo(m, g, next, false);
 }
@@ -1647,7 +1644,7 @@ void co_yield(void) {
             return;
         }
     }
-    yield_slow(m, g, p);
+    yield_slow(m, g, p, post_yield);
 }
 
 /* Owner of the P: the coroutine running now takes over the job of the
