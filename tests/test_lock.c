@@ -16,7 +16,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "internal.h"
+#include "runtime/runtime.h"
 #include "t.h"
 
 #define THREADS 8

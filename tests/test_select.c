@@ -2,7 +2,7 @@
  * channels, no waiter left behind, large selects, threads. */
 #include "t.h"
 
-#include "chan_impl.h" /* test-only: count waiters in the queues */
+#include "chan/chan_impl.h" /* test-only: count waiters in the queues */
 
 #include <colony.h>
 #include <pthread.h>

@@ -1,0 +1,288 @@
+/*
+ * The channel object, shared by chan.c (send, recv, close), select.c and
+ * ticker.c. Not part of the public API.
+ *
+ * A channel is Go's hchan: a lock, a ring buffer of `cap` elements of
+ * `elem_size` bytes, and two FIFO wait queues (recvq, sendq) of waiters
+ * (co__waiter_t, Go's sudog) whose parkers belong to blocked callers. Every
+ * operation that changes the channel runs under `lock`, except that a few
+ * fields are also *read* without the lock by the non-blocking fast paths
+ * (see "Lock-free reads" below).
+ *
+ * Invariants (under lock):
+ *  - a live (unclaimed) receiver waits in recvq only while the buffer is
+ *    empty; a live sender waits in sendq only while the buffer is full (for
+ *    cap == 0: always "full" and "empty"). A waker therefore serves waiters
+ *    before the buffer, which keeps FIFO order.
+ *  - once `closed` is set, both queues stay empty of live waiters (close
+ *    claims every waiter; later callers see `closed` before queueing).
+ *  - the queues may hold *stale* waiters: their parker was already claimed
+ *    by a deadline or by another case of their select, and their owner will
+ *    re-lock the channel to unlink them. A waker that pops a stale waiter
+ *    (co__claim fails) drops it and counts it in `linger`: its owner still
+ *    comes back to lock the channel, finds it unlinked and uncounts it.
+ *    co_chan_free waits for linger to drop to 0, so a channel closed and
+ *    freed at once (co_ctx_free: cancel, then free) outlives the selects
+ *    and timed-out operations it woke or dropped. An owner never re-locks
+ *    a channel on which its only waiter was claimed (by a waker, which
+ *    does not count it).
+ *
+ * Lock-free reads (the non-blocking fast paths of chan.go, and select's
+ * snapshot of several channels):
+ *  - qcount, closed, recvq.head, sendq.head are only ever *written* under
+ *    `lock`, with __atomic stores; lock-free readers use __atomic loads.
+ *  - ver is a sequence counter: chan_lock() makes it odd before the locked
+ *    section touches anything (store, then a release fence), chan_unlock()
+ *    makes it even again (store-release) before releasing the lock. A reader
+ *    that loads ver (acquire), then state, then issues an acquire fence and
+ *    loads ver again, and sees the same even value, read state that no
+ *    locked section changed in between (the usual seqlock argument; the
+ *    fence pairs with the writer's release fence). select.c uses it to take
+ *    a consistent snapshot of several channels without locking them.
+ *
+ * Waiters live on their owner's stack. A waker may touch a waiter only
+ * while holding the channel lock under which it found it, or after winning
+ * co__claim() on its parker and until it calls co__unpark().
+ */
+#ifndef COLONY_CHAN_IMPL_H
+#define COLONY_CHAN_IMPL_H
+
+#include "runtime/runtime.h"
+
+#include <string.h>
+
+struct co_chan {
+    /* lock protects: buf contents, sendx, recvx, the queue links of every
+     * waiter in recvq/sendq (next, prev, q), and the writes of qcount,
+     * closed, recvq, sendq, ver. Never held across a park (co__park's
+     * unlock callback releases it after the caller stopped running). */
+    co__lock_t lock;
+    uint32_t ver;      /* atomic seq counter: odd while `lock` is held (see above) */
+    size_t qcount;     /* atomic: elements in buf; written under lock (relaxed), read lock-free (acquire) */
+    uint32_t closed;   /* atomic: 0/1; set once under lock (release), read lock-free (acquire) */
+    uint32_t linger;   /* stale waiters popped, whose owners will still lock the
+                          channel (see above); under lock */
+    co__waitq_t recvq; /* blocked receivers; head also read lock-free */
+    co__waitq_t sendq; /* blocked senders; head also read lock-free */
+    size_t sendx;      /* next slot to fill (under lock) */
+    size_t recvx;      /* next slot to drain (under lock) */
+    /* immutable after co_chan_new: */
+    size_t elem_size;
+    size_t cap;
+    char *buf;         /* cap * elem_size bytes right after the struct (never NULL) */
+};
+
+/* ---- the lock and its sequence counter ---------------------------------- */
+
+static inline void chan_lock(co_chan_t *ch) {
+    co__lock(&ch->lock);
+    uint32_t v = __atomic_load_n(&ch->ver, __ATOMIC_RELAXED);
+    __atomic_store_n(&ch->ver, v + 1, __ATOMIC_RELAXED);  /* odd: section in progress */
+    /* release fence: orders the odd ver before every store of this section;
+     * pairs with the acquire fence of a lock-free reader (select.c) */
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+}
+
+static inline void chan_unlock(co_chan_t *ch) {
+    uint32_t v = __atomic_load_n(&ch->ver, __ATOMIC_RELAXED);
+    /* store-release: even again; publishes the section's stores to a reader
+     * that acquires ver */
+    __atomic_store_n(&ch->ver, v + 1, __ATOMIC_RELEASE);
+    co__unlock(&ch->lock);
+}
+
+/* ---- lock-free readiness (may be stale; a `false` is always safe to act on
+ * as "not ready at some instant during the call", see chan.c) ------------- */
+
+static inline bool chan_closed_acq(const co_chan_t *ch) {
+    return __atomic_load_n(&ch->closed, __ATOMIC_ACQUIRE) != 0;
+}
+/* Go's full(): a send would block (ignoring close). */
+static inline bool chan_full(const co_chan_t *ch) {
+    if (ch->cap == 0) return __atomic_load_n(&ch->recvq.head, __ATOMIC_ACQUIRE) == NULL;
+    return __atomic_load_n(&ch->qcount, __ATOMIC_ACQUIRE) == ch->cap;
+}
+/* Go's empty(): a receive would block (ignoring close). */
+static inline bool chan_empty(const co_chan_t *ch) {
+    if (ch->cap == 0) return __atomic_load_n(&ch->sendq.head, __ATOMIC_ACQUIRE) == NULL;
+    return __atomic_load_n(&ch->qcount, __ATOMIC_ACQUIRE) == 0;
+}
+
+/* ---- wait queues: FIFO, doubly linked, under ch->lock -------------------
+ * The same co__waitq_t/co__waiter_t as the wait layer, but maintained here
+ * so that `head` is written with atomic stores for the lock-free readers
+ * above. w->q is the queue a waiter is linked in, NULL when unlinked. */
+
+static inline void chq_push(co__waitq_t *q, co__waiter_t *w) {
+    w->next = NULL;
+    w->prev = q->tail;
+    w->q = q;
+    if (q->tail)
+        q->tail->next = w;
+    else
+        __atomic_store_n(&q->head, w, __ATOMIC_RELAXED); /* under lock; readers: chan_full/empty */
+    q->tail = w;
+}
+
+static inline co__waiter_t *chq_pop(co__waitq_t *q) {
+    co__waiter_t *w = q->head;
+    if (!w) return NULL;
+    co__waiter_t *n = w->next;
+    __atomic_store_n(&q->head, n, __ATOMIC_RELAXED); /* under lock */
+    if (n)
+        n->prev = NULL;
+    else
+        q->tail = NULL;
+    w->next = w->prev = NULL;
+    w->q = NULL;
+    return w;
+}
+
+/* Unlink w from the queue it is in; no-op if a waker already popped it. */
+static inline void chq_remove(co__waiter_t *w) {
+    co__waitq_t *q = w->q;
+    if (!q) return;
+    if (w->prev)
+        w->prev->next = w->next;
+    else
+        __atomic_store_n(&q->head, w->next, __ATOMIC_RELAXED); /* under lock */
+    if (w->next)
+        w->next->prev = w->prev;
+    else
+        q->tail = w->prev;
+    w->next = w->prev = NULL;
+    w->q = NULL;
+}
+
+/* w->idx of a waiter: a select case index (>= 0), or one of these for a
+ * plain send/recv. */
+enum {
+    CHAN_W_TIMED = -1, /* plain op with a deadline: the deadline may claim it */
+    CHAN_W_EXCL = -2   /* plain op with CO_FOREVER: nobody but a waker of this
+                          channel can claim its parker */
+};
+
+/* Pop the first waiter whose parker we win; stale waiters are dropped. The
+ * returned waiter is ours to fill in until co__unpark(w->pk).
+ *
+ * An exclusive waiter (CHAN_W_EXCL) is claimed without the CAS: its parker
+ * has no deadline and belongs to no select, so the only parties that could
+ * claim it are wakers of this channel, and they are serialised by ch->lock
+ * and find the waiter only by popping it (once). The store-release stands
+ * for the CAS's effect (state WAITING -> WOKEN, winner recorded); the data
+ * hand-over is published to the owner by co__unpark as usual. */
+static inline co__waiter_t *chq_claim(co_chan_t *ch, co__waitq_t *q) {
+    co__waiter_t *w;
+    while ((w = chq_pop(q)) != NULL) {
+        if (w->idx == CHAN_W_EXCL) {
+            w->pk->winner = w;
+            __atomic_store_n(&w->pk->state, CO__PK_WOKEN, __ATOMIC_RELEASE);
+            return w;
+        }
+        if (co__claim(w->pk, w)) return w;
+        ch->linger++; /* stale: its owner will lock ch once more (chq_leave) */
+    }
+    return NULL;
+}
+
+/* Under ch->lock, by the owner of w, whose parker was claimed by someone
+ * else than a waker popping w: take w off ch for good, or, if a waker
+ * already popped it (and counted it), uncount it. After the unlock that
+ * follows, the owner must not touch ch again. */
+static inline void chq_leave(co_chan_t *ch, co__waiter_t *w) {
+    if (w->q)
+        chq_remove(w);
+    else
+        ch->linger--;
+}
+
+/* ---- element copies ------------------------------------------------------ */
+
+static inline void chan_copy(void *dst, const void *src, size_t n) {
+    if (CO_LIKELY(n == 8)) { /* a pointer or a 64-bit integer: the usual element */
+        memcpy(dst, src, 8);
+        return;
+    }
+    switch (n) { /* constant sizes become plain moves */
+    case 0: return;
+    case 1: memcpy(dst, src, 1); return;
+    case 2: memcpy(dst, src, 2); return;
+    case 4: memcpy(dst, src, 4); return;
+    case 8: memcpy(dst, src, 8); return;
+    case 16: memcpy(dst, src, 16); return;
+    default: memcpy(dst, src, n); return;
+    }
+}
+
+static inline char *chan_slot(const co_chan_t *ch, size_t i) { return ch->buf + i * ch->elem_size; }
+
+/* ---- the two halves of every operation, under ch->lock -----------------
+ * Each returns 1 if the operation completed, 0 if it would block, or
+ * CO_ECLOSED. *wake is set to a claimed waiter the caller must co__unpark()
+ * after unlocking (NULL if none). `elem` may be NULL for a receive (the value
+ * is dropped); for a send it is NULL only when elem_size == 0. */
+
+static inline __attribute__((always_inline)) int chan_send_locked(co_chan_t *ch, const void *elem,
+                                                                 co__waiter_t **wake) {
+    *wake = NULL;
+    if (ch->closed) return CO_ECLOSED;
+    co__waiter_t *w = chq_claim(ch, &ch->recvq);
+    if (w) { /* a receiver waits: the buffer is empty; copy straight into it (sendDirect) */
+        if (w->data) chan_copy(w->data, elem, ch->elem_size);
+        w->result = 0;
+        *wake = w;
+        return 1;
+    }
+    size_t qc = ch->qcount;
+    if (qc < ch->cap) {
+        chan_copy(chan_slot(ch, ch->sendx), elem, ch->elem_size);
+        if (++ch->sendx == ch->cap) ch->sendx = 0;
+        __atomic_store_n(&ch->qcount, qc + 1, __ATOMIC_RELAXED); /* under lock */
+        return 1;
+    }
+    return 0;
+}
+
+static inline __attribute__((always_inline)) int chan_recv_locked(co_chan_t *ch, void *elem,
+                                                                 co__waiter_t **wake) {
+    *wake = NULL;
+    co__waiter_t *w = chq_claim(ch, &ch->sendq);
+    if (w) {
+        if (ch->cap == 0) { /* unbuffered: take the sender's value directly */
+            if (elem) chan_copy(elem, w->data, ch->elem_size);
+        } else {
+            /* A live sender waits only while the buffer is full: take the
+             * head and put the sender's value at the tail, which is the
+             * same slot (recvx == sendx when full). FIFO is kept. */
+            char *slot = chan_slot(ch, ch->recvx);
+            if (elem) chan_copy(elem, slot, ch->elem_size);
+            chan_copy(slot, w->data, ch->elem_size);
+            if (++ch->recvx == ch->cap) ch->recvx = 0;
+            ch->sendx = ch->recvx;
+        }
+        w->result = 0;
+        *wake = w;
+        return 1;
+    }
+    size_t qc = ch->qcount;
+    if (qc > 0) {
+        if (elem) chan_copy(elem, chan_slot(ch, ch->recvx), ch->elem_size);
+        if (++ch->recvx == ch->cap) ch->recvx = 0;
+        __atomic_store_n(&ch->qcount, qc - 1, __ATOMIC_RELAXED); /* under lock */
+        return 1;
+    }
+    if (ch->closed) return CO_ECLOSED;
+    return 0;
+}
+
+/* Deadline helpers. CO_FOREVER waits; any other value <= 0 is past without
+ * reading the clock; a positive one is compared with co_now() only when the
+ * caller is about to block. */
+static inline bool chan_dl_cheap_past(int64_t deadline) {
+    return deadline != CO_FOREVER && deadline <= 0;
+}
+static inline bool chan_dl_past(int64_t deadline) {
+    return deadline != CO_FOREVER && (deadline <= 0 || deadline <= co_now());
+}
+
+#endif

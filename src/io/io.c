@@ -1,0 +1,728 @@
+/*
+ * I/O on the netpoller: poll descriptors and co_read & co.
+ *
+ * Every fd number has a poll descriptor (co__pd_t, Go's pollDesc) in a
+ * two-level table that grows by chunks and never moves or frees, so the
+ * backend can look one up from the fd number carried in a kernel event.
+ *
+ * Readiness (Go's rg/wg, made counter-shaped so several waiters per side
+ * are safe): the backend reports edges; co__pd_ready bumps the side's
+ * sequence number and wakes every waiter of that side. An operation loads
+ * the sequence number, tries its syscall and, on EAGAIN, re-checks the
+ * number under pd->lock before parking: an edge that arrived after the
+ * syscall started has changed it, so the operation retries instead of
+ * parking. No edge is lost, whatever the number of waiters.
+ *
+ * Close (Go's fdMutex, reduced): every operation holds a reference on the
+ * descriptor while it runs. co_close sets CLOSING, wakes every parked
+ * waiter with CO_ECLOSED and drops its reference; whoever drops the last
+ * reference (co_close itself, or the last operation on its way out)
+ * performs close(2). Operations that start while CLOSING is set fail with
+ * CO_ECLOSED; so nobody stays parked on a closed fd, and the fd number is
+ * not reused while an operation still uses it.
+ */
+#include "runtime/runtime.h"
+
+#include "runtime/netpoll.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+/* ---- the descriptor table ------------------------------------------------ */
+
+#define PD_CHUNK_SHIFT 10
+#define PD_CHUNK (1 << PD_CHUNK_SHIFT)
+#define PD_DIR (1 << 16) /* 64 Mi fd numbers: above any RLIMIT_NOFILE in practice */
+
+CO_STATIC_ASSERT(sizeof(co__pd_t) <= 64, "a poll descriptor fits a cache line");
+
+/* Chunk pointers: atomic; published once by CAS (release), read with an
+ * acquire load; never freed. */
+static co__pd_t *pd_dir[PD_DIR];
+
+co__pd_t *co__pd_peek(int fd) {
+    if (fd < 0 || fd >= PD_DIR * PD_CHUNK)
+        return NULL;
+    co__pd_t *c = __atomic_load_n(&pd_dir[fd >> PD_CHUNK_SHIFT], __ATOMIC_ACQUIRE);
+    return c ? &c[fd & (PD_CHUNK - 1)] : NULL;
+}
+
+co__pd_t *co__pd_get(int fd) {
+    if (fd < 0 || fd >= PD_DIR * PD_CHUNK)
+        return NULL;
+    co__pd_t **slot = &pd_dir[fd >> PD_CHUNK_SHIFT];
+    co__pd_t *c = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
+    if (CO_LIKELY(c != NULL))
+        return &c[fd & (PD_CHUNK - 1)];
+    co__pd_t *fresh = aligned_alloc(64, sizeof(co__pd_t) * PD_CHUNK);
+    if (!fresh)
+        return NULL;
+    memset(fresh, 0, sizeof(co__pd_t) * PD_CHUNK);
+    int base = fd & ~(PD_CHUNK - 1);
+    for (int i = 0; i < PD_CHUNK; i++)
+        fresh[i].fd = base + i;
+    if (!__atomic_compare_exchange_n(slot, &c, fresh, false, __ATOMIC_ACQ_REL,
+                                     __ATOMIC_ACQUIRE)) {
+        free(fresh); /* another thread published the chunk first: use it */
+        return &c[fd & (PD_CHUNK - 1)];
+    }
+    return &fresh[fd & (PD_CHUNK - 1)];
+}
+
+void co__pd_forget_all(void) {
+    for (int d = 0; d < PD_DIR; d++) {
+        co__pd_t *c = __atomic_load_n(&pd_dir[d], __ATOMIC_ACQUIRE);
+        if (!c)
+            continue;
+        for (int i = 0; i < PD_CHUNK; i++) {
+            co__lock(&c[i].lock);
+            if (c[i].kind == CO__PD_POLLED)
+                __atomic_store_n(&c[i].kind, CO__PD_UNKNOWN, __ATOMIC_RELEASE);
+            co__unlock(&c[i].lock);
+        }
+    }
+}
+
+/* ---- waking -------------------------------------------------------------- */
+
+/* Under pd->lock: pop every waiter of q, claim it with `result`, and chain
+ * the claimed ones on *list (through ->next) for waking after the unlock.
+ * A waiter whose claim fails is timing out (or its other side already
+ * fired): it relocks pd and finds itself unlinked. */
+static void pd_claim_all(co__waitq_t *q, int result, co__waiter_t **list) {
+    co__waiter_t *w;
+    while ((w = co__waitq_pop(q)) != NULL) {
+        if (co__claim(w->pk, w)) {
+            w->result = result;
+            w->next = *list;
+            *list = w;
+        }
+    }
+}
+
+/* Outside the lock: unpark a chain built by pd_claim_all. Returns how many
+ * coroutines (not threads) it made runnable. */
+static int pd_wake_list(co__waiter_t *w) {
+    int n = 0;
+    while (w) {
+        co__waiter_t *next = w->next; /* w may vanish once unparked */
+        co__parker_t *pk = w->pk;
+        if (pk->g)
+            n++;
+        co__unpark_cold(pk);
+        w = next;
+    }
+    return n;
+}
+
+int co__pd_ready(co__pd_t *pd, int modes) {
+    co__waiter_t *list = NULL;
+    co__lock(&pd->lock);
+    if (modes & CO__PD_READ) {
+        if (modes & CO__PD_HUP) __atomic_store_n(&pd->hup, 1, __ATOMIC_RELAXED);
+        __atomic_add_fetch(&pd->rseq, 1, __ATOMIC_RELEASE);
+        pd_claim_all(&pd->rq, 0, &list);
+    }
+    if (modes & CO__PD_WRITE) {
+        __atomic_add_fetch(&pd->wseq, 1, __ATOMIC_RELEASE);
+        pd_claim_all(&pd->wq, 0, &list);
+    }
+    co__unlock(&pd->lock);
+    return pd_wake_list(list);
+}
+
+/* ---- references and close ----------------------------------------------- */
+
+/* The single party that sees refs == 0 with CLOSING wins FINAL and closes.
+ * Returns true (and close(2)'s result in *rc) if this caller did it. */
+static bool pd_try_finalize(co__pd_t *pd, int *rc) {
+    uint32_t exp = CO__PD_CLOSING;
+    if (!__atomic_compare_exchange_n(&pd->state, &exp, CO__PD_CLOSING | CO__PD_FINAL, false,
+                                     __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+        return false;
+    co__lock(&pd->lock);
+    bool polled = pd->kind == CO__PD_POLLED;
+    __atomic_store_n(&pd->kind, CO__PD_UNKNOWN, __ATOMIC_RELEASE);
+    pd->is_sock = 0;
+    __atomic_store_n(&pd->stream, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&pd->rdrained, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&pd->hup, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&pd->wlock, 0, __ATOMIC_RELAXED); /* a stray WAIT of a writer gone */
+    /* A stale edge for the old file just costs a retry. */
+    __atomic_add_fetch(&pd->rseq, 1, __ATOMIC_RELEASE);
+    __atomic_add_fetch(&pd->wseq, 1, __ATOMIC_RELEASE);
+    co__unlock(&pd->lock);
+    if (polled)
+        co__np_unregister(pd->fd);
+    int r = close(pd->fd) < 0 ? -errno : 0;
+    /* From here the number may be reused; let operations on it in. */
+    __atomic_and_fetch(&pd->state, ~(CO__PD_CLOSING | CO__PD_FINAL), __ATOMIC_RELEASE);
+    if (rc)
+        *rc = r;
+    return true;
+}
+
+/* Drop an operation's reference (release: its syscalls happen before the
+ * close(2) that the last dropper may perform). */
+static void pd_exit(co__pd_t *pd) {
+    uint32_t prev = __atomic_fetch_sub(&pd->state, 1, __ATOMIC_ACQ_REL);
+    if (CO_UNLIKELY(prev == (CO__PD_CLOSING | 1)))
+        (void)pd_try_finalize(pd, NULL);
+}
+
+/* First use of an fd: make it non-blocking and register it. */
+static int pd_setup(co__pd_t *pd) {
+    int rc = 0;
+    co__lock(&pd->lock);
+    if (pd->kind == CO__PD_UNKNOWN) {
+        int fl = fcntl(pd->fd, F_GETFL);
+        if (fl < 0) {
+            rc = -errno;
+            goto out;
+        }
+        if (!(fl & O_NONBLOCK) && fcntl(pd->fd, F_SETFL, fl | O_NONBLOCK) < 0) {
+            rc = -errno;
+            goto out;
+        }
+        /* Whether it is a socket, and whether it is TCP, where a short read
+         * means an empty buffer (co_read's skip), urgent data aside (its
+         * edge turns the skip off, see hup). Not a Unix stream socket (a
+         * read stops after a segment with SCM_RIGHTS, or between writers
+         * with SO_PASSCRED), nor MPTCP or SCTP (their own protocol
+         * numbers), nor a pipe (one in packet mode, O_DIRECT, returns one
+         * write per read, and only its write end shows the flag). A
+         * protocol number means something only within its family and type
+         * (6 is also a raw IP socket's IPPROTO_TCP and NETLINK_XFRM): all
+         * three are asked. Of every new file, co_accept's too: a number it
+         * gave out may have been closed with close(2) and taken by any
+         * file. */
+        int proto = 0, type = 0, dom = 0;
+        socklen_t pl = sizeof proto, tl = sizeof type, dl = sizeof dom;
+        pd->is_sock = getsockopt(pd->fd, SOL_SOCKET, SO_PROTOCOL, &proto, &pl) == 0;
+        bool stream = pd->is_sock && proto == IPPROTO_TCP &&
+                      getsockopt(pd->fd, SOL_SOCKET, SO_TYPE, &type, &tl) == 0 &&
+                      type == SOCK_STREAM &&
+                      getsockopt(pd->fd, SOL_SOCKET, SO_DOMAIN, &dom, &dl) == 0 &&
+                      (dom == AF_INET || dom == AF_INET6);
+        __atomic_store_n(&pd->stream, stream, __ATOMIC_RELAXED);
+        /* a former file's (closed with close(2)) read-side hints */
+        __atomic_store_n(&pd->rdrained, 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&pd->hup, 0, __ATOMIC_RELAXED);
+    }
+    if (pd->kind == CO__PD_UNKNOWN) {
+        rc = co__np_register(pd->fd);
+        if (rc == -EPERM) { /* regular file, directory: never "not ready" */
+            __atomic_store_n(&pd->kind, CO__PD_PLAIN, __ATOMIC_RELEASE);
+            rc = 0;
+        } else if (rc == 0) {
+            __atomic_store_n(&pd->kind, CO__PD_POLLED, __ATOMIC_RELEASE);
+        }
+    }
+out:
+    co__unlock(&pd->lock);
+    return rc;
+}
+
+/* Take an operation's reference on fd and make sure it is set up. A plain
+ * thread's operation also holds the runtime (co__rt_hold) until op_exit:
+ * co_shutdown fails with CO_EBUSY while one is under way, parked or not
+ * (a coroutine's counts as a live coroutine), instead of closing the
+ * poller under it and leaving it parked for good. *held says which. */
+static int pd_enter(int fd, co__pd_t **out, bool *held) {
+    if (fd < 0)
+        return -EBADF;
+    *held = co__cur_g() == NULL;
+    int rc = *held ? co__rt_hold() : co__ensure_init();
+    if (rc < 0) {
+        *held = false;
+        return rc;
+    }
+    co__pd_t *pd = co__pd_get(fd);
+    if (!pd) {
+        rc = fd >= PD_DIR * PD_CHUNK ? -EBADF : CO_ENOMEM;
+        goto fail;
+    }
+    for (;;) {
+        uint32_t s = __atomic_fetch_add(&pd->state, 1, __ATOMIC_ACQUIRE);
+        if (CO_LIKELY(!(s & (CO__PD_CLOSING | CO__PD_FINAL))))
+            break;
+        pd_exit(pd);
+        if (!(s & CO__PD_FINAL)) {
+            rc = CO_ECLOSED; /* this fd is being closed */
+            goto fail;
+        }
+        /* The number's previous file is in close(2): ours is the next one. */
+        while (__atomic_load_n(&pd->state, __ATOMIC_ACQUIRE) & CO__PD_FINAL)
+            co_yield(); /* sched_yield() on a plain thread */
+    }
+    uint8_t k = __atomic_load_n(&pd->kind, __ATOMIC_ACQUIRE);
+    if (CO_UNLIKELY(k != CO__PD_POLLED && k != CO__PD_PLAIN)) {
+        rc = pd_setup(pd);
+        if (rc < 0) {
+            pd_exit(pd);
+            goto fail;
+        }
+    }
+    *out = pd;
+    return 0;
+fail:
+    if (*held)
+        co__rt_unhold();
+    *held = false;
+    return rc;
+}
+
+/* The end of an operation: its reference (the last one may close the fd,
+ * which unregisters it from the poller: before the hold goes), then its
+ * hold. */
+static void op_exit(co__pd_t *pd, bool held) {
+    pd_exit(pd);
+    if (held)
+        co__rt_unhold();
+}
+
+static bool pd_plain(co__pd_t *pd) {
+    return __atomic_load_n(&pd->kind, __ATOMIC_RELAXED) == CO__PD_PLAIN;
+}
+
+static int close_pd(co__pd_t *pd) {
+    for (;;) {
+        uint32_t s = __atomic_fetch_add(&pd->state, 1, __ATOMIC_ACQUIRE);
+        if (!(s & CO__PD_FINAL))
+            break;
+        pd_exit(pd);
+        while (__atomic_load_n(&pd->state, __ATOMIC_ACQUIRE) & CO__PD_FINAL)
+            co_yield(); /* sched_yield() on a plain thread */
+    }
+    /* We hold a reference, so FINAL cannot appear; one closer wins CLOSING. */
+    uint32_t prev = __atomic_fetch_or(&pd->state, CO__PD_CLOSING, __ATOMIC_ACQ_REL);
+    if (prev & CO__PD_CLOSING) {
+        pd_exit(pd);
+        return -EBADF; /* already being closed */
+    }
+    co__waiter_t *list = NULL;
+    co__lock(&pd->lock);
+    pd_claim_all(&pd->rq, CO_ECLOSED, &list);
+    pd_claim_all(&pd->wq, CO_ECLOSED, &list);
+    co__unlock(&pd->lock);
+    (void)pd_wake_list(list);
+    prev = __atomic_fetch_sub(&pd->state, 1, __ATOMIC_ACQ_REL);
+    int rc = 0;
+    if (prev == (CO__PD_CLOSING | 1) && pd_try_finalize(pd, &rc))
+        return rc;
+    return 0; /* the last operation still running closes it on its way out */
+}
+
+int co_close(int fd) {
+    if (fd < 0)
+        return -EBADF;
+    co__pd_t *pd = co__pd_peek(fd);
+    if (!pd)
+        return close(fd) < 0 ? -errno : 0;
+    /* A plain thread holds the runtime while it closes, if it is up, so
+     * that co_shutdown does not close the poller under the unregistering.
+     * Never starts it: with the runtime down no fd is registered. */
+    bool held = co__cur_g() == NULL && co__rt_hold_if_up();
+    int rc = close_pd(pd);
+    if (held)
+        co__rt_unhold();
+    return rc;
+}
+
+/* ---- waiting ------------------------------------------------------------- */
+
+static bool deadline_passed(int64_t deadline) {
+    return deadline >= 0 && deadline <= co_now();
+}
+
+/* Park until one of `modes` (CO__PD_*) sees an edge newer than rseq/wseq,
+ * the deadline passes or the fd is closed. 0 (retry the syscall),
+ * CO_ETIMEDOUT or CO_ECLOSED. */
+static int pd_wait(co__pd_t *pd, int modes, uint32_t rseq, uint32_t wseq, int64_t deadline) {
+    if (deadline_passed(deadline))
+        return CO_ETIMEDOUT;
+    co__parker_t pk;
+    co__parker_init(&pk, CO__WR_IO);
+    if (!pk.g)
+        co__netpoll_want(); /* before pd->lock: it may start an M */
+    co__waiter_t wr = {0}, ww = {0};
+    wr.pk = ww.pk = &pk;
+    co__lock(&pd->lock);
+    if (((modes & CO__PD_READ) && __atomic_load_n(&pd->rseq, __ATOMIC_RELAXED) != rseq) ||
+        ((modes & CO__PD_WRITE) && __atomic_load_n(&pd->wseq, __ATOMIC_RELAXED) != wseq)) {
+        co__unlock(&pd->lock);
+        return 0; /* an edge arrived since the syscall: retry it */
+    }
+    if (__atomic_load_n(&pd->state, __ATOMIC_RELAXED) & CO__PD_CLOSING) {
+        co__unlock(&pd->lock);
+        return CO_ECLOSED;
+    }
+    if (modes & CO__PD_READ)
+        co__waitq_push(&pd->rq, &wr);
+    if (modes & CO__PD_WRITE)
+        co__waitq_push(&pd->wq, &ww);
+    co__np_waiters_add(1);
+    int rc = co__park_lock(&pk, deadline, &pd->lock);
+    co__np_waiters_add(-1);
+    if (rc == CO_ETIMEDOUT || modes == (CO__PD_READ | CO__PD_WRITE)) {
+        co__lock(&pd->lock);
+        co__waitq_remove(&wr); /* no-op for the side that fired */
+        co__waitq_remove(&ww);
+        co__unlock(&pd->lock);
+    }
+    if (rc == CO_ETIMEDOUT)
+        return CO_ETIMEDOUT;
+    return ((co__waiter_t *)pk.winner)->result;
+}
+
+/* Syscall wrappers returning -errno. Not inlined: glibc declares
+ * __errno_location const, and a caller that parks between two syscalls
+ * must not reuse the errno address of the thread it ran on before. */
+#define NOINL __attribute__((noinline))
+static NOINL ssize_t sys_read(int fd, void *b, size_t n) {
+    ssize_t r = read(fd, b, n);
+    return r < 0 ? -errno : r;
+}
+static NOINL ssize_t sys_write(int fd, const void *b, size_t n, bool sock) {
+    ssize_t r = sock ? send(fd, b, n, MSG_NOSIGNAL) : write(fd, b, n);
+    return r < 0 ? -errno : r;
+}
+static NOINL int sys_accept(int fd, struct sockaddr *a, socklen_t *l) {
+    int r = accept4(fd, a, l, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    return r < 0 ? -errno : r;
+}
+static NOINL int sys_connect(int fd, const struct sockaddr *a, socklen_t l) {
+    return connect(fd, a, l) < 0 ? -errno : 0;
+}
+static NOINL int sys_sockerr(int fd) {
+    int err = 0;
+    socklen_t l = sizeof err;
+    if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &l) < 0)
+        return -errno;
+    return -err;
+}
+static NOINL int sys_connected(int fd) {
+    struct sockaddr_storage ss;
+    socklen_t l = sizeof ss;
+    return getpeername(fd, (struct sockaddr *)&ss, &l) < 0 ? -errno : 0;
+}
+static NOINL int sys_poll1(int fd, short events, short *revents) {
+    struct pollfd p = {.fd = fd, .events = events};
+    int r = poll(&p, 1, 0);
+    *revents = p.revents;
+    return r < 0 ? -errno : r;
+}
+
+static bool again(ssize_t e) {
+    return e == -EAGAIN || e == -EWOULDBLOCK;
+}
+
+/* co_read's skip of a read(2) that would fail with EAGAIN: the deadline
+ * is not past (a past one is a try, and tries read) and a new edge will be
+ * seen soon (co__netpoll_soon). */
+static bool edge_wait_pays(int64_t deadline) {
+    if (deadline != CO_FOREVER && deadline <= 0) return false;
+    int64_t now = co_now();
+    if (deadline != CO_FOREVER && deadline <= now) return false;
+    return co__netpoll_soon(now);
+}
+
+/* ---- the operations ------------------------------------------------------ */
+
+ssize_t co_read(int fd, void *buf, size_t len, int64_t deadline) {
+    if (fd < 0)
+        return -EBADF;
+    if ((!buf && len) || len > SSIZE_MAX)
+        return CO_EINVAL;
+    co__pd_t *pd;
+    bool held;
+    int rc = pd_enter(fd, &pd, &held);
+    if (rc < 0)
+        return rc;
+    ssize_t n;
+    for (;;) {
+        uint32_t seq = __atomic_load_n(&pd->rseq, __ATOMIC_ACQUIRE);
+        /* The last read of this stream came back short at this very edge
+         * count, so it was empty then and any byte since brings a new edge.
+         * While the poller is watched, or polled lately (busy Ms poll each
+         * time they run out of work), that edge is seen soon: wait for it
+         * instead of spending a read(2) on EAGAIN (a request/response
+         * connection saves one syscall per message). Never for a deadline
+         * that has passed: that is a try, and tries read. Never after a
+         * hang-up or error edge: EOF and errors stay pending with no edge to
+         * come; nor after TCP urgent data, where a read stops short at the
+         * mark (seq was loaded with acquire after the hup store it covers). */
+        if (seq + 1 != 0 && __atomic_load_n(&pd->rdrained, __ATOMIC_RELAXED) == seq + 1 &&
+            len > 0 && !__atomic_load_n(&pd->hup, __ATOMIC_RELAXED) && edge_wait_pays(deadline)) {
+            __atomic_store_n(&pd->rdrained, 0, __ATOMIC_RELAXED); /* one skip per short read */
+            int w = pd_wait(pd, CO__PD_READ, seq, 0, deadline);
+            if (w < 0) {
+                n = w;
+                break;
+            }
+            continue;
+        }
+        n = sys_read(fd, buf, len);
+        if (n > 0 && (size_t)n < len && __atomic_load_n(&pd->stream, __ATOMIC_RELAXED))
+            __atomic_store_n(&pd->rdrained, seq + 1, __ATOMIC_RELAXED);
+        if (n >= 0)
+            break;
+        if (n == -EINTR)
+            continue;
+        if (!again(n) || pd_plain(pd))
+            break;
+        int w = pd_wait(pd, CO__PD_READ, seq, 0, deadline);
+        if (w < 0) {
+            n = w;
+            break;
+        }
+    }
+    op_exit(pd, held);
+    return n;
+}
+
+/* co_write's lock, so that whole writes never interleave (Go's Write holds
+ * the fd's write lock throughout). A writer that finds it held parks on wq
+ * with WAIT set, under pd->lock: the holder's unlock clears both bits and,
+ * if WAIT was set, wakes wq (write-readiness waiters too: they only retry),
+ * under pd->lock, so it cannot miss one that saw the lock held. Woken, a
+ * waiter tries again. 0, CO_ETIMEDOUT (the deadline passed first: nothing
+ * was written) or CO_ECLOSED. */
+static int wlock_wait(co__pd_t *pd, int64_t deadline) {
+    if (deadline_passed(deadline))
+        return CO_ETIMEDOUT;
+    co__parker_t pk;
+    co__parker_init(&pk, CO__WR_IO);
+    co__waiter_t ww = {0};
+    ww.pk = &pk;
+    co__lock(&pd->lock);
+    if (__atomic_load_n(&pd->state, __ATOMIC_RELAXED) & CO__PD_CLOSING) {
+        co__unlock(&pd->lock);
+        return CO_ECLOSED;
+    }
+    uint8_t wl = __atomic_fetch_or(&pd->wlock, CO__PD_WL_WAIT, __ATOMIC_ACQ_REL);
+    if (!(wl & CO__PD_WL_HELD)) {
+        /* Given back meanwhile: take back the WAIT we set, if nobody had
+         * (WAIT is set only under pd->lock, which we hold), so that the
+         * next unlock does not wake the queue for nothing. */
+        if (!(wl & CO__PD_WL_WAIT))
+            __atomic_fetch_and(&pd->wlock, (uint8_t)~CO__PD_WL_WAIT, __ATOMIC_RELAXED);
+        co__unlock(&pd->lock);
+        return 0;
+    }
+    co__waitq_push(&pd->wq, &ww);
+    int rc = co__park_lock(&pk, deadline, &pd->lock);
+    if (rc == CO_ETIMEDOUT) {
+        co__lock(&pd->lock);
+        co__waitq_remove(&ww);
+        co__unlock(&pd->lock);
+        return CO_ETIMEDOUT;
+    }
+    return ((co__waiter_t *)pk.winner)->result;
+}
+
+static int wlock_take(co__pd_t *pd, int64_t deadline) {
+    for (;;) {
+        /* acquire: the previous writer's writes come first */
+        if (CO_LIKELY(!(__atomic_fetch_or(&pd->wlock, CO__PD_WL_HELD, __ATOMIC_ACQUIRE) &
+                        CO__PD_WL_HELD)))
+            return 0;
+        int rc = wlock_wait(pd, deadline);
+        if (rc < 0)
+            return rc;
+    }
+}
+
+static void wlock_give(co__pd_t *pd) {
+    /* release: pairs with the next writer's acquire */
+    uint8_t w = __atomic_fetch_and(&pd->wlock, (uint8_t) ~(CO__PD_WL_HELD | CO__PD_WL_WAIT),
+                                   __ATOMIC_RELEASE);
+    if (CO_UNLIKELY(w & CO__PD_WL_WAIT)) {
+        co__waiter_t *list = NULL;
+        co__lock(&pd->lock);
+        pd_claim_all(&pd->wq, 0, &list);
+        co__unlock(&pd->lock);
+        (void)pd_wake_list(list);
+    }
+}
+
+ssize_t co_write(int fd, const void *buf, size_t len, int64_t deadline) {
+    if (fd < 0)
+        return -EBADF;
+    if ((!buf && len) || len > SSIZE_MAX)
+        return CO_EINVAL;
+    co__pd_t *pd;
+    bool held;
+    int rc = pd_enter(fd, &pd, &held);
+    if (rc < 0)
+        return rc;
+    if (len > 0 && (rc = wlock_take(pd, deadline)) < 0) {
+        op_exit(pd, held);
+        return rc;
+    }
+    bool sock = __atomic_load_n(&pd->is_sock, __ATOMIC_RELAXED);
+    const char *p = buf;
+    size_t off = 0;
+    ssize_t res = (ssize_t)len;
+    do {
+        uint32_t seq = __atomic_load_n(&pd->wseq, __ATOMIC_ACQUIRE);
+        ssize_t n = sys_write(fd, off ? p + off : p, len - off, sock); /* NULL + 0 is UB */
+        if (n >= 0) {
+            off += (size_t)n;
+            continue;
+        }
+        if (n == -EINTR)
+            continue;
+        if (CO_UNLIKELY(n == -ENOTSOCK) && sock) {
+            /* A number closed with close(2) behind our back (see co_close)
+             * and reused by a file that is no socket: write(2) it is. */
+            __atomic_store_n(&pd->is_sock, 0, __ATOMIC_RELAXED);
+            sock = false;
+            continue;
+        }
+        if (!again(n) || pd_plain(pd)) {
+            res = n;
+            break;
+        }
+        int w = pd_wait(pd, CO__PD_WRITE, 0, seq, deadline);
+        if (w < 0) {
+            res = w;
+            break;
+        }
+    } while (off < len);
+    if (len > 0)
+        wlock_give(pd);
+    op_exit(pd, held);
+    return res;
+}
+
+int co_accept(int fd, struct sockaddr *addr, socklen_t *addrlen, int64_t deadline) {
+    if (fd < 0)
+        return -EBADF;
+    if (addr && !addrlen)
+        return CO_EINVAL;
+    co__pd_t *pd;
+    bool held;
+    int rc = pd_enter(fd, &pd, &held);
+    if (rc < 0)
+        return rc;
+    socklen_t len0 = addrlen ? *addrlen : 0;
+    for (;;) {
+        uint32_t seq = __atomic_load_n(&pd->rseq, __ATOMIC_ACQUIRE);
+        if (addrlen)
+            *addrlen = len0;
+        rc = sys_accept(fd, addr, addrlen);
+        if (rc >= 0)
+            break;
+        if (rc == -EINTR || rc == -ECONNABORTED)
+            continue; /* the peer gave up before we took it: take the next */
+        if (!again(rc) || pd_plain(pd))
+            break;
+        int w = pd_wait(pd, CO__PD_READ, seq, 0, deadline);
+        if (w < 0) {
+            rc = w;
+            break;
+        }
+    }
+    op_exit(pd, held);
+    if (rc >= 0) {
+        /* A fresh number: whatever its slot remembers is stale (a file
+         * closed with close(2) had it). Its first use sets it up afresh,
+         * as any file's: non-blocking already, so one fcntl, its type
+         * (getsockopt) and the registration. */
+        co__pd_t *npd = co__pd_get(rc);
+        if (npd) {
+            co__lock(&npd->lock);
+            __atomic_store_n(&npd->kind, CO__PD_UNKNOWN, __ATOMIC_RELEASE);
+            co__unlock(&npd->lock);
+        }
+    }
+    return rc;
+}
+
+int co_connect(int fd, const struct sockaddr *addr, socklen_t addrlen, int64_t deadline) {
+    if (fd < 0)
+        return -EBADF;
+    if (!addr)
+        return CO_EINVAL;
+    co__pd_t *pd;
+    bool held;
+    int rc = pd_enter(fd, &pd, &held);
+    if (rc < 0)
+        return rc;
+    uint32_t seq = __atomic_load_n(&pd->wseq, __ATOMIC_ACQUIRE);
+    rc = sys_connect(fd, addr, addrlen);
+    if (rc == -EINPROGRESS || rc == -EINTR || rc == -EALREADY) {
+        /* In progress: writable means done; SO_ERROR says how it went. */
+        for (;;) {
+            rc = pd_wait(pd, CO__PD_WRITE, 0, seq, deadline);
+            if (rc < 0)
+                break;
+            seq = __atomic_load_n(&pd->wseq, __ATOMIC_ACQUIRE);
+            rc = sys_sockerr(fd);
+            if (rc == -EINPROGRESS || rc == -EALREADY || rc == -EINTR)
+                continue;
+            if (rc == 0) {
+                rc = sys_connected(fd);
+                if (rc == -ENOTCONN)
+                    continue; /* a spurious edge: not connected yet */
+            }
+            break;
+        }
+    }
+    op_exit(pd, held);
+    return rc;
+}
+
+int co_wait_fd(int fd, int events, int64_t deadline) {
+    if (fd < 0)
+        return -EBADF;
+    if (events == 0 || (events & ~(CO_READABLE | CO_WRITABLE)))
+        return CO_EINVAL;
+    co__pd_t *pd;
+    bool held;
+    int rc = pd_enter(fd, &pd, &held);
+    if (rc < 0)
+        return rc;
+    short want = (short)(((events & CO_READABLE) ? POLLIN | POLLRDHUP : 0) |
+                         ((events & CO_WRITABLE) ? POLLOUT : 0));
+    int modes = ((events & CO_READABLE) ? CO__PD_READ : 0) |
+                ((events & CO_WRITABLE) ? CO__PD_WRITE : 0);
+    for (;;) {
+        if (pd_plain(pd)) {
+            rc = events; /* a regular file is always ready */
+            break;
+        }
+        uint32_t rs = __atomic_load_n(&pd->rseq, __ATOMIC_ACQUIRE);
+        uint32_t ws = __atomic_load_n(&pd->wseq, __ATOMIC_ACQUIRE);
+        short rev = 0;
+        rc = sys_poll1(fd, want, &rev);
+        if (rc == -EINTR)
+            continue;
+        if (rc < 0)
+            break;
+        if (rev & POLLNVAL) {
+            rc = -EBADF;
+            break;
+        }
+        rc = 0;
+        if ((events & CO_READABLE) && (rev & (POLLIN | POLLRDHUP | POLLHUP | POLLERR)))
+            rc |= CO_READABLE;
+        if ((events & CO_WRITABLE) && (rev & (POLLOUT | POLLHUP | POLLERR)))
+            rc |= CO_WRITABLE;
+        if (rc)
+            break;
+        rc = pd_wait(pd, modes, rs, ws, deadline);
+        if (rc < 0)
+            break;
+    }
+    op_exit(pd, held);
+    return rc;
+}

@@ -1,0 +1,162 @@
+/* COLONY_DEBUG, schedtrace, co_sched_stats, co_dump and co_main. */
+#include "runtime/proc.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+void co__debug_parse_env(void) {
+    const char *e = getenv("COLONY_DEBUG");
+    if (!e) return;
+    const char *k = strstr(e, "schedtrace=");
+    if (k) {
+        /* at most a year between lines: MS * 1000000 stays far from overflow
+         * (an overflowed period printed a line every half millisecond) */
+        long long ms = atoll(k + strlen("schedtrace="));
+        const long long year_ms = 365LL * 24 * 3600 * 1000;
+        co__sched.schedtrace_ms = ms < 0 ? 0 : ms > year_ms ? year_ms : ms;
+    }
+    /* chaos: a test mode that makes the scheduler's rare interleavings
+     * common. A spinning M sometimes stalls for a few ms (as when the OS
+     * preempts it on a loaded machine) and sysmon lends Ps after 1 ms of
+     * no scheduling instead of 10 ms. Behaviour must not change. */
+    if (strstr(e, "chaos")) co__sched.chaos = 1;
+    /* noyieldslot: yields always go through the ring, and owners take
+     * from it one at a time, with no batch (yslot.h), for A/B
+     * measurements */
+    if (strstr(e, "noyieldslot")) co__sched.no_yslot = 1;
+}
+
+void co_sched_stats(co_sched_stats_t *out) {
+    if (!out) return;
+    memset(out, 0, sizeof *out);
+    co_sched_t *s = &co__sched;
+    if (!co__stats_enter()) return; /* not running: zeros */
+    out->global_runq = co__globrunq_len();
+    co__lock(&s->lock);
+    out->procs = s->nprocs;
+    out->idle_procs = (int)s->npidle;
+    out->threads = s->mcount + 1; /* + sysmon */
+    out->idle_threads = s->nmidle;
+    co__unlock(&s->lock);
+    out->spinning_threads = (int)__atomic_load_n(&s->nmspinning, __ATOMIC_ACQUIRE);
+    out->coroutines = co_count();
+    co__stats_exit();
+}
+
+int co_sched_runq_lens(int *lens, int max) {
+    co_sched_t *s = &co__sched;
+    if (!lens || max <= 0 || !co__stats_enter()) return 0;
+    /* under sched.lock, which holds allp still (a lent P is swapped in
+     * under it) */
+    co__lock(&s->lock);
+    int n = 0;
+    if (s->allp) {
+        n = s->nprocs < max ? s->nprocs : max;
+        for (int i = 0; i < n; i++) lens[i] = co__runq_len(co__allp(i));
+    }
+    co__unlock(&s->lock);
+    co__stats_exit();
+    return n;
+}
+
+void co__schedtrace(FILE *out) {
+    co_sched_stats_t st;
+    co_sched_stats(&st);
+    if (st.procs == 0) return; /* shutting down */
+    /* Every P's queue length (up to 1024 of them, "256 " each at most):
+     * on the heap, since a coroutine with a small stack may call co_dump.
+     * Without memory, the line stops after the first 64. */
+    int small[64], *lens = small, cap = 64;
+    char sbuf[1024], *buf = sbuf;
+    size_t bufsz = sizeof sbuf;
+    if (st.procs > 64) {
+        int *l = malloc((size_t)st.procs * sizeof *l);
+        char *b = malloc((size_t)st.procs * 12 + 256);
+        if (l && b) {
+            lens = l;
+            cap = st.procs;
+            buf = b;
+            bufsz = (size_t)st.procs * 12 + 256;
+        } else {
+            free(l);
+            free(b);
+        }
+    }
+    int n = snprintf(buf, bufsz,
+                     "SCHED %lldms: gomaxprocs=%d idleprocs=%d threads=%d spinningthreads=%d "
+                     "idlethreads=%d runqueue=%lld [",
+                     (long long)((co_now() - co__sched.start_ns) / 1000000), st.procs,
+                     st.idle_procs, st.threads, st.spinning_threads, st.idle_threads,
+                     (long long)st.global_runq);
+    int np = co_sched_runq_lens(lens, cap);
+    for (int i = 0; i < np && n < (int)bufsz - 16; i++)
+        n += snprintf(buf + n, bufsz - (size_t)n, i ? " %d" : "%d", lens[i]);
+    fprintf(out, "%s]\n", buf);
+    fflush(out);
+    if (lens != small) free(lens);
+    if (buf != sbuf) free(buf);
+}
+
+static const char *const wait_reasons[CO__WR_COUNT_] = {
+    [CO__WR_NONE] = "", [CO__WR_SLEEP] = "sleep", [CO__WR_CHAN_SEND] = "chan send",
+    [CO__WR_CHAN_RECV] = "chan receive", [CO__WR_SELECT] = "select",
+    [CO__WR_MUTEX] = "sync.Mutex.Lock", [CO__WR_RWMUTEX] = "sync.RWMutex",
+    [CO__WR_COND] = "sync.Cond.Wait", [CO__WR_WAITGROUP] = "sync.WaitGroup.Wait",
+    [CO__WR_SEM] = "semacquire", [CO__WR_ONCE] = "sync.Once", [CO__WR_POOL] = "pool",
+    [CO__WR_IO] = "IO wait", [CO__WR_MAIN] = "co_main", [CO__WR_GROUP] = "group",
+};
+
+void co_dump(FILE *out) {
+    if (!out) out = stderr;
+    co_sched_t *s = &co__sched;
+    /* counted in as a reader (co__stats_enter): co_init and co_shutdown
+     * wait for it before they reset or free what it walks */
+    if (!co__stats_enter()) {
+        fprintf(out, "colony: runtime not started\n");
+        return;
+    }
+    co__schedtrace(out);
+    static const char *const st[] = {"idle", "runnable", "running", "waiting", "dead"};
+    co__lock(&s->allg_lock);
+    for (co_g_t *g = s->allg; g; g = g->alllink_next) {
+        /* acquire: pairs with the spawn's release store of RUNNABLE, so the
+         * id and name are the ones g_init wrote. (A record that exits and
+         * is reused for a new coroutine during these few reads may show
+         * that one's: a snapshot, like the rest.) */
+        uint32_t status = __atomic_load_n(&g->status, __ATOMIC_ACQUIRE);
+        if (status == CO_G_DEAD || status == CO_G_IDLE) continue;
+        int wr = __atomic_load_n(&g->wait_reason, __ATOMIC_RELAXED);
+        fprintf(out, "coroutine %llu%s%s%s [%s%s%s]\n", (unsigned long long)g->id,
+                g->name[0] ? " '" : "", g->name, g->name[0] ? "'" : "", st[status],
+                status == CO_G_WAITING && wr > 0 && wr < CO__WR_COUNT_ ? ", " : "",
+                status == CO_G_WAITING && wr > 0 && wr < CO__WR_COUNT_ ? wait_reasons[wr] : "");
+    }
+    co__unlock(&s->allg_lock);
+    co__stats_exit();
+}
+
+/* co_main: run fn as a coroutine and wait for it, from a thread or a coroutine. */
+struct main_args {
+    int (*fn)(void *);
+    void *arg;
+    int result;
+    co_waitgroup_t wg;
+};
+
+static void main_tramp(void *a_) {
+    struct main_args *a = a_;
+    a->result = a->fn(a->arg);
+    co_waitgroup_done(&a->wg);
+}
+
+int co_main(int (*fn)(void *arg), void *arg) {
+    if (!fn) return CO_EINVAL;
+    struct main_args a = {fn, arg, 0, CO_WAITGROUP_INIT};
+    co_waitgroup_add(&a.wg, 1);
+    co_attr_t attr = {0, "main"};
+    int rc = co_go_with(&attr, main_tramp, &a);
+    if (rc < 0) return rc;
+    co_waitgroup_wait(&a.wg);
+    return a.result;
+}

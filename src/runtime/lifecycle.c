@@ -1,0 +1,387 @@
+/*
+ * The runtime's life: co_init, co_shutdown and the counts they go by.
+ *
+ * The runtime is DOWN, UP or STOPPING (co__rt_state, internal.h). Anything
+ * may start it (co__ensure_init); co_shutdown stops it only when nothing
+ * lives: no coroutine (the Ps' counts and live_global), no hold (pools,
+ * tickers: co__rt_hold), no pending timer. Spawns from plain threads and
+ * new holds count themselves in before they look at the state, and
+ * co_shutdown stores STOPPING before its last look at the counts, so one
+ * of the two always sees the other (see live_global).
+ */
+#include "runtime/proc.h"
+#include "runtime/yslot.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* States of the runtime as a whole. Changed only under init_lock; STOPPING
+ * while co_shutdown tears it down (co__ensure_init then waits on init_lock
+ * and starts a fresh one). */
+uint32_t co__rt_state; /* atomic: CO__RT_* (internal.h); acquire load on the fast path */
+/* Readers of the scheduler's state from any thread (co_count,
+ * co_sched_stats, co_sched_runq_lens; and plain threads making a coroutine
+ * runnable, co__plain_ready_begin, which need no check): each counts
+ * itself in (seq_cst) and then checks co__rt_state (seq_cst); co_shutdown stores STOPPING
+ * (seq_cst) and waits for the count to drop before it frees anything,
+ * and co_init waits for it before it resets the state: a reader either
+ * sees the runtime not up and touches nothing, or is waited for. */
+static uint32_t stat_readers;
+/* Live coroutines not counted on a P's ngo: plain threads' spawns, exits
+ * with no P, retired Ps' counts. Outside co__sched, which co_init zeroes:
+ * a plain thread's spawn counts itself here (seq_cst) before it checks
+ * that the runtime is up (seq_cst), and co_shutdown stores STOPPING
+ * (seq_cst) before its last look at the count: either the spawn sees the
+ * runtime stopping and takes its count back (then retries on the next
+ * runtime), or co_shutdown sees it and fails with CO_EBUSY. A count taken
+ * back after a restart must land on the same counter. co_shutdown folds
+ * the Ps' counts in before it frees them. */
+static int64_t live_global;
+/* Holds on the runtime (co__rt_hold): pools and tickers alive. Same
+ * protocol with co_shutdown as live_global. */
+static int64_t rt_holds;
+static co__lock_t init_lock;
+static int (*shutdown_hooks[CO_MAX_HOOKS])(void); /* under init_lock */
+static int nhooks;
+
+void co__live_global_add(int64_t d) { __atomic_add_fetch(&live_global, d, __ATOMIC_SEQ_CST); }
+
+/* Add one to *count (live_global or rt_holds), the runtime up, by their
+ * protocol with co_shutdown (see live_global). If it is not up: with
+ * `start`, start it again (co_init waits for a shutdown under way) and
+ * retry: 0, or co_init's negative code; without, wait out a shutdown under
+ * way (it ends with the runtime down, or up again if it failed): 0, or 1
+ * if the runtime is down. Nothing is added unless 0 is returned. */
+static int count_in_up(int64_t *count, bool start) {
+    for (;;) {
+        __atomic_add_fetch(count, 1, __ATOMIC_SEQ_CST);
+        uint32_t st = __atomic_load_n(&co__rt_state, __ATOMIC_SEQ_CST);
+        if (CO_LIKELY(st == CO__RT_UP)) return 0;
+        __atomic_sub_fetch(count, 1, __ATOMIC_SEQ_CST);
+        if (start) {
+            int rc = co_init(NULL);
+            if (rc < 0) return rc;
+        } else if (st == CO__RT_DOWN) {
+            return 1;
+        } else {
+            sched_yield();
+        }
+    }
+}
+
+/* Count a coroutine a plain thread is about to spawn, the runtime up. */
+int co__plain_spawn_enter(void) { return count_in_up(&live_global, true); }
+
+int co__rt_hold(void) { return count_in_up(&rt_holds, true); }
+void co__rt_unhold(void) { __atomic_sub_fetch(&rt_holds, 1, __ATOMIC_SEQ_CST); }
+
+/* A hold taken only if the runtime is up; false, and none taken, if it is
+ * down (a shutdown under way is waited out). */
+bool co__rt_hold_if_up(void) { return count_in_up(&rt_holds, false) == 0; }
+
+/* ---- init / shutdown ---------------------------------------------------- */
+
+void co__at_shutdown(int (*fn)(void)) {
+    co__lock(&init_lock);
+    for (int i = 0; i < nhooks; i++)
+        if (shutdown_hooks[i] == fn) {
+            co__unlock(&init_lock);
+            return;
+        }
+    if (nhooks < CO_MAX_HOOKS) shutdown_hooks[nhooks++] = fn;
+    co__unlock(&init_lock);
+}
+
+static int default_procs(void) {
+    const char *e = getenv("COLONY_PROCS");
+    if (e && *e) {
+        char *end;
+        long v = strtol(e, &end, 10);
+        if (*end == 0 && v > 0 && v <= CO_MAX_PROCS) return (int)v;
+    }
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    if (n < 1) n = 1;
+    if (n > CO_MAX_PROCS) n = CO_MAX_PROCS;
+    return (int)n;
+}
+
+int co_init(const co_config_t *cfg) {
+    if (cfg && (cfg->procs < 0 || cfg->procs > CO_MAX_PROCS)) return CO_EINVAL;
+    if (cfg && cfg->stack_size != 0 &&
+        (cfg->stack_size < CO_STACK_MIN || cfg->stack_size > CO_STACK_MAX))
+        return CO_EINVAL;
+    co_sched_t *s = &co__sched;
+    co__lock(&init_lock);
+    if (__atomic_load_n(&co__rt_state, __ATOMIC_ACQUIRE) == CO__RT_UP) {
+        bool same = !cfg || ((cfg->procs == 0 || cfg->procs == s->nprocs) &&
+                             (cfg->stack_size == 0 ||
+                              co__stack_round(cfg->stack_size) == s->stack_size));
+        co__unlock(&init_lock);
+        return same ? 0 : CO_EINVAL;
+    }
+    /* A reader that saw the old runtime up may still be reading. */
+    while (__atomic_load_n(&stat_readers, __ATOMIC_SEQ_CST) != 0) sched_yield();
+    memset(s, 0, sizeof *s);
+    s->nprocs = cfg && cfg->procs ? cfg->procs : default_procs();
+    /* in whole pages: a size that is not would never equal a mapped one,
+     * and every exit would unmap its stack */
+    s->stack_size = co__stack_round(cfg && cfg->stack_size ? cfg->stack_size : CO_DEFAULT_STACK);
+    s->start_ns = co_now();
+    s->allp = calloc((size_t)s->nprocs, sizeof *s->allp);
+    if (!s->allp) goto nomem;
+    for (int i = s->nprocs - 1; i >= 0; i--) {
+        co_p_t *p = calloc(1, sizeof *p);
+        if (!p) goto nomem;
+        p->id = i;
+        s->allp[i] = p;
+        co__pidleput_locked(p); /* single-threaded here: no lock needed yet */
+    }
+    co__stack_setup();
+    int rc = co__netpoll_init();
+    if (rc < 0) goto fail; /* no fd for epoll (EMFILE): nothing started yet */
+    co__debug_parse_env();
+    co__yslot_init();
+    co__base_init();
+    /* Before the runtime is up: nobody can have used it if this fails (no
+     * thread for sysmon: a runtime without it would never lend a P or
+     * retry a coroutine waiting for a stack). */
+    if (co__sysmon_start() != 0) {
+        co__netpoll_fini();
+        goto nomem;
+    }
+    __atomic_store_n(&co__rt_state, CO__RT_UP, __ATOMIC_RELEASE);
+    co__unlock(&init_lock);
+    return 0;
+nomem:
+    rc = CO_ENOMEM;
+fail:
+    if (s->allp)
+        for (int i = 0; i < s->nprocs; i++) free(s->allp[i]);
+    free(s->allp);
+    s->allp = NULL;
+    co__unlock(&init_lock);
+    return rc;
+}
+
+/* For tests that fork: forget the parent's runtime (its threads do not
+ * exist in the child) and start afresh. Leaks the old state on purpose. */
+CO_HIDDEN int co__test_reset_after_fork(void);
+int co__test_reset_after_fork(void) {
+    __atomic_store_n(&co__rt_state, CO__RT_DOWN, __ATOMIC_RELEASE);
+    memset(&init_lock, 0, sizeof init_lock);
+    memset(&co__sched, 0, sizeof co__sched);
+    live_global = 0; /* the parent's coroutines and pools are not ours */
+    rt_holds = 0;
+    co__default_pool_forget();
+    co__tls_m_forget();
+    return co_init(NULL);
+}
+
+/* The sum of the Ps' counts and the global one, under sched.lock (which
+ * holds allp, pretiring and pspare still). Exact when nothing spawns or
+ * exits meanwhile; otherwise a moment's approximation, as Go's. */
+/* sched.lock held. The Ps' own counts: allp's and those retiring. */
+static int64_t p_counts_locked(void) {
+    co_sched_t *s = &co__sched;
+    int64_t n = 0;
+    for (int i = 0; s->allp && i < s->nprocs; i++)
+        n += __atomic_load_n(&s->allp[i]->ngo, __ATOMIC_RELAXED);
+    for (co_p_t *q = s->pretiring; q; q = q->link) n += __atomic_load_n(&q->ngo, __ATOMIC_RELAXED);
+    return n;
+}
+
+static int64_t count_live(void) {
+    co_sched_t *s = &co__sched;
+    co__lock(&s->lock);
+    /* seq_cst: after co_shutdown's store of STOPPING (see live_global) */
+    int64_t n = __atomic_load_n(&live_global, __ATOMIC_SEQ_CST) + p_counts_locked();
+    co__unlock(&s->lock);
+    return n < 0 ? 0 : n;
+}
+
+/* co_shutdown's check: a coroutine alive all along is found for sure (its
+ * status leaves DEAD/IDLE only at spawn and returns there only at exit). */
+static bool any_alive(void) {
+    co_sched_t *s = &co__sched;
+    bool alive = false;
+    co__lock(&s->allg_lock);
+    for (co_g_t *g = s->allg; g && !alive; g = g->alllink_next) {
+        uint32_t st = __atomic_load_n(&g->status, __ATOMIC_ACQUIRE);
+        alive = st != CO_G_DEAD && st != CO_G_IDLE;
+    }
+    co__unlock(&s->allg_lock);
+    return alive;
+}
+
+/* Shutdown: a P that no M holds, with its caches and timers. */
+static void free_p(co_p_t *p) {
+    co__gcache_free_p(p);
+    co__timers_free(p);
+    free(p);
+}
+
+/* One co_shutdown at a time: a second caller waits for the first and then
+ * finds the runtime down (or still up, if the first failed). A plain mutex:
+ * only plain threads get here. */
+static pthread_mutex_t shutdown_mu = PTHREAD_MUTEX_INITIALIZER;
+static int shutdown_locked(void);
+
+int co_shutdown(void) {
+    if (co__getm()) return CO_EPERM; /* from inside the runtime */
+    pthread_mutex_lock(&shutdown_mu);
+    int rc = shutdown_locked();
+    pthread_mutex_unlock(&shutdown_mu);
+    return rc;
+}
+
+/* Shutdown, sched.lock held: every idle M off the idle list and awake
+ * (it sees `stopping` and exits). */
+static void wake_idle_ms_locked(void) {
+    co_sched_t *s = &co__sched;
+    for (co_m_t *m = s->midle; m; m = m->link) {
+        __atomic_store_n(&m->park, 1, __ATOMIC_RELEASE);
+        co__futex_wake(&m->park, 1);
+    }
+    s->midle = NULL;
+}
+
+/* co_shutdown's grace: a coroutine that just signalled its waiter may
+ * still be returning. Waits up to 100 ms for none to be alive; true if
+ * none is. */
+static bool quiet_after_grace(void) {
+    for (int i = 0;; i++) {
+        if (count_live() == 0 && !any_alive()) return true;
+        if (i == 100) return false;
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+static int shutdown_locked(void) {
+    co_sched_t *s = &co__sched;
+    if (__atomic_load_n(&co__rt_state, __ATOMIC_ACQUIRE) != CO__RT_UP) return 0;
+    /* Checked before the hooks run, so that CO_EBUSY changes nothing (the
+     * default pool's busy workers are coroutines, counted here). The
+     * default pool's own hold does not count: its hook destroys it. */
+    if (!quiet_after_grace() ||
+        __atomic_load_n(&rt_holds, __ATOMIC_SEQ_CST) != co__default_pool_holds())
+        return CO_EBUSY;
+    co__lock(&init_lock);
+    int n = nhooks;
+    co__unlock(&init_lock);
+    for (int i = 0; i < n; i++)
+        if (shutdown_hooks[i]() != 0) return CO_EBUSY; /* a task came in meanwhile: left working */
+    /* The same grace for what the hooks waited for: the default pool's
+     * last workers are done with their tasks but may still be exiting (and
+     * a plain thread's pool task, counted only once an M takes it from the
+     * injection stack, may not have counted in the first look). The last
+     * look below decides. */
+    (void)quiet_after_grace();
+    co__lock(&init_lock);
+    /* STOPPING first, then the last look (see live_global): a plain
+     * thread's spawn, a pool or a ticker made meanwhile is seen here, or
+     * sees STOPPING and waits for init_lock. A timer still pending (a
+     * context's deadline, a ticker) would outlive the heap it is on. */
+    __atomic_store_n(&co__rt_state, CO__RT_STOPPING, __ATOMIC_SEQ_CST);
+    if (count_live() != 0 || any_alive() || __atomic_load_n(&rt_holds, __ATOMIC_SEQ_CST) != 0 ||
+        co__timers_pending() != 0) {
+        __atomic_store_n(&co__rt_state, CO__RT_UP, __ATOMIC_RELEASE);
+        co__unlock(&init_lock);
+        return CO_EBUSY;
+    }
+    while (__atomic_load_n(&stat_readers, __ATOMIC_SEQ_CST) != 0) sched_yield();
+    __atomic_store_n(&s->stopping, 1, __ATOMIC_SEQ_CST);
+    co__sysmon_stop();
+    /* Wake everyone: idle Ms, the poller. */
+    co__lock(&s->lock);
+    wake_idle_ms_locked();
+    s->nmidle = 0;
+    co_m_t *all = s->allm;
+    co__unlock(&s->lock);
+    for (co_m_t *m = all; m; m = m->alllink) {
+        /* Wait for the M's last act, waking idle Ms and the poller again
+         * every 10 ms (an M may have gone idle after the wake above), then
+         * join it. Not pthread_timedjoin_np: TSan (LLVM 14) forgets the
+         * thread when one times out and aborts on the next. */
+        for (int i = 0;; i++) {
+            if (i % 100 == 0) co__netpoll_break();
+            if (__atomic_load_n(&m->exited, __ATOMIC_ACQUIRE)) break;
+            struct timespec ts = {0, 100 * 1000};
+            nanosleep(&ts, NULL);
+            if (i % 100 != 99) continue;
+            co__lock(&s->lock);
+            wake_idle_ms_locked();
+            co__unlock(&s->lock);
+        }
+        pthread_join(m->thread, NULL);
+    }
+    while (all) {
+        co_m_t *next = all->alllink;
+        free(all);
+        all = next;
+    }
+    /* Detach the Ps under sched.lock: co_count, from any thread, looks at
+     * them under it. */
+    co__lock(&s->lock);
+    /* The Ps' counts sum to -live_global (nothing lives): fold them in, so
+     * the next runtime starts at 0 (see live_global) */
+    __atomic_add_fetch(&live_global, p_counts_locked(), __ATOMIC_SEQ_CST);
+    co_p_t **allp = s->allp, *spare = s->pspare;
+    s->allp = NULL;
+    s->pspare = NULL;
+    s->allm = NULL; /* freed above */
+    /* Every M has exited and retired its lent P; none is left pretiring.
+     * Should one be, it is freed with the spares rather than leaked. */
+    while (s->pretiring) {
+        co_p_t *p = s->pretiring;
+        s->pretiring = p->link;
+        p->link = spare;
+        spare = p;
+    }
+    co__unlock(&s->lock);
+    for (int i = 0; i < s->nprocs; i++) free_p(allp[i]);
+    while (spare) {
+        co_p_t *p = spare;
+        spare = p->link;
+        free_p(p);
+    }
+    co__gcache_free_global();
+    free(allp);
+    co__globrunq_free();
+    co__netpoll_fini();
+    __atomic_store_n(&co__rt_state, CO__RT_DOWN, __ATOMIC_RELEASE);
+    co__unlock(&init_lock);
+    return 0;
+}
+
+int co_procs(void) {
+    if (co__ensure_init() < 0) return 0;
+    return co__sched.nprocs;
+}
+
+bool co__stats_enter(void) {
+    __atomic_add_fetch(&stat_readers, 1, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&co__rt_state, __ATOMIC_SEQ_CST) == CO__RT_UP) return true;
+    __atomic_sub_fetch(&stat_readers, 1, __ATOMIC_SEQ_CST);
+    return false;
+}
+void co__stats_exit(void) { __atomic_sub_fetch(&stat_readers, 1, __ATOMIC_SEQ_CST); }
+
+/* A plain thread that makes a coroutine runnable (runtime.h). The
+ * runtime is up (that coroutine is alive), so no check: once it is pushed
+ * it may run and exit, and a co_shutdown then succeed while this thread
+ * still wakes an M; counted as a reader, it is waited for. */
+void co__plain_ready_begin(void) { __atomic_add_fetch(&stat_readers, 1, __ATOMIC_SEQ_CST); }
+
+int co_count(void) {
+    /* Not under init_lock: co_shutdown holds it while it joins sysmon,
+     * whose schedtrace line counts coroutines. */
+    if (!co__stats_enter()) return 0;
+    int n = (int)count_live();
+    co__stats_exit();
+    return n;
+}

@@ -1,0 +1,101 @@
+/*
+ * The netpoller's two halves and the contract between them.
+ *
+ *  - io.c (portable): one poll descriptor (co__pd_t, Go's pollDesc) per fd
+ *    number, in a table that grows and never moves; the read/write wait
+ *    queues, the edge counters, the close protocol; co_read & co.
+ *  - netpoll_<backend>.c (epoll today; kqueue or io_uring can follow): the
+ *    kernel object, registration of an fd, the blocking wait and the break,
+ *    i.e. the co__netpoll_* hooks of internal.h. When the kernel reports
+ *    an fd ready, the backend calls co__pd_ready(); it never touches a wait
+ *    queue itself.
+ *
+ * Nothing here is public.
+ */
+#ifndef COLONY_NETPOLL_H
+#define COLONY_NETPOLL_H
+
+#include "runtime/runtime.h"
+
+/* Which side(s) of an fd became ready (backend -> io.c). */
+enum {
+    CO__PD_READ = 1,
+    CO__PD_WRITE = 2,
+    CO__PD_HUP = 4 /* with READ: the peer hung up or an error is pending (EOF/error
+                      stays readable with no further edge) */
+};
+
+/* pd->kind: what io.c knows about the fd. Written under pd->lock; read
+ * without it with an acquire load (a stale read only costs the slow path). */
+enum {
+    CO__PD_UNKNOWN = 0,  /* never used, or reset by co_close / co_accept */
+    CO__PD_POLLED = 2,   /* O_NONBLOCK set and registered with the backend */
+    CO__PD_PLAIN = 3     /* the backend refused it (regular file...): plain syscalls */
+};
+
+/* pd->state: in-flight operation count (low 30 bits) plus two flags, as in
+ * Go's fdMutex. Every co_* call on an fd holds one reference while it runs.
+ * CLOSING is set once by co_close; FINAL by the single party that performs
+ * the close(2) after the count dropped to zero; both are cleared together
+ * right after close(2) returns. */
+#define CO__PD_CLOSING 0x80000000u
+#define CO__PD_FINAL 0x40000000u
+#define CO__PD_REFMASK 0x3fffffffu
+#define CO__PD_WL_HELD 1u
+#define CO__PD_WL_WAIT 2u
+
+typedef struct co__pd {
+    co__lock_t lock;   /* protects rq, wq, kind, is_sock (writes) */
+    uint32_t state;    /* atomic: refs | CLOSING | FINAL, see above */
+    uint32_t rseq;     /* atomic: read-side edges seen; bumped under lock by
+                          co__pd_ready (release), loaded by an operation
+                          before its syscall (acquire) */
+    uint32_t wseq;     /* atomic: same for the write side */
+    uint8_t kind;      /* CO__PD_*, see above */
+    uint8_t is_sock;   /* valid when kind is POLLED: send(MSG_NOSIGNAL);
+                          written under lock, or cleared (atomic relaxed) by co_write
+                          on ENOTSOCK */
+    uint8_t stream;    /* atomic relaxed; TCP: a short read drained it */
+    uint8_t wlock;     /* atomic: co_write's lock (Go's fdMutex write lock), so that
+                          whole writes never interleave: CO__PD_WL_HELD by the
+                          writer (fetch_or acquire / fetch_and release);
+                          CO__PD_WL_WAIT set under lock by a writer about to park
+                          on wq for it, cleared with HELD by the unlock, which then
+                          wakes wq */
+    uint32_t rdrained; /* atomic relaxed, a hint: rseq + 1 when a read of a stream came
+                          back short (the kernel buffer was empty then); 0: none */
+    uint8_t hup;       /* atomic: a hang-up, an error or urgent data was reported (never
+                          skip a read after that); set before the rseq bump (release)
+                          that reports it */
+    int fd;            /* the fd number this slot belongs to (constant) */
+    co__waitq_t rq;    /* parked readers (co_read, co_accept, co_wait_fd) */
+    co__waitq_t wq;    /* parked writers (co_write, co_connect, co_wait_fd) */
+} co__pd_t;
+
+/* io.c: the fd's descriptor, allocating its table chunk if needed; NULL if
+ * fd is negative, too large or memory is exhausted. The memory is never
+ * freed while the process runs, so the backend may keep the fd number in
+ * its kernel object and look the descriptor up on every event. */
+CO_HIDDEN co__pd_t *co__pd_get(int fd);
+/* io.c: the descriptor if its chunk exists, else NULL (never allocates). */
+CO_HIDDEN co__pd_t *co__pd_peek(int fd);
+/* io.c: called by the backend for each ready fd. Bumps the edge counters
+ * of `modes` (CO__PD_*) and unparks every waiter of those sides. Returns
+ * how many coroutines it made runnable (woken plain threads are not
+ * counted). Callable from any M, with or without a P, holding no lock. */
+CO_HIDDEN int co__pd_ready(co__pd_t *pd, int modes);
+
+/* io.c: forget every registration (the backend's kernel object is going
+ * away: co__netpoll_fini calls it). */
+CO_HIDDEN void co__pd_forget_all(void);
+
+/* Backend: register fd (edge-triggered, read and write, once). 0 or
+ * -errno; -EPERM means "this fd cannot be polled" (regular files). */
+CO_HIDDEN int co__np_register(int fd);
+/* Backend: forget fd (before it is closed). Errors are ignored. */
+CO_HIDDEN void co__np_unregister(int fd);
+/* Count of operations parked on the netpoller (co__netpoll_has_waiters).
+ * io.c increments it before parking and decrements it after waking. */
+CO_HIDDEN void co__np_waiters_add(int delta);
+
+#endif

@@ -1,0 +1,498 @@
+/*
+ * The scheduler's types: G (coroutine), P (logical processor), M (OS thread)
+ * and the global scheduler state. Types only, like Go's runtime2.go; the
+ * code is in sched.c (run queues, park/ready, spinning Ms), globq.c (the
+ * global run queue), lifecycle.c (co_init, co_shutdown), stack.c, timer.c,
+ * wait.c, sysmon.c and debug.c.
+ */
+#ifndef COLONY_RUNTIME_H
+#define COLONY_RUNTIME_H
+
+#include "runtime/runtime.h"
+#include "arch/ctx.h"
+#include "base/san.h"
+
+#include <pthread.h>
+
+#define CO_RUNQ_SIZE 256   /* per-P ring, as Go's runq [256]guintptr */
+#define CO_GFREE_LOCAL 256 /* dead Gs cached per P before spilling half to global */
+#define CO_OBATCH 8        /* ring entries the owner claims at once (sched.c's runqget) */
+#define CO_SFREE_LOCAL 32  /* free stacks cached per P before spilling half to global */
+#define CO_MAX_PROCS 1024
+#define CO_DEFAULT_STACK ((size_t)256 * 1024)
+
+/* G status. Who may change it:
+ *  RUNNABLE -> RUNNING : the M that took it off a run queue (it owns it now).
+ *  RUNNING  -> WAITING : the running G itself, in co__park (post-switch).
+ *  WAITING  -> RUNNABLE: whoever claimed its parker (co__unpark) or a timer.
+ *  RUNNING  -> RUNNABLE: the G itself (yield; published post-switch).
+ *  RUNNING  -> DEAD    : the G itself on exit (freed post-switch).
+ * The stack of a RUNNABLE or WAITING G is owned by nobody: only the M that
+ * next switches to it may touch it. */
+enum { CO_G_IDLE = 0, CO_G_RUNNABLE, CO_G_RUNNING, CO_G_WAITING, CO_G_DEAD };
+
+typedef struct co__stack {
+    char *map;        /* mmap base (includes the guard page when guarded) */
+    size_t map_size;
+    char *lo;         /* lowest usable byte */
+    size_t size;      /* usable bytes */
+    bool guarded;     /* a guard page below lo; else a zero canary zone at lo */
+    bool light_guard; /* that guard is a MADV_GUARD_INSTALL marker (no map entry) */
+    unsigned vg_id;   /* valgrind stack id */
+} co__stack_t;
+
+#define CO_CANARY_BYTES 64 /* zero bytes at the bottom of an unguarded stack */
+
+/* Laid out for the cache: what a spawn writes and a first run reads
+ * (context, status, entry, id, FP words, whether it has a stack) sits in
+ * the first 64 bytes. A queued G is usually cold: these cost one or two
+ * misses to spawn it and to start it, not three or four. */
+typedef struct co_g {
+    co__ctx_t ctx;             /* saved context; valid while not RUNNING */
+    uint32_t status;           /* atomic; CO_G_* (see above) */
+    int16_t wait_reason;       /* CO__WR_*, written by the G itself before parking;
+                                * relaxed atomic (co_dump reads it) */
+    bool is_g0;
+    bool named;                /* name[] holds a name (else name[0] == 0) */
+    void (*fn)(void *);
+    void *arg;                 /* fn's argument; a takeover (co__take_unstarted) sets it
+                                * to the taken task's, and co__ready_cold prefetches it */
+    uint64_t id;
+    void *panic_top;           /* co__panic_slot; only the G itself */
+    uint64_t fpenv;            /* its creator's FP control words, to start with */
+    /* Empty (map NULL) until the G first runs: a default-size stack is
+     * attached then (gcache.c). Other sizes are allocated at spawn. */
+    co__stack_t stack;
+    struct co_g *schedlink;    /* global run queue / stackwait lists, owned by the list's
+                                * lock; the injection stack's link (globq.c), owned by
+                                * its pusher, then by the M that takes the stack */
+    struct co_g *alllink_next, *alllink_prev; /* all-G list, under sched.allg_lock */
+    char name[32];
+    /* Its waiter while it waits on a waitgroup (wait.c): a release walks
+     * these, records allocated close together, not the waiters' stacks,
+     * a page each. The G's own while it waits; the waitgroup's lock
+     * protects the links. */
+    co__pkw_t wgwait;
+#ifdef CO_ASAN
+    void *asan_fake;           /* ASan fake stack of this fiber while switched out */
+#endif
+#ifdef CO_TSAN
+    void *tsan_fiber;          /* TSan fiber handle */
+#endif
+} co_g_t;
+#ifndef COLONY_UCONTEXT
+_Static_assert(offsetof(co_g_t, stack.map) + sizeof(char *) <= 64,
+               "a G's spawn and first-run fields fit its first cache line");
+#endif
+
+/* A global cache of free items (gcache.c): an array, so moving a batch in
+ * or out under sched.gcache_lock copies pointers and never touches a cold G.
+ * n: atomic (written under sched.gcache_lock, read lock-free as a hint). low:
+ * the fewest items held since sysmon's last trim. */
+typedef struct co__freevec {
+    char *a;
+    int n, cap, low;
+} co__freevec_t;
+
+/* P status. RUNNING: owned by an M (p->m); only that M changes it, except
+ * SYSCALL -> IDLE by sysmon's retake (a CAS). IDLE: on the idle list, under
+ * sched.lock. SYSCALL: its M is inside co_blocking and does not touch it. */
+enum { CO_P_IDLE = 0, CO_P_RUNNING, CO_P_SYSCALL, CO_P_DEAD };
+
+/* A timer heap entry: the deadline and the timer's slot (below) sit in the
+ * heap's own array, so sifting neither loads nor writes a timer (timers
+ * live on parked coroutines' stacks: cold memory, a page each). */
+typedef struct co__theap {
+    int64_t when;
+    uint32_t slot; /* index into the P's tslots */
+    uint32_t _pad;
+} co__theap_t;
+/* An entry of a P's timer run (timer.c): a timer added no earlier than the
+ * run's last entry is appended there instead of going on the heap; t is
+ * NULL once the timer was deleted (the entry stays until it reaches the
+ * head or the run is compacted). */
+typedef struct co__trun {
+    int64_t when;
+    co__timer_t *t;
+} co__trun_t;
+/* A P's timer slot: the timer, and the position of its heap entry (kept up
+ * to date by every sift). A free slot chains the next free one in pos. */
+typedef struct co__tslot {
+    co__timer_t *t;
+    int32_t pos;
+    int32_t _pad;
+} co__tslot_t;
+
+typedef struct co_p {
+    /* Its slot in allp. Set by co_init, or by sysmon when it puts a spare
+     * P in service (under timers_lock: a thread holding a stale pointer to
+     * this P reads it under that lock, co__timer_add). */
+    int id;
+    uint64_t goidcache, goidcacheend; /* owner only: ids [cache, end) are this P's to hand out */
+    /* Coroutines spawned on this P minus those that exited on it (may be
+     * negative). Written by the owner only (relaxed atomic stores), read
+     * by co_count; folded into lifecycle.c's live_global when the P retires. Each
+     * spawn and exit once bumped one shared counter, a cache line that
+     * bounced between the spawning and the exiting M. */
+    int64_t ngo;
+    uint32_t status;           /* atomic; CO_P_* */
+    struct co_m *m;            /* owner M while RUNNING/SYSCALL */
+    struct co_p *link;         /* idle list, under sched.lock */
+    uint32_t schedtick;        /* owner only; incremented per schedule */
+    /* The yield slot (yslot.h): a coroutine that yielded with nothing else
+     * queued here, invisible to thieves. Atomic; the owner inside a window
+     * of yseq, or anyone by exchange once retire is set. */
+    uint32_t yseq;             /* atomic; owner-written: odd while a window is open */
+    co_g_t *yieldg;
+    uint32_t syscalltick;      /* owner; incremented per co_blocking (sysmon reads) */
+
+    /* Run queue: the owner pushes at tail (store-release); the owner and
+     * thieves pop at head by CAS (acquire/release). runnext: atomic pointer,
+     * owner stores, owner and thieves CAS it out. */
+    uint32_t runqhead;
+    uint32_t runqtail;
+    co_g_t *runq[CO_RUNQ_SIZE];
+    co_g_t *runnext;
+    /* Owner only: runq_sp[i] is the saved stack pointer of the G the owner
+     * put in runq[i] (NULL if it never ran), for prefetching its stack a
+     * turn ahead without reading a G this M may no longer own (sched.c's
+     * runqget). Stale for slots a steal filled: a prefetch of any address
+     * is harmless. */
+    void *runq_sp[CO_RUNQ_SIZE];
+
+    /* The owner's batch (sched.c's runqget): entries claimed from the
+     * ring's head by one CAS, to run before the ring; ob[obn - 1] runs
+     * first, ob_sp[i] is ob[i]'s runq_sp. Thieves never look here. obn is
+     * atomic; the owner changes it and the arrays inside a yield-slot
+     * window (yslot.h), anyone else only once p->retire is set, by an
+     * exchange of obn (the owner retiring p, or sysmon's co__yslot_steal:
+     * one of them gets the entries). */
+    uint32_t obn;
+    co_g_t *ob[CO_OBATCH];
+    void *ob_sp[CO_OBATCH];
+
+    /* gcache.c, owner only: dead Gs (bare: no stack) and free stacks of
+     * the runtime's default size. */
+    int gfree_n, sfree_n;
+    co_g_t *gfree[CO_GFREE_LOCAL];
+    co__stack_t sfree[CO_SFREE_LOCAL];
+
+    /* Timers: a 4-ary min-heap on `when`, the run and the overflow list
+     * (timer.c). timers_lock protects timers_closed, the heap, the run, the
+     * list, the tslots fields and every pending co__timer_t's slot/p/links.
+     * timer0_when mirrors the earliest of the heap's root, the run's head
+     * and the list's head (0 if all are empty); written under the lock with
+     * release, read lock-free with acquire by any M. */
+    co__lock_t timers_lock;
+    co__theap_t *timers;       /* entries carry `when` and a slot: sifting never touches a timer */
+    int timers_len, timers_cap;
+    co__tslot_t *tslots;       /* slot -> timer and heap position */
+    int tslots_hw, tslots_cap; /* slots ever handed out; allocated */
+    int tslot_free;            /* first free slot + 1 (0: none) */
+    co__trun_t *trun;          /* the run: a ring of trun_mask + 1 entries, `when`
+                                * non-decreasing from trun_head to trun_tail */
+    uint32_t trun_head, trun_tail; /* free-running indexes; the head entry is live */
+    uint32_t trun_mask;        /* ring size - 1 (a power of two), 0 before the first */
+    uint32_t trun_dead;        /* deleted entries between head and tail */
+    co__timer_t *tlist;        /* the overflow list: timers that found no memory for the
+                                * heap or the run, sorted by `when` (timer.c) */
+    int tlist_len;
+    int64_t timer0_when;
+    bool timers_closed;        /* retired (on pspare): timers go to allp[id] instead */
+
+    /* Set by sysmon when it lent a spare P in place of this one because its
+     * coroutine ran > 10 ms without yielding; the owner M retires the P at
+     * its next scheduler entry. atomic: sysmon store-release, owner acquire. */
+    uint32_t retire;
+
+    /* sysmon bookkeeping (sysmon only). */
+    uint32_t sysmon_tick;
+    int64_t sysmon_when;
+    uint32_t sysmon_schedtick;
+    uint32_t sysmon_timertick; /* sysmon only: schedtick when it last saw overdue timers here */
+    int64_t sysmon_schedwhen;
+} co_p_t;
+
+typedef struct co_m {
+    int id;
+    pthread_t thread;
+    uint32_t exited;           /* atomic: set (release) by the M's thread as its last act;
+                                * co_shutdown joins it only then */
+    co_g_t g0;                 /* the scheduler context on the thread's own stack */
+    co_g_t *curg;              /* running G, or NULL while in g0 */
+    co_p_t *p;                 /* attached P (owned), NULL when none */
+    co_p_t *nextp;             /* P handed over by startm, read after wake-up */
+    co_p_t *syscallp;          /* P left in SYSCALL by co_blocking */
+    bool spinning;             /* this M is looking for work (counted in sched.nmspinning) */
+    uint32_t park;             /* futex word: 0 sleeping, 1 woken */
+    struct co_m *link;         /* idle M list, under sched.lock */
+    struct co_m *alllink;      /* all Ms, under sched.lock */
+    uint64_t fastrand;         /* owner only */
+
+    /* Post-switch action: set by a G before it switches away, run by
+     * whoever resumes on this M (the next G or g0) right after the switch,
+     * when the old G's stack is no longer in use. Owner only. */
+    void (*post_fn)(co_g_t *g, void *arg);
+    co_g_t *post_g;
+    void *post_arg;
+
+    void *altstack;            /* sigaltstack for the overflow report */
+    bool exiting;
+    uint64_t tcheck;           /* co__cycles() at run_post's last timer check; owner only */
+    uint32_t pin;              /* co__pin_enter's sequence, odd inside a pinned section:
+                                * stored by the owner only (relaxed on entry, release on
+                                * exit), loaded by co__pin_wait (acquire) */
+} co_m_t;
+
+#define CO_MAX_HOOKS 8
+
+typedef struct co_sched {
+    /* Grouped by who writes: the read-mostly fields, the lock and what it
+     * guards, the spinning-M counters every co__ready reads, and the live
+     * count every spawn and exit writes each get their own cache lines. */
+    _Alignas(64) int nprocs;
+    co_p_t **allp;             /* entries: atomic; replaced only by sysmon (lending) */
+    size_t stack_size;
+    int64_t start_ns;
+    int64_t schedtrace_ms;     /* COLONY_DEBUG=schedtrace=MS; 0 off */
+    int chaos;                 /* COLONY_DEBUG=chaos: widen race windows (tests) */
+    int no_yslot;              /* COLONY_DEBUG=noyieldslot: never use the yield slot */
+
+    /* lock protects: pidle, npidle writes, midle, nmidle, allm, mcount,
+     * runq (the global queue), runqsize, pspare, pretiring. */
+    _Alignas(64) co__lock_t lock;
+    co_p_t *pidle;
+    co_m_t *midle;
+    int nmidle;
+    co_m_t *allm;
+    int mcount;
+    /* The global run queue: arrays of G pointers in chunks, so moving Gs in
+     * and out under the lock never touches the Gs themselves (a linked list
+     * through cold Gs cost a cache miss per G with the lock held). If a
+     * chunk cannot be allocated, Gs queue on the list through schedlink
+     * (runqhead/runqtail) instead, taken after the chunks. */
+    struct co__gchunk *rq_first, *rq_last, *rq_spare;
+    int rq_nspare;
+    co_g_t *runqhead, *runqtail;
+    struct co__token *tokhead, *toktail; /* tokens, when no chunk could be allocated */
+    int64_t runqsize;          /* atomic for lock-free emptiness checks: all Gs queued */
+    co_p_t *pspare;            /* retired Ps, ready to be lent again */
+    co_p_t *pretiring;         /* Ps lent away whose M has not retired them yet */
+
+    /* gcache_lock protects the caches of gcache.c: gfree, sfree,
+     * stackwait, tokwait, nstackwait. Not sched.lock: dead Gs spilled by
+     * one M and taken by another would contend with the global run queue. */
+    _Alignas(64) co__lock_t gcache_lock;
+    co__freevec_t gfree;       /* dead Gs (co_g_t *) */
+    co__freevec_t sfree;       /* free default-size stacks (co__stack_t) */
+    co_g_t *stackwait;         /* Gs that found no stack to start on */
+    struct co__token *tokwait, *tokwait_tail; /* tokens that found no memory for a G */
+    int nstackwait;            /* atomic (written under gcache_lock, read lock-free):
+                                * how many wait on stackwait and tokwait; sysmon
+                                * requeues them every STACKWAIT_RETRY_NS */
+
+    _Alignas(64) uint32_t npidle; /* atomic (written under lock, read lock-free) */
+    uint32_t nmspinning;       /* atomic; Ms spinning (see sched.c's essay) */
+
+    /* The injection stack (globq.c): run-queue entries from plain threads,
+     * pushed by CAS (seq_cst) and taken whole by an exchange (seq_cst) by an
+     * M about to take sched.lock for the global queue. Its own line: the
+     * pushing thread and the Ms polling it would drag the lock's line along. */
+    _Alignas(64) co_g_t *inject;
+
+    _Alignas(64) uint64_t goidgen; /* atomic: id generator; Ps take ids in batches */
+
+    /* One M at a time blocks in co__netpoll with a timeout (the poller).
+     * poll_until: atomic; when it will wake (0: nobody is blocked, INT64_MAX:
+     * blocked without timeout). Adding an earlier timer breaks it. */
+    _Alignas(64) uint32_t polling; /* atomic flag: an M owns the blocking poll */
+    int64_t poll_until;
+    int64_t lastpoll;          /* atomic: last co__netpoll time */
+
+    uint32_t stopping;         /* atomic; set by co_shutdown */
+
+    /* all Gs (for co_dump), under allg_lock */
+    co__lock_t allg_lock;
+    co_g_t *allg;
+
+    pthread_t sysmon_thread;
+    uint32_t sysmon_wake;      /* futex word to kick sysmon out of a long sleep */
+    uint32_t sysmon_sleeping;  /* atomic: sysmon in a long (>1 ms) sleep */
+} co_sched_t;
+
+extern co_sched_t co__sched;
+
+/* A reader of the scheduler's state from any thread: true if the runtime
+ * is up, and then it stays allocated until co__stats_exit (lifecycle.c). */
+CO_HIDDEN bool co__stats_enter(void);
+CO_HIDDEN void co__stats_exit(void);
+/* A plain thread making a coroutine runnable (a spawn, a wake-up) holds the
+ * scheduler from co__plain_ready_begin to co__plain_ready_end, around the
+ * push and its last look at the scheduler (the wake-up of an M after it):
+ * that coroutine may run and exit at once, and co_shutdown then succeed;
+ * it waits for the hold (as for a reader). Not needed for a pool's tokens:
+ * the pool holds the runtime for as long as a submit may run. lifecycle.c. */
+CO_HIDDEN void co__plain_ready_begin(void);
+static inline void co__plain_ready_end(void) { co__stats_exit(); }
+static inline co_p_t *co__allp(int i) {
+    return __atomic_load_n(&co__sched.allp[i], __ATOMIC_ACQUIRE);
+}
+
+/* Internal functions shared by the runtime files. */
+CO_HIDDEN co_m_t *co__getm(void);         /* noinline; NULL on a plain thread */
+CO_HIDDEN extern int co__test_fail_alloc; /* sched.c: test hooks, see there */
+CO_HIDDEN void co__ready(co_g_t *g);      /* make a WAITING G runnable (runnext) */
+CO_HIDDEN void co__park_current(void (*post)(co_g_t *, void *), void *arg, int reason);
+/* co__park_current for a caller that already has co__getm() (its M, read
+ * after its last switch). */
+CO_HIDDEN void co__park_m(co_m_t *m, void (*post)(co_g_t *, void *), void *arg, int reason);
+CO_HIDDEN void co__wakep(void);
+CO_HIDDEN void co__startm(co_p_t *p, bool spinning);
+CO_HIDDEN void co__handoffp(co_p_t *p);
+CO_HIDDEN co_p_t *co__pidleget(void);
+/* Run-queue entries: in sched.c's rings, globq.c's global queue and its
+ * injection stack. Ring entries carry a tag in bit 0 (Gs are at least
+ * 8-byte aligned): set when the G never ran (it has no stack yet), so that
+ * co__take_unstarted (sched.c) can pass over any other head without taking
+ * it. A hint kept only in the rings: every consumer strips it, and the
+ * global queue holds bare pointers. */
+#define RQ_FRESH ((uintptr_t)1)
+/* Bit 1: not a G but a token (co__spawn_token): a coroutine to be, made
+ * into a G only by whoever takes it to run it (sched.c's token_g). Kept in
+ * the rings and in the global queue. */
+#define RQ_TOKEN ((uintptr_t)2)
+static inline bool rq_is_token(co_g_t *e) { return ((uintptr_t)e & RQ_TOKEN) != 0; }
+static inline co_g_t *rq_unfresh(co_g_t *e) { return (co_g_t *)((uintptr_t)e & ~RQ_FRESH); }
+static inline co_g_t *rq_strip(co_g_t *e) {
+    return (co_g_t *)((uintptr_t)e & ~(RQ_FRESH | RQ_TOKEN));
+}
+/* globq.c: the global run queue and the injection stack */
+CO_HIDDEN void co__globrunqput(co_g_t **gs, int n); /* n Gs, in order, to the global queue */
+/* A plain thread's run-queue entry (a G, or a tagged token), lock-free. */
+CO_HIDDEN void co__globrunq_inject(co_g_t *e);
+/* Entries in the global queue (the injection stack moved into it first). */
+CO_HIDDEN int64_t co__globrunq_len(void);
+/* Take sched.lock for the global queue, the injection stack moved into it
+ * first; true if that moved anything (the caller then wakes an M after the
+ * unlock if entries are still queued: see globq.c). */
+CO_HIDDEN bool co__globq_lock(void);
+/* sched.lock held. How many entries a P takes from the global queue (a
+ * fair share, at most max if max > 0, at most half a ring; 0 if it is
+ * empty), already counted out of runqsize: pop them with
+ * co__globrunq_pop_n_locked, n at a time into out[] (as many as counted). */
+static inline int co__globrunq_share_locked(int max) {
+    co_sched_t *s = &co__sched;
+    int64_t sz = s->runqsize;
+    if (sz == 0) return 0;
+    int64_t n = sz / s->nprocs + 1; /* as Go's globrunqget */
+    if (n > sz) n = sz;
+    if (max > 0 && n > max) n = max;
+    if (n > CO_RUNQ_SIZE / 2) n = CO_RUNQ_SIZE / 2;
+    __atomic_store_n(&s->runqsize, sz - n, __ATOMIC_RELEASE);
+    return (int)n;
+}
+CO_HIDDEN void co__globrunq_pop_n_locked(co_g_t **out, int n);
+/* Whether the global queue or the injection stack holds anything (loads
+ * with `order`: seq_cst where it is half of a StoreLoad pairing). */
+static inline bool co__globrunq_pending(int order) {
+    return __atomic_load_n(&co__sched.runqsize, order) > 0 ||
+           __atomic_load_n(&co__sched.inject, order) != NULL;
+}
+CO_HIDDEN void co__globrunq_free(void);              /* shutdown: the chunks */
+/* lifecycle.c: the runtime's counts (see live_global there) */
+CO_HIDDEN void co__live_global_add(int64_t d); /* coroutines counted on no P */
+/* Count a coroutine a plain thread is about to spawn, the runtime up: 0,
+ * or a negative code (nothing counted then). */
+CO_HIDDEN int co__plain_spawn_enter(void);
+/* sched.c helpers for lifecycle.c */
+CO_HIDDEN void co__pidleput_locked(co_p_t *p); /* sched.lock held, or no M yet */
+CO_HIDDEN void co__tls_m_forget(void);         /* this thread is no M (after a fork) */
+CO_HIDDEN bool co__runq_empty(co_p_t *p);
+CO_HIDDEN bool co__work_stranded(void);
+CO_HIDDEN int co__runq_len(co_p_t *p);
+CO_HIDDEN uint32_t co__fastrand(void);
+/* gcache.c: dead Gs and free stacks */
+CO_HIDDEN co_g_t *co__gfget_slow(co_p_t *p);
+CO_HIDDEN void co__gfput_slow(co_p_t *p, co_g_t *g);
+/* A bare G, or NULL; p may be NULL. Inline: the P's own cache (p's owner
+ * only), the rest in gcache.c. A call each way was 16 of the 360
+ * instructions of a coroutine's spawn, run and exit (callgrind). */
+static inline co_g_t *co__gfget(co_p_t *p) {
+    if (CO_LIKELY(p && p->gfree_n)) {
+        co_g_t *g = p->gfree[--p->gfree_n];
+        /* the next spawn's G: start its (likely cold) first line coming */
+        if (p->gfree_n) co__prefetchw(p->gfree[p->gfree_n - 1]);
+        return g;
+    }
+    return co__gfget_slow(p);
+}
+/* A dead G: it and its stack to the caches (a stackless one to p's own
+ * inline, while there is room). */
+static inline void co__gfput(co_p_t *p, co_g_t *g) {
+    if (CO_LIKELY(p && !g->stack.map && p->gfree_n < CO_GFREE_LOCAL)) {
+        p->gfree[p->gfree_n++] = g;
+        return;
+    }
+    co__gfput_slow(p, g);
+}
+CO_HIDDEN void co__g_release(co_g_t *g);          /* free a G that is on no list */
+CO_HIDDEN bool co__stack_attach(co_m_t *m, co_g_t *g); /* false: g waits on stackwait */
+CO_HIDDEN int co__stackwait_retry(void);          /* sysmon: requeue them; returns how many */
+/* Append t to the token list head..tail (linked through t->link). */
+static inline void co__toklist_append(struct co__token **head, struct co__token **tail,
+                                      struct co__token *t) {
+    t->link = NULL;
+    if (*tail)
+        (*tail)->link = t;
+    else
+        *head = t;
+    *tail = t;
+}
+/* A token that found no memory for its G waits on tokwait (gcache.c). */
+CO_HIDDEN void co__tokwait_put(struct co__token *t);
+/* Queue a token on the global run queue again (globq.c). */
+CO_HIDDEN void co__token_requeue(struct co__token *t);
+CO_HIDDEN int co__gfree_trim(int keep);           /* sysmon: free cold Gs and stacks */
+CO_HIDDEN void co__gcache_free_p(co_p_t *p);      /* shutdown */
+CO_HIDDEN void co__gcache_free_global(void);      /* shutdown */
+/* stack.c */
+CO_HIDDEN void co__stack_setup(void);
+CO_HIDDEN bool co__stack_light_guards_probe(void); /* MADV_GUARD_INSTALL guards for real */
+CO_HIDDEN int co__stack_alloc(co__stack_t *s, size_t size);
+/* A stack size as it is mapped: rounded up to whole pages. Sizes are
+ * compared with the default's (reuse through the caches, the exit
+ * hand-over), so each is rounded where it enters (co_init, co_go_with). */
+CO_HIDDEN size_t co__stack_round(size_t size);
+CO_HIDDEN int co__stack_alloc_n(co__stack_t *out, int n, size_t size); /* >= 1 made, or error */
+CO_HIDDEN void co__stack_free(co__stack_t *s);
+CO_HIDDEN int64_t co__stacks_mapped(void);        /* stacks mapped now (tests read it) */
+CO_HIDDEN int64_t co__stacks_mapped_total(void);  /* stacks ever mapped (tests) */
+CO_HIDDEN void co__stack_check_canary(co_g_t *g);
+/* Called when g switches away or exits: an unguarded stack's canary must
+ * still be zero (stack.c). Guarded stacks and g0 have nothing to check. */
+static inline void co__stack_check(co_g_t *g) {
+    if (!g->stack.guarded && !g->is_g0) co__stack_check_canary(g);
+}
+CO_HIDDEN void co__stack_m_init(co_m_t *m);
+CO_HIDDEN void co__stack_m_fini(co_m_t *m);
+/* timer.c */
+CO_HIDDEN int co__timers_run(co_p_t *p, int64_t now);  /* run due timers; returns how many */
+CO_HIDDEN int64_t co__timers_next(void);               /* earliest timer over all Ps, 0 if none */
+/* Timers pending on the Ps (each P's count under its lock): co_shutdown
+ * refuses to free heaps that still hold some. */
+CO_HIDDEN int64_t co__timers_pending(void);
+CO_HIDDEN void co__timers_free(co_p_t *p);
+/* Every timer of from onto to (or onto to's replacement in allp, if to has
+ * retired). close: from is retiring and takes no timer again until lent. */
+CO_HIDDEN void co__timers_move(co_p_t *from, co_p_t *to, bool close);
+CO_HIDDEN void co__retire_p(co_m_t *m);                   /* sched.c: drop a lent-away P */
+CO_HIDDEN void co__runq_drain_global(co_p_t *p);          /* move p's queued Gs to the global queue */
+/* sysmon.c */
+CO_HIDDEN int co__sysmon_start(void);
+CO_HIDDEN void co__sysmon_stop(void);
+CO_HIDDEN void co__sysmon_kick(void);
+/* debug.c */
+CO_HIDDEN void co__schedtrace(FILE *out);
+CO_HIDDEN void co__debug_parse_env(void);
+
+#endif

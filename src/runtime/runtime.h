@@ -1,0 +1,265 @@
+/*
+ * Internal API shared by every layer above the scheduler (sync, chan, pool,
+ * io). Nothing here is public. The runtime's own types live in runtime.h.
+ *
+ * The one rule of blocking in colony: everything that waits goes through a
+ * co__parker_t (wait.c). A parker belongs to one blocked caller, coroutine
+ * or plain thread; waiters (co__waiter_t, Go's sudog) link that parker into
+ * the wait queues of one or more objects. A waker must win co__claim() on
+ * the parker (a CAS) before it may hand over data and call co__unpark();
+ * a timeout claims it the same way, so exactly one party wins.
+ */
+#ifndef COLONY_INTERNAL_H
+#define COLONY_INTERNAL_H
+
+#define _GNU_SOURCE 1
+#include "colony.h"
+#include "base/base.h"
+#include "base/lock.h"
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* The runtime as a whole (lifecycle.c): changed only under its init lock;
+ * STOPPING while co_shutdown tears it down. */
+enum { CO__RT_DOWN = 0, CO__RT_STOPPING = 1, CO__RT_UP = 2 };
+CO_HIDDEN extern uint32_t co__rt_state; /* atomic: CO__RT_* */
+
+/* Starts the runtime with defaults if nothing started it yet. Cheap after the
+ * first call (one acquire load, inline). Returns 0 or a negative code. */
+static inline int co__ensure_init(void) {
+    /* acquire: pairs with co_init's store-release of CO__RT_UP */
+    if (__builtin_expect(__atomic_load_n(&co__rt_state, __ATOMIC_ACQUIRE) == CO__RT_UP, 1))
+        return 0;
+    return co_init(NULL); /* waits for a shutdown under way */
+}
+
+/* Objects that outlive calls and need the runtime while they exist (a
+ * pool: its purge timer, its workers' pins; a ticker: its timer) hold it:
+ * co_shutdown fails with CO_EBUSY while any is held. co__rt_hold starts
+ * the runtime if needed (waiting for a shutdown under way, then starting
+ * a fresh one) and returns 0 with the hold taken, or a negative code;
+ * co__rt_unhold gives it back. */
+CO_HIDDEN int co__rt_hold(void);
+CO_HIDDEN void co__rt_unhold(void);
+CO_HIDDEN bool co__rt_hold_if_up(void);
+
+/* Hook run at the start of co_shutdown(), before live coroutines are counted
+ * (the default pool releases its idle workers here). It returns 0, or
+ * CO_EBUSY when what it owns is still in use (it then leaves it working),
+ * and co_shutdown fails with that at once. At most 8 hooks. */
+CO_HIDDEN void co__at_shutdown(int (*fn)(void));
+/* 1 while the default pool exists (it holds the runtime, and co_shutdown's
+ * first look does not count that hold: its hook destroys it), else 0. */
+CO_HIDDEN int co__default_pool_holds(void);
+CO_HIDDEN void co__default_pool_forget(void); /* co__test_reset_after_fork */
+
+/* ---- coroutines --------------------------------------------------------- */
+struct co_g;
+CO_HIDDEN struct co_g *co__cur_g(void); /* NULL on a plain thread (never cached across a switch) */
+CO_HIDDEN uint64_t co__g_id(const struct co_g *g);
+CO_HIDDEN const char *co__g_name(const struct co_g *g); /* never NULL ("" if unnamed) */
+/* Per-coroutine slot for the panic/recover chain (per-thread on a plain
+ * thread). Owned by panic.c. */
+CO_HIDDEN void **co__panic_slot(void);
+/* Spawn with an explicit stack size (0 = default); same as co_go_with. */
+CO_HIDDEN int co__spawn(void (*fn)(void *), void *arg, size_t stack_size, const char *name);
+/* Spawn back-pressure (sched.c): from a coroutine whose P has a full run
+ * queue, yield once. Call with no lock held, after a spawn. */
+CO_HIDDEN void co__spawn_backpressure(void);
+/* A coroutine to be (sched.c, co__spawn_token): fn(the token) once run.
+ * link: the global queue's list when it has no memory for its arrays, or
+ * the injection stack's (globq.c; a tagged entry there, set by the pusher
+ * and then owned by the M that takes the stack). */
+struct co__pw;
+typedef struct co__token {
+    void (*fn)(void *);
+    union {
+        struct co__token *link; /* the scheduler's, while the token is queued */
+        struct co__pw *pw_next; /* a pool record's list link (pool_impl.h), used only
+                                 * while its token is not queued (idle, on the chute,
+                                 * spare or being freed) */
+    };
+    uint64_t fpenv; /* the spawner's FP control words, for the G made from it */
+} co__token_t;
+/* Queues t and, from a coroutine, yields once if its P's queue is full (as
+ * co_go does: co__spawn_backpressure). */
+CO_HIDDEN void co__spawn_token(co__token_t *t);
+/* The running coroutine takes over the next coroutine of its P if that one
+ * never ran and runs fn: see sched.c. Returns its arg, or NULL. */
+CO_HIDDEN void *co__take_unstarted(void (*fn)(void *), bool (*accept)(void *arg, void *ctx),
+                                   void *ctx);
+
+/* Pinned sections (sched.c). A coroutine that still reads a structure that
+ * another thread frees once co__pin_wait returns marks its M for the
+ * duration (pool.c's chute: a worker re-reads its pool after handing its
+ * record back). Cheaper than a shared reference count: two stores to the
+ * M's own line. Enter returns the M (NULL on a plain thread, which must
+ * use something else), to pass to exit; nothing in between may switch
+ * (park, yield, or a lock that yields), or exit would run on another M.
+ * co__pin_wait returns once every M that was inside a section when it
+ * was called has left it: anything published before an entry (its
+ * caller's push) and seen by the waiter is no longer read. */
+CO_HIDDEN void *co__pin_enter(void);
+CO_HIDDEN void co__pin_exit(void *m);
+CO_HIDDEN void co__pin_wait(void);
+
+/* ---- parking: the wait layer ------------------------------------------- */
+enum {
+    CO__PK_WAITING = 0, /* parked or about to park; nobody claimed it yet */
+    CO__PK_WOKEN = 1,   /* a waker claimed it (co__claim) */
+    CO__PK_TIMEDOUT = 2 /* its deadline claimed it */
+};
+
+typedef struct co__parker {
+    uint32_t state;   /* atomic: CO__PK_*; WAITING -> WOKEN|TIMEDOUT by one CAS */
+    uint32_t futex;   /* plain-thread wake word (0 sleeping, 1 released) */
+    struct co_g *g;   /* the parked coroutine; NULL for a plain thread */
+    void *winner;     /* set by the claimer: which waiter fired (select) */
+    int wait_reason;  /* CO__WR_*, for co_dump */
+} co__parker_t;
+
+/* Wait reasons, shown by co_dump. Never reuse one; add new ones. */
+enum {
+    CO__WR_NONE = 0, CO__WR_SLEEP, CO__WR_CHAN_SEND, CO__WR_CHAN_RECV, CO__WR_SELECT,
+    CO__WR_MUTEX, CO__WR_RWMUTEX, CO__WR_COND, CO__WR_WAITGROUP, CO__WR_SEM, CO__WR_ONCE,
+    CO__WR_POOL, CO__WR_IO, CO__WR_MAIN, CO__WR_GROUP, CO__WR_COUNT_
+};
+
+/* Prepare a parker for coroutine g (NULL: the calling plain thread). */
+static inline void co__parker_init_g(co__parker_t *pk, struct co_g *g, int wait_reason) {
+    pk->state = CO__PK_WAITING;
+    pk->futex = 0;
+    pk->g = g;
+    pk->winner = NULL;
+    pk->wait_reason = wait_reason;
+}
+/* Prepare a parker for the calling coroutine or thread. */
+static inline void co__parker_init(co__parker_t *pk, int wait_reason) {
+    co__parker_init_g(pk, co__cur_g(), wait_reason);
+}
+
+/* Block until claimed. `unlockf(arg)` (may be NULL) is called exactly once
+ * after the caller can no longer run: for a coroutine, once it has switched
+ * away (so a waker that finds the parker under the object's lock can never
+ * ready a coroutine that is still running); for a thread, before it sleeps.
+ * If `deadline` is not CO_FOREVER a timer claims the parker with
+ * CO__PK_TIMEDOUT when it passes (a deadline already past is fine: the
+ * parker is claimed at once). Returns 0 if woken by a claim, CO_ETIMEDOUT if
+ * the deadline claimed it. On return the lock released by unlockf is not
+ * held; a timed-out caller must re-lock and unlink its waiters. */
+CO_HIDDEN int co__park(co__parker_t *pk, int64_t deadline, void (*unlockf)(void *), void *arg);
+/* Convenience: unlockf = co__unlock(l). */
+CO_HIDDEN int co__park_lock(co__parker_t *pk, int64_t deadline, co__lock_t *l);
+
+/* Claim: CAS WAITING->WOKEN; records `winner`. True if this caller now owns
+ * the wake-up and must call co__unpark() (after handing over any data). */
+CO_HIDDEN bool co__claim(co__parker_t *pk, void *winner);
+/* Make a claimed parker's owner run again: readies the coroutine (into the
+ * current P's runnext, like Go's goready) or futex-wakes the thread. The
+ * parker's memory may be gone once this returns. */
+CO_HIDDEN void co__ready(struct co_g *g);          /* sched.c */
+/* co__ready for a G parked on a timer or the network (likely for long): it
+ * prefetches all of its stack in use (up to 1 KiB, not just the top lines)
+ * and the first two lines of its argument. */
+CO_HIDDEN void co__ready_cold(struct co_g *g);     /* sched.c */
+/* co__ready of n Gs at once, in order, at the tail of the current P's queue
+ * (the global one from a plain thread), without prefetching their stacks:
+ * for releasing many waiters (sched.c). */
+CO_HIDDEN void co__ready_many(struct co_g *const *gs, size_t n);
+CO_HIDDEN void co__unpark_thread(co__parker_t *pk); /* wait.c */
+static inline void co__unpark_as(co__parker_t *pk, bool cold) {
+    struct co_g *g = pk->g; /* read before readying: pk dies once g runs */
+    if (!g)
+        co__unpark_thread(pk);
+    else if (cold)
+        co__ready_cold(g);
+    else
+        co__ready(g);
+}
+static inline void co__unpark(co__parker_t *pk) { co__unpark_as(pk, false); }
+/* co__unpark for a timeout or a network event (co__ready_cold). */
+static inline void co__unpark_cold(co__parker_t *pk) { co__unpark_as(pk, true); }
+
+/* A waiter: one entry of an object's wait queue (Go's sudog). */
+typedef struct co__waiter {
+    struct co__waiter *next, *prev;
+    struct co__waitq *q;   /* queue it is linked in, NULL if none */
+    co__parker_t *pk;
+    void *data;            /* payload: element pointer, request size, ... */
+    int64_t n;             /* payload: a count (semaphores) */
+    int result;            /* set by the waker before co__unpark */
+    int idx;               /* select: case index */
+} co__waiter_t;
+
+/* A parker and a waiter together, the parker first: what a waitgroup's
+ * release reads of a waiter (the parker's state and G, the waiter's links)
+ * then sits within 64 bytes. A coroutine's is in its G record (wait.c). */
+typedef struct co__pkw {
+    co__parker_t pk;
+    co__waiter_t w;
+} co__pkw_t;
+
+/* Intrusive FIFO of waiters. Protected by the lock of the object that
+ * embeds it; zero-initialised == empty. */
+typedef struct co__waitq {
+    co__waiter_t *head, *tail;
+} co__waitq_t;
+CO_HIDDEN void co__waitq_push(co__waitq_t *q, co__waiter_t *w);       /* at the tail */
+CO_HIDDEN void co__waitq_push_front(co__waitq_t *q, co__waiter_t *w); /* at the head */
+/* Before the first waiter whose n is larger (at the tail if none): a queue
+ * kept in order of n. Walks from the head. */
+CO_HIDDEN void co__waitq_insert_by_n(co__waitq_t *q, co__waiter_t *w);
+CO_HIDDEN co__waiter_t *co__waitq_pop(co__waitq_t *q);                /* NULL if empty */
+CO_HIDDEN void co__waitq_remove(co__waiter_t *w);                     /* no-op if unlinked */
+static inline bool co__waitq_empty(const co__waitq_t *q) { return q->head == NULL; }
+
+/* ---- timers ------------------------------------------------------------- */
+/* A runtime timer on a per-P 4-ary heap. `fn(arg)` runs on some M, without
+ * any timer lock held, at or after `when`; it must be short and must not
+ * block (typically: claim a parker and unpark it). It may re-add its own
+ * timer (tickers). Embed it; zero-init, then set fn/arg. */
+typedef struct co__timer {
+    int64_t when;
+    int64_t period;          /* informational; re-adding is the callback's job */
+    void (*fn)(void *arg);
+    void *arg;
+    struct co_p *p;          /* heap it is on (under that heap's lock) */
+    int32_t slot;            /* while pending: its slot on p's heap (>= 0), its
+                              * entry in p's run (-2 - index), or CO__TSLOT_LIST on
+                              * p's overflow list; -1 otherwise */
+    uint32_t state;          /* atomic: CO__TM_IDLE/PENDING, changed under p's heap lock */
+    uint32_t running;        /* atomic: callbacks in flight (see timer.c) */
+    struct co__timer *lnext, *lprev; /* p's overflow list (timer.c), under p's heap lock */
+} co__timer_t;
+#define CO__TSLOT_LIST INT32_MIN
+enum { CO__TM_IDLE = 0, CO__TM_PENDING = 1 };
+CO_HIDDEN void co__timer_add(co__timer_t *t, int64_t when); /* t must not be pending */
+/* Remove a timer. Returns true if it was pending and will now never run.
+ * If its callback is running on another M, waits until it returns, so the
+ * timer's memory can be freed once this returns. Never call it from a
+ * timer callback: callbacks due together run one after another on one M,
+ * each counted as running until it returns (timer.c). */
+CO_HIDDEN bool co__timer_del(co__timer_t *t);
+/* co__timer_del for a timer known to have fired (its callback has started,
+ * and nobody re-adds it): no lock, only the wait for its callback's end. */
+CO_HIDDEN void co__timer_wait_fired(co__timer_t *t);
+
+/* ---- netpoll hooks (netpoll_epoll.c) ----------------------------------- */
+CO_HIDDEN int co__netpoll_init(void);
+CO_HIDDEN void co__netpoll_fini(void);
+/* Wait up to delay_ns (<0 forever, 0 poll) and unpark every waiter whose fd
+ * became ready. Returns the number of waiters made runnable. */
+CO_HIDDEN int co__netpoll(int64_t delay_ns);
+CO_HIDDEN void co__netpoll_break(void); /* wake an M blocked in co__netpoll */
+CO_HIDDEN bool co__netpoll_has_waiters(void);
+/* sched.c: a new edge will be seen soon: an M is blocked in co__netpoll
+ * (or about to be), or one polled less than CO__POLL_RECENT_NS before
+ * `now` (Ms poll whenever they run out of work). A hint (may be stale). */
+#define CO__POLL_RECENT_NS 1000000
+CO_HIDDEN bool co__netpoll_soon(int64_t now);
+CO_HIDDEN void co__netpoll_want(void); /* a plain thread parks on the netpoller */
+
+#endif

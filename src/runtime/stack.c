@@ -1,0 +1,289 @@
+/*
+ * Coroutine stacks.
+ *
+ * A stack is a private anonymous mapping (MAP_NORESERVE): virtual address
+ * space only, pages committed by the kernel when first touched. A G takes
+ * one when it first runs and gives it back when it dies; free stacks are
+ * cached per P and globally (gcache.c), so steady state does no
+ * mmap/munmap. When the caches are empty, stacks are mapped 8 per mmap
+ * (co__stack_alloc_n); each keeps a page below it (the guard, or a spare
+ * page when unguarded) and is unmapped on its own.
+ *
+ * Overflow is always reported, never silent:
+ *  - guarded stacks have a guard page below them; a fault there lands in
+ *    our SIGSEGV handler (on a per-M sigaltstack) which names the coroutine
+ *    and aborts.
+ *  - where the kernel has lightweight guard regions (Linux 6.13+:
+ *    madvise(MADV_GUARD_INSTALL), a marker in the page table, not a
+ *    mapping of its own), every stack gets one: no map entry is spent, the
+ *    mapping is not split, and installing it takes the address space's
+ *    lock only for reading, so the other Ms' page faults do not wait.
+ *  - otherwise a guard is an mprotect(PROT_NONE) page, which splits the
+ *    mapping (two entries of the kernel's map-count limit,
+ *    vm.max_map_count, 65530 by default, per stack) and takes that lock
+ *    for writing. Past a budget (a quarter of the limit) stacks are
+ *    unguarded: adjacent mappings merge into one entry, and the lowest
+ *    CO_CANARY_BYTES of each stack must stay zero. Those bytes are never
+ *    written (reading them maps the shared zero page, so they cost no
+ *    memory); co__stack_check verifies them each time the coroutine
+ *    switches away and when it exits, and a write there is reported as an
+ *    overflow. This is how a million coroutines fit under the default
+ *    limit on older kernels.
+ */
+#include "runtime/proc.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#if defined(__has_include)
+#if __has_include(<valgrind/valgrind.h>)
+#include <valgrind/valgrind.h>
+#define CO_HAVE_VALGRIND 1
+#endif
+#endif
+#ifndef CO_HAVE_VALGRIND
+#define VALGRIND_STACK_REGISTER(a, b) 0
+#define VALGRIND_STACK_DEREGISTER(id) ((void)(id))
+#endif
+
+#if defined(__SANITIZE_ADDRESS__)
+#define CO_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define CO_ASAN 1
+#endif
+#endif
+
+#ifndef MADV_GUARD_INSTALL
+#define MADV_GUARD_INSTALL 102 /* Linux 6.13 uapi; older headers lack it */
+#endif
+
+static size_t page_size;
+static int64_t guard_budget;      /* atomic: mprotect-guarded stacks we may still create */
+static bool no_guards;            /* set once at setup: COLONY_DEBUG=noguard (tests) */
+static int light_guards = 1;      /* atomic relaxed: 0 when the probe at setup found
+                                   * MADV_GUARD_INSTALL missing or not guarding, or once
+                                   * it was refused as unknown (kernel older than 6.13) */
+static int64_t stacks_mapped;     /* atomic relaxed: stacks mapped and not yet unmapped (tests) */
+
+int64_t co__stacks_mapped(void) { return __atomic_load_n(&stacks_mapped, __ATOMIC_RELAXED); }
+static int64_t stacks_mapped_total; /* atomic relaxed: stacks ever mapped (tests) */
+int64_t co__stacks_mapped_total(void) {
+    return __atomic_load_n(&stacks_mapped_total, __ATOMIC_RELAXED);
+}
+#ifndef CO_ASAN /* ASan reports overflows itself: no handler of ours then */
+static struct sigaction prev_segv;
+static bool segv_installed;
+#endif
+
+static void overflow_report(co_g_t *g, const char *how) {
+    char buf[256];
+    int n = snprintf(buf, sizeof buf,
+                     "colony: fatal: stack overflow in coroutine %llu '%s' (stack %zu bytes, %s)\n",
+                     (unsigned long long)g->id, g->name, g->stack.size, how);
+    if (n > 0) (void)!write(2, buf, (size_t)n < sizeof buf ? (size_t)n : sizeof buf - 1);
+}
+
+#ifndef CO_ASAN
+static void segv_handler(int sig, siginfo_t *si, void *uctx) {
+    co_m_t *m = co__getm();
+    co_g_t *g = m ? m->curg : NULL;
+    if (g) {
+        /* Ours if the fault is in the guard page, or the coroutine's stack
+         * pointer has left its stack downwards (an unguarded stack runs
+         * into whatever lies below until something faults). */
+        char *a = (char *)si->si_addr;
+        uintptr_t sp = 0;
+#if defined(__x86_64__)
+        sp = (uintptr_t)((ucontext_t *)uctx)->uc_mcontext.gregs[REG_RSP];
+#elif defined(__aarch64__)
+        sp = (uintptr_t)((ucontext_t *)uctx)->uc_mcontext.sp;
+#endif
+        uintptr_t lo = (uintptr_t)g->stack.lo;
+        bool in_guard = g->stack.guarded && a >= g->stack.map && a < g->stack.lo + 64;
+        bool sp_out = sp != 0 && sp < lo + 64 && lo - sp < ((uintptr_t)1 << 30);
+        if (in_guard || sp_out) {
+            overflow_report(g, in_guard ? "hit the guard page" : "ran below its stack");
+            signal(SIGABRT, SIG_DFL);
+            abort();
+        }
+    }
+    /* Not ours: hand it to whoever was there before, or die the default way. */
+    if (prev_segv.sa_flags & SA_SIGINFO) {
+        if (prev_segv.sa_sigaction) {
+            prev_segv.sa_sigaction(sig, si, uctx);
+            return;
+        }
+    } else if (prev_segv.sa_handler != SIG_DFL && prev_segv.sa_handler != SIG_IGN) {
+        prev_segv.sa_handler(sig);
+        return;
+    }
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+#endif
+
+/* Whether MADV_GUARD_INSTALL really guards a page. A kernel without it
+ * says EINVAL, but an emulator may say yes and do nothing (qemu-user up to
+ * at least 7.2 ignores every madvise), which would leave every stack
+ * unguarded while we count it guarded: an overflow would then run into
+ * the stack below. The kernel's own read of a guard region fails with
+ * EFAULT, so a one-byte write() from the page into a pipe tells, without
+ * a fault of ours. Anything that stops the probe (no memory, no fds) says
+ * no: mprotect guards are the safe side. */
+bool co__stack_light_guards_probe(void) {
+    size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+    char *p = mmap(NULL, pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return false;
+    bool ok = false;
+    int fd[2];
+    if (madvise(p, pg, MADV_GUARD_INSTALL) == 0 && pipe2(fd, O_CLOEXEC) == 0) {
+        ok = write(fd[1], p, 1) < 0 && errno == EFAULT;
+        close(fd[0]);
+        close(fd[1]);
+    }
+    munmap(p, pg);
+    return ok;
+}
+
+size_t co__stack_round(size_t size) {
+    size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+    return (size + pg - 1) / pg * pg;
+}
+
+void co__stack_setup(void) {
+    page_size = (size_t)sysconf(_SC_PAGESIZE);
+    __atomic_store_n(&light_guards, co__stack_light_guards_probe() ? 1 : 0, __ATOMIC_RELAXED);
+    long maxmap = 65530;
+    FILE *f = fopen("/proc/sys/vm/max_map_count", "r");
+    if (f) {
+        if (fscanf(f, "%ld", &maxmap) != 1) maxmap = 65530;
+        fclose(f);
+    }
+    guard_budget = maxmap / 4;
+    const char *dbg = getenv("COLONY_DEBUG");
+    no_guards = dbg && strstr(dbg, "noguard") != NULL;
+    if (no_guards) guard_budget = 0; /* canaries only (tests) */
+#ifndef CO_ASAN
+    if (!segv_installed) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_sigaction = segv_handler;
+        sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+        sigemptyset(&sa.sa_mask);
+        if (sigaction(SIGSEGV, &sa, &prev_segv) == 0) segv_installed = true;
+    }
+#endif
+}
+
+void co__stack_m_init(co_m_t *m) {
+    size_t sz = 64 * 1024;
+    void *p = mmap(NULL, sz, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return;
+    stack_t ss = {.ss_sp = p, .ss_size = sz, .ss_flags = 0};
+    if (sigaltstack(&ss, NULL) == 0)
+        m->altstack = p;
+    else
+        munmap(p, sz);
+}
+
+void co__stack_m_fini(co_m_t *m) {
+    if (!m->altstack) return;
+    stack_t ss = {.ss_flags = SS_DISABLE};
+    sigaltstack(&ss, NULL);
+    munmap(m->altstack, 64 * 1024);
+    m->altstack = NULL;
+}
+
+/* A lightweight guard region on the page at base; false if the kernel
+ * refused (then the caller falls back to mprotect). */
+static bool light_guard(char *base) {
+    if (!__atomic_load_n(&light_guards, __ATOMIC_RELAXED)) return false;
+    if (madvise(base, page_size, MADV_GUARD_INSTALL) == 0) return true;
+    /* EINVAL: the kernel does not know the advice; stop asking. Anything
+     * else (a locked mapping, ENOMEM) is this stack's problem only. */
+    if (errno == EINVAL) __atomic_store_n(&light_guards, 0, __ATOMIC_RELAXED);
+    return false;
+}
+
+/* An mprotect(PROT_NONE) guard on the page at base, while the budget lasts;
+ * false when it is spent or the kernel is out of map entries. */
+static bool mprotect_guard(char *base) {
+    /* relaxed: the budget is a soft limit; a race costs at most a few guards */
+    if (__atomic_sub_fetch(&guard_budget, 1, __ATOMIC_RELAXED) < 0) {
+        __atomic_add_fetch(&guard_budget, 1, __ATOMIC_RELAXED);
+        return false;
+    }
+    if (mprotect(base, page_size, PROT_NONE) == 0) return true;
+    __atomic_store_n(&guard_budget, 0, __ATOMIC_RELAXED); /* out of map entries: no more */
+    return false;
+}
+
+/* Up to n stacks of `size` bytes in one mapping: one mmap, and one madvise
+ * (or mprotect) per guard page. A burst of first runs then maps stacks in
+ * batches; each mmap takes the address space's write lock, which the other
+ * Ms' page faults wait on. Each stack remains its own range (map,
+ * map_size), which co__stack_free unmaps alone. Returns how many were made
+ * (>= 1), or CO_ENOMEM. */
+int co__stack_alloc_n(co__stack_t *out, int n, size_t size) {
+    size = (size + page_size - 1) & ~(page_size - 1);
+    size_t one = size + page_size; /* a guard page, or a spare one below lo */
+    char *p = mmap(NULL, one * (size_t)n, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) return n > 1 ? co__stack_alloc_n(out, 1, size) : CO_ENOMEM;
+    for (int i = 0; i < n; i++) {
+        char *base = p + (size_t)i * one;
+        bool light = !no_guards && light_guard(base);
+        bool guard = light || mprotect_guard(base);
+        co__stack_t *s = &out[i];
+        s->map = base;
+        s->map_size = one;
+        s->guarded = guard;
+        s->light_guard = light;
+        s->lo = base + page_size; /* unguarded: zero bytes there are the canary */
+        s->size = size;
+        s->vg_id = VALGRIND_STACK_REGISTER(s->lo, s->lo + s->size);
+    }
+    __atomic_add_fetch(&stacks_mapped, n, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&stacks_mapped_total, n, __ATOMIC_RELAXED);
+    return n;
+}
+
+int co__stack_alloc(co__stack_t *s, size_t size) {
+    int rc = co__stack_alloc_n(s, 1, size);
+    return rc < 0 ? rc : 0;
+}
+
+void co__stack_free(co__stack_t *s) {
+    if (!s->map) return;
+#ifdef CO_ASAN
+    /* ASan keeps the shadow of an unmapped range: the frames a coroutine
+     * left poisoned (it never returned from them) would greet the next
+     * mapping there, a stack of another size (cached stacks are cleaned
+     * when attached, gcache.c) or any other memory. */
+    __asan_unpoison_memory_region(s->lo, s->size);
+#endif
+    VALGRIND_STACK_DEREGISTER(s->vg_id);
+    munmap(s->map, s->map_size);
+    __atomic_sub_fetch(&stacks_mapped, 1, __ATOMIC_RELAXED);
+    if (s->guarded && !s->light_guard) __atomic_add_fetch(&guard_budget, 1, __ATOMIC_RELAXED);
+    s->map = NULL;
+}
+
+/* co__stack_check of an unguarded stack, on g's M. */
+void co__stack_check_canary(co_g_t *g) {
+    const uint64_t *z = (const uint64_t *)g->stack.lo;
+    uint64_t acc = 0;
+    for (size_t i = 0; i < CO_CANARY_BYTES / 8; i++) acc |= z[i];
+    if (CO_UNLIKELY(acc != 0)) {
+        overflow_report(g, "overwrote the canary at the bottom of its stack");
+        abort();
+    }
+}

@@ -1,0 +1,329 @@
+/*
+ * sysmon: a monitor thread without a P, as in Go (proc.go sysmon/retake).
+ *
+ * Each round it
+ *  - retakes the P of an M that has been inside co_blocking for a whole
+ *    round (>= 20 us) and hands it to another M (handoffp), so the other
+ *    coroutines of that P keep running;
+ *  - takes the run queue of a P whose coroutine has run for more than
+ *    10 ms without passing through the scheduler and lends a spare P to
+ *    another M to run it (see lend_spare);
+ *  - polls the network if nobody has for 10 ms;
+ *  - runs timers that are more than 1 ms overdue (their P is busy);
+ *  - once a second frees the dead Gs and stacks nobody reused since the
+ *    last second, beyond a reserve of GFREE_KEEP of each;
+ *  - every 10 ms requeues the Gs that found no memory for a stack to start
+ *    on (gcache.c), so they start once there is some;
+ *  - prints the schedtrace line when COLONY_DEBUG=schedtrace=MS asks.
+ * It sleeps 20 us, doubling after 50 idle rounds up to 10 ms, on a futex so
+ * co_blocking and co_shutdown can kick it awake.
+ */
+#include "pool/pool_impl.h"
+#include "runtime/proc.h"
+#include "runtime/yslot.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#define SYSMON_MIN_NS 20000
+#define SYSMON_MAX_NS 10000000
+#define FORCE_PREEMPT_NS 10000000
+#define GFREE_TRIM_NS 1000000000 /* dead Gs unused this long are freed... */
+#define GFREE_KEEP 1024          /* ...beyond this many kept for the next burst */
+#define STACKWAIT_RETRY_NS 10000000 /* Gs that found no stack to start on retry this often */
+
+/* p is retiring (p->retire set): its yield slot's coroutine and its
+ * owner's batch to the global queue, unless its owner is in a window now
+ * (the next round retries: p stays on pretiring while anything is queued
+ * on it). */
+static void drain_yslot(co_p_t *p) {
+    co_g_t *gs[1 + CO_OBATCH];
+    int n = co__yslot_steal(p, gs);
+    for (int i = 0; i < n; i++) gs[i] = rq_unfresh(gs[i]);
+    if (n) {
+        co__globrunqput(gs, n);
+        co__wakep();
+    }
+}
+
+static bool retake_syscall(co_p_t *p, int64_t now) {
+    co_sched_t *s = &co__sched;
+    uint32_t tick = __atomic_load_n(&p->syscalltick, __ATOMIC_RELAXED);
+    if (p->sysmon_tick != tick) {
+        p->sysmon_tick = tick;
+        p->sysmon_when = now;
+        return false;
+    }
+    /* Go's rule: keep the P with its M if it has nothing to run, somebody
+     * else is looking for work, and the call is young (< 10 ms). */
+    bool has_work = !co__runq_empty(p) || co__globrunq_pending(__ATOMIC_ACQUIRE);
+    bool others = __atomic_load_n(&s->nmspinning, __ATOMIC_SEQ_CST) +
+                      __atomic_load_n(&s->npidle, __ATOMIC_SEQ_CST) >
+                  0;
+    if (!has_work && others && now - p->sysmon_when < FORCE_PREEMPT_NS) return false;
+    uint32_t st = CO_P_SYSCALL;
+    /* acq_rel: pairs with co_blocking's CAS on the way out; whoever wins
+     * owns the P. */
+    if (!__atomic_compare_exchange_n(&p->status, &st, CO_P_IDLE, false, __ATOMIC_ACQ_REL,
+                                     __ATOMIC_RELAXED))
+        return false;
+    p->m = NULL;
+    co__handoffp(p);
+    return true;
+}
+
+/* A coroutine has held p for > 10 ms without entering the scheduler. C has
+ * no safe way to preempt it, so its M keeps p (it may still be pushing to
+ * p's run queue) and we lend a spare P in p's place: the spare takes p's
+ * slot in allp, p's timers and queued coroutines, and an M of its own. p is
+ * marked to be retired by its M at its next scheduler entry. */
+static bool lend_spare(co_p_t *p, int i, int64_t now) {
+    co_sched_t *s = &co__sched;
+    uint32_t tick = __atomic_load_n(&p->schedtick, __ATOMIC_RELAXED);
+    if (p->sysmon_schedtick != tick) {
+        p->sysmon_schedtick = tick;
+        p->sysmon_schedwhen = now;
+        return false;
+    }
+    if (now - p->sysmon_schedwhen < (s->chaos ? 1000000 : FORCE_PREEMPT_NS)) return false;
+    if (__atomic_load_n(&p->retire, __ATOMIC_ACQUIRE)) return false;
+    bool work = !co__runq_empty(p) || co__globrunq_pending(__ATOMIC_ACQUIRE) ||
+                __atomic_load_n(&p->timer0_when, __ATOMIC_ACQUIRE) != 0 ||
+                co__netpoll_has_waiters();
+    if (!work) return false;
+    co__lock(&s->lock);
+    co_p_t *np = s->pspare;
+    if (np) s->pspare = np->link;
+    co__unlock(&s->lock);
+    if (!np) {
+        np = calloc(1, sizeof *np);
+        if (!np) return false;
+    }
+    np->m = NULL;
+    /* Its slot, and open to timers again. Under its lock: a thread that
+     * read np from allp before it retired may be looking at both (the
+     * retry loop of co__timer_add reads the id under this lock). */
+    co__lock(&np->timers_lock);
+    np->id = p->id;
+    np->timers_closed = false;
+    co__unlock(&np->timers_lock);
+    np->link = NULL;
+    np->sysmon_schedtick = 0;
+    np->sysmon_schedwhen = now;
+    __atomic_store_n(&np->retire, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&np->status, CO_P_IDLE, __ATOMIC_RELAXED);
+    /* Under sched.lock, p must still be RUNNING: its owner puts it on the
+     * idle list only under this lock, after checking p->retire, so a P is
+     * never both idle and lent (p->link serves both lists). Everything is
+     * published before p->retire: once the owner sees the flag it retires
+     * p, taking it off pretiring and moving its timers to allp[p->id]. */
+    co__lock(&s->lock);
+    if (__atomic_load_n(&p->status, __ATOMIC_ACQUIRE) != CO_P_RUNNING || co__allp(i) != p) {
+        __atomic_store_n(&np->status, CO_P_DEAD, __ATOMIC_RELAXED);
+        np->link = s->pspare; /* went idle or into co_blocking meanwhile */
+        s->pspare = np;
+        co__unlock(&s->lock);
+        return false;
+    }
+    p->link = s->pretiring;
+    s->pretiring = p;
+    __atomic_store_n(&s->allp[i], np, __ATOMIC_RELEASE);
+    /* store-release: p's owner sees it at its next scheduler entry */
+    __atomic_store_n(&p->retire, 1, __ATOMIC_RELEASE);
+    co__unlock(&s->lock);
+    /* p's timers to np. The owner may be retiring p at the same time and
+     * moving them too: both move p -> np under both heap locks. */
+    co__timers_move(p, np, false);
+    co__runq_drain_global(p);
+    drain_yslot(p);
+    co__handoffp(np);
+    return true;
+}
+
+static int retake(int64_t now) {
+    co_sched_t *s = &co__sched;
+    int n = 0;
+    for (int i = 0; i < s->nprocs; i++) {
+        co_p_t *p = co__allp(i);
+        uint32_t st = __atomic_load_n(&p->status, __ATOMIC_ACQUIRE);
+        if (st == CO_P_SYSCALL)
+            n += retake_syscall(p, now);
+        else if (st == CO_P_RUNNING)
+            n += lend_spare(p, i, now);
+    }
+    /* Coroutines readied onto Ps that are lent away but still busy: their
+     * owners keep the Ps (never freed), so draining without the lock is
+     * safe; runqgrab is the thieves' protocol. One P per round. */
+    co__lock(&s->lock);
+    co_p_t *q = s->pretiring;
+    while (q && co__runq_empty(q)) q = q->link;
+    co__unlock(&s->lock);
+    if (q) {
+        co__runq_drain_global(q);
+        drain_yslot(q);
+        n++;
+    }
+    return n;
+}
+
+static void *sysmon_main(void *arg) {
+    (void)arg;
+    co_sched_t *s = &co__sched;
+    int64_t delay = SYSMON_MIN_NS;
+    int idle = 0;
+    int64_t last_trace = co_now();
+    int64_t last_trim = last_trace, last_stackwait = last_trace;
+    while (!__atomic_load_n(&s->stopping, __ATOMIC_ACQUIRE)) {
+        bool long_sleep = delay > 1000000;
+        if (long_sleep) __atomic_store_n(&s->sysmon_sleeping, 1, __ATOMIC_SEQ_CST);
+        uint32_t v = __atomic_load_n(&s->sysmon_wake, __ATOMIC_ACQUIRE);
+        co__futex_wait(&s->sysmon_wake, v, co_now() + delay);
+        if (long_sleep) __atomic_store_n(&s->sysmon_sleeping, 0, __ATOMIC_SEQ_CST);
+        if (__atomic_load_n(&s->stopping, __ATOMIC_ACQUIRE)) break;
+        int64_t now = co_now();
+        int work = retake(now);
+        if (co__netpoll_has_waiters() && __atomic_load_n(&s->polling, __ATOMIC_ACQUIRE) == 0 &&
+            now - __atomic_load_n(&s->lastpoll, __ATOMIC_RELAXED) > 10000000) {
+            __atomic_store_n(&s->lastpoll, now, __ATOMIC_RELAXED);
+            work += co__netpoll(0);
+        }
+        /* Timers more than 1 ms overdue on a P that is not scheduling (idle,
+         * or stuck in one coroutine since the last round): run them here.
+         * A P that schedules runs its own, as fast as its run queue drains. */
+        for (int i = 0; i < s->nprocs; i++) {
+            co_p_t *p = co__allp(i);
+            int64_t w = __atomic_load_n(&p->timer0_when, __ATOMIC_ACQUIRE);
+            if (!w || w >= now - 1000000) continue; /* (w may be INT64_MAX: no w + 1 ms) */
+            uint32_t tick = __atomic_load_n(&p->schedtick, __ATOMIC_RELAXED);
+            if (__atomic_load_n(&p->status, __ATOMIC_ACQUIRE) != CO_P_RUNNING ||
+                tick == p->sysmon_timertick)
+                work += co__timers_run(p, now);
+            p->sysmon_timertick = tick;
+        }
+        /* Work queued while a P sleeps and no M looks for it: a wake-up
+         * was lost (the pushes' StoreLoad race with an M going idle, or a
+         * path that queues without waking). Wake one now. */
+        if (co__work_stranded()) {
+            co__wakep();
+            work++;
+        }
+        if (__atomic_load_n(&s->nstackwait, __ATOMIC_RELAXED) &&
+            now - last_stackwait >= STACKWAIT_RETRY_NS) {
+            last_stackwait = now;
+            work += co__stackwait_retry();
+        }
+        if (now - last_trim >= GFREE_TRIM_NS) {
+            last_trim = now;
+            co__gfree_trim(GFREE_KEEP);
+        }
+        if (s->schedtrace_ms > 0 && now - last_trace >= s->schedtrace_ms * 1000000) {
+            last_trace = now;
+            co__schedtrace(stderr);
+        }
+        /* Back off as Go does (double after 50 idle rounds), but while
+         * coroutines run keep rounds within 2 ms so a coroutine hogging its
+         * P is noticed within ~12 ms; 10 ms when every P is idle. */
+        int64_t cap = __atomic_load_n(&s->npidle, __ATOMIC_RELAXED) < (uint32_t)s->nprocs
+                          ? 2000000
+                          : SYSMON_MAX_NS;
+        if (work) {
+            idle = 0;
+            delay = SYSMON_MIN_NS;
+        } else if (++idle > 50 && delay < cap) {
+            delay *= 2;
+        }
+        if (delay > cap) delay = cap;
+        if (s->schedtrace_ms > 0 && delay > s->schedtrace_ms * 1000000)
+            delay = s->schedtrace_ms * 1000000;
+    }
+    return NULL;
+}
+
+int co__sysmon_start(void) {
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, 256 * 1024);
+    int rc = pthread_create(&co__sched.sysmon_thread, &attr, sysmon_main, NULL);
+    pthread_attr_destroy(&attr);
+    return rc == 0 ? 0 : -rc;
+}
+
+void co__sysmon_kick(void) {
+    __atomic_add_fetch(&co__sched.sysmon_wake, 1, __ATOMIC_RELEASE);
+    co__futex_wake(&co__sched.sysmon_wake, 1);
+}
+
+void co__sysmon_stop(void) {
+    co__sysmon_kick();
+    pthread_join(co__sched.sysmon_thread, NULL);
+}
+
+/* ---- co_blocking: Go's entersyscall / exitsyscall ------------------------- */
+
+static void post_requeue(co_g_t *g, void *arg) {
+    (void)arg;
+    __atomic_store_n(&g->status, CO_G_RUNNABLE, __ATOMIC_RELAXED);
+    co__globrunqput(&g, 1);
+    co__wakep();
+}
+
+/* co_blocking's way back: its P if sysmon left it, another idle one, or
+ * the global queue (this M then goes idle: exitsyscall0). */
+static void blocking_exit(void) {
+    co_m_t *m = co__getm(); /* same thread: a G cannot migrate inside fn */
+    co_p_t *p = m->syscallp;
+    m->syscallp = NULL;
+    uint32_t st = CO_P_SYSCALL;
+    if (__atomic_compare_exchange_n(&p->status, &st, CO_P_RUNNING, false, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_RELAXED)) {
+        m->p = p;
+        return;
+    }
+    co_p_t *p2 = co__pidleget();
+    if (p2) {
+        m->p = p2;
+        p2->m = m;
+        /* as acquirep: a P that sat idle must not look stuck to sysmon */
+        __atomic_store_n(&p2->schedtick, p2->schedtick + 1, __ATOMIC_RELAXED);
+        __atomic_store_n(&p2->status, CO_P_RUNNING, __ATOMIC_RELEASE);
+        return;
+    }
+    co__park_current(post_requeue, NULL, CO__WR_NONE);
+}
+
+/* The tag of co_blocking's own recover frames (pool_impl.h). */
+static const char blocking_tag;
+
+int co_blocking(void (*fn)(void *arg), void *arg) {
+    if (!fn) return CO_EINVAL;
+    co_m_t *m = co__getm();
+    /* A plain thread, or a co_blocking inside another one's fn: this M
+     * runs without a P already (the outer call gave it up). */
+    if (!m || !m->curg || !m->p) {
+        fn(arg);
+        return 0;
+    }
+    co_p_t *p = m->p;
+    m->syscallp = p;
+    m->p = NULL;
+    __atomic_store_n(&p->syscalltick, p->syscalltick + 1, __ATOMIC_RELAXED);
+    /* release: the P's state is published to sysmon's acquire CAS */
+    __atomic_store_n(&p->status, CO_P_SYSCALL, __ATOMIC_RELEASE);
+    if (__atomic_load_n(&co__sched.sysmon_sleeping, __ATOMIC_SEQ_CST)) co__sysmon_kick();
+    /* A co_panic out of fn to a co_recover further out must not skip the
+     * way back: the coroutine would go on without a P, beside the one
+     * sysmon gives its P to (more running than COLONY_PROCS, co_yield a
+     * no-op). So with a recover frame about, fn runs under one of ours,
+     * and the panic goes on once this M holds a P again. With none, a
+     * panic is fatal anyway: fn is called as it is, and the abort shows
+     * where it panicked. */
+    void *pv;
+    if (*co__panic_slot() == NULL) {
+        fn(arg);
+    } else if (co__recover_tagged(fn, arg, &pv, &blocking_tag)) {
+        blocking_exit();
+        co_panic(pv);
+    }
+    blocking_exit();
+    return 0;
+}
