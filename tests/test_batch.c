@@ -38,7 +38,7 @@
 #include <string.h>
 #include <time.h>
 
-extern int co__test_fail_alloc; /* library test hook: bit 5, no M for a P */
+#include "t_internal.h"
 
 #define MS 1000000LL
 #define NW 20
@@ -172,10 +172,10 @@ static void test_idle_p_gets_pool_batch(void) {
  * P off meanwhile, to no M); then wait up to 10 s for `want` posts.
  * Returns how many came. */
 static int no_threads_then_wait(int want) {
-    __atomic_store_n(&co__test_fail_alloc, 32, __ATOMIC_RELAXED);
+    t_fail(CO__FAIL_NO_M, true);
     struct timespec pause = {0, 100 * MS};
     nanosleep(&pause, NULL);
-    __atomic_store_n(&co__test_fail_alloc, 0, __ATOMIC_RELAXED);
+    t_fail(CO__FAIL_NO_M, false);
     struct timespec dl;
     clock_gettime(CLOCK_REALTIME, &dl);
     dl.tv_sec += 10;

@@ -2,7 +2,7 @@
  * threads and coroutines mixed. */
 #include "t.h"
 
-#include "chan/chan_impl.h" /* test-only: count waiters in the queues */
+#include "t_internal.h" /* count waiters in the queues */
 
 #include <colony.h>
 #include <pthread.h>

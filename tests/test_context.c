@@ -2,6 +2,7 @@
  * errors, misuse and concurrent stress. */
 #include "colony.h"
 #include "t.h"
+#include "t_internal.h"
 
 #include <pthread.h>
 #include <signal.h>
@@ -467,7 +468,6 @@ static void *fs_thread(void *arg) {
     co_waitgroup_done(&f->wg);
     return NULL;
 }
-extern int co__test_chan_receivers(co_chan_t *ch); /* library test hook */
 static void test_free_while_select_waits(void) {
     co_chan_t *other;
     CHECK_EQ(co_chan_new(&other, sizeof(int), 0), 0);

@@ -4,11 +4,11 @@
 // ctest-timeout: 180
 #define _GNU_SOURCE 1 /* pipe2, O_DIRECT */
 #include "t.h"
+#include "t_internal.h"
 
 #include <colony.h>
 
 /* internal: tests link the static library, where hidden symbols resolve */
-bool co__netpoll_has_waiters(void);
 
 #include <arpa/inet.h>
 #include <errno.h>

@@ -16,7 +16,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "runtime/runtime.h"
+#include "t_internal.h"
 #include "t.h"
 
 #define THREADS 8

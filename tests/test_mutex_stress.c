@@ -4,6 +4,7 @@
 // ctest-timeout: 300
 #include "colony.h"
 #include "t.h"
+#include "t_internal.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -13,7 +14,6 @@
 
 
 /* hidden counter in src/sync.c: times any mutex entered starvation mode */
-extern uint64_t co__mutex_starvation_count;
 
 #define MS (1000 * 1000LL)
 

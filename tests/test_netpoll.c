@@ -4,6 +4,7 @@
  * figure is printed, never asserted). */
 // ctest-timeout: 180
 #include "t.h"
+#include "t_internal.h"
 
 #include <colony.h>
 
@@ -21,9 +22,6 @@
 #include <unistd.h>
 
 /* internal hooks (the static library resolves hidden symbols) */
-bool co__netpoll_has_waiters(void);
-void co__netpoll_break(void);
-int co__netpoll(int64_t delay_ns);
 
 #define MS 1000000LL
 

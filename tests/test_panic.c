@@ -9,7 +9,7 @@
 #include <sys/wait.h>
 #include <time.h>
 
-#include "runtime/proc.h" /* co__getm: whether the M holds a P */
+#include "t_internal.h" /* co__getm: whether the M holds a P */
 #include "t.h"
 
 static int sanitized(void) { return t_sanitized(); }

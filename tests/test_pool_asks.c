@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 
 #include "test_pool_util.h"
+#include "t_internal.h"
 
 static gate_t gate;
 static atomic_long ran;
@@ -304,7 +305,6 @@ static void idle_holds_no_stack(void) {
  * worker frame (never another pool's), panics in taken-over tasks reach
  * their pool's handler, and the burst runs on fewer coroutines than
  * tasks (the takeover happened). */
-bool co__recover_has_tag(const void *tag); /* libcolony internal (panic.c) */
 #define TK_N 4000
 static co_pool_t *tk_pool[2];
 static atomic_int tk_ran[TK_N];
@@ -406,13 +406,12 @@ static void fp_inherited(void) {
 /* A pool task whose coroutine cannot be made (no memory for its record) is
  * neither lost nor left keeping an M busy: it waits, as a coroutine with no
  * stack does, for sysmon's retries, and starts once memory is back. The
- * library's test hook co__test_fail_alloc simulates the shortage: bit 0
- * fails the G of every token, bit 1 the global run queue's chunks (tokens
+ * library's test hook co__test_fail simulates the shortage: CO__FAIL_TOKEN_G
+ * fails the G of every token, CO__FAIL_GLOBQ_CHUNK the global run queue's chunks (tokens
  * then queue on a list of their own). Tasks are submitted from this plain
  * thread (the global queue) and from a coroutine (its P's ring). Before
  * the fix, an M took the same token back over and over and never gave its
  * P up, so "every P idle" was never seen. */
-extern int co__test_fail_alloc;
 #define OOM_N 50
 static atomic_int oom_ran;
 static void oom_task(void *arg) {
@@ -434,7 +433,7 @@ static void token_oom(void) {
     CHECK_EQ(co_pool_new(&p, 4 * OOM_N, NULL), 0);
     atomic_store(&oom_ran, 0);
     for (int phase = 0; phase < 2; phase++) {
-        __atomic_store_n(&co__test_fail_alloc, phase == 0 ? 3 : 1, __ATOMIC_RELAXED);
+        t_fail(phase == 0 ? CO__FAIL_TOKEN_G | CO__FAIL_GLOBQ_CHUNK : CO__FAIL_TOKEN_G, true);
         if (phase == 0) {
             for (int i = 0; i < OOM_N; i++) CHECK_EQ(co_pool_submit(p, oom_task, NULL), 0);
         } else {
@@ -443,7 +442,7 @@ static void token_oom(void) {
         CHECK(WAIT_FOR(all_procs_idle()));
         CHECK_EQ(atomic_load(&oom_ran), phase * OOM_N); /* none of this phase ran */
         CHECK(co_count() >= OOM_N);                     /* they wait, counted */
-        __atomic_store_n(&co__test_fail_alloc, 0, __ATOMIC_RELAXED);
+        t_fail(CO__FAIL_TOKEN_G | CO__FAIL_GLOBQ_CHUNK, false);
         CHECK_EQ(co_pool_wait_idle(p, co_deadline_after(10000 * MS)), 0);
         CHECK_EQ(atomic_load(&oom_ran), (phase + 1) * OOM_N);
     }

@@ -3,7 +3,7 @@
  * sorted by last_used; insert into a full ring fails; refresh removes exactly
  * the expired prefix (across the ring's wrap-around too); the binary search
  * finds the last expired index. */
-#include "pool/pool_impl.h"
+#include "t_internal.h"
 
 #include "t.h"
 

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "t.h"
+#include "t_internal.h"
 
 static int sanitized(void) { return t_sanitized(); }
 
@@ -314,7 +315,6 @@ static void test_timer_run(void) {
  * bounded by what one round needs plus the caches, however many rounds
  * run. (A first run that attached two stacks and lost one, in a detour
  * through g0 tried once, leaked a stack per park this way: 78k -> 113k.) */
-int64_t co__stacks_mapped(void); /* libcolony internal (stack.c) */
 static co_waitgroup_t sr_gate = CO_WAITGROUP_INIT;
 static void sr_parker(void *arg) {
     (void)arg;
@@ -346,7 +346,6 @@ static void test_stacks_reused(void) {
  * its stack and every first run mapped a new one (5,000 munmaps for 5,000
  * coroutines). Now as many rounds as you like map no more stacks than the
  * first needed, plus the caches. */
-int64_t co__stacks_mapped_total(void); /* libcolony internal (stack.c) */
 static void test_odd_stack_size_reused(void) {
     CHECK_EQ(T_SHUTDOWN(), 0);
     co_config_t c = {.procs = 2, .stack_size = 16 * 1024 + 1};

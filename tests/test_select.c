@@ -2,7 +2,7 @@
  * channels, no waiter left behind, large selects, threads. */
 #include "t.h"
 
-#include "chan/chan_impl.h" /* test-only: count waiters in the queues */
+#include "t_internal.h" /* count waiters in the queues */
 
 #include <colony.h>
 #include <pthread.h>
@@ -388,7 +388,6 @@ static void test_many_cases(void) {
  * arrays (test hook): a case that can go still goes, a try with nothing
  * ready times out as any try does, and only a select that would have to
  * wait fails with CO_ENOMEM (the try used to fail with it too). */
-extern int co__test_fail_alloc;
 static void test_many_cases_nomem(void) {
     co_chan_t *ch[BIG];
     int vals[BIG];
@@ -398,7 +397,7 @@ static void test_many_cases_nomem(void) {
         vals[i] = -1;
         c[i] = (co_case_t){.ch = ch[i], .op = CO_RECV, .elem = &vals[i]};
     }
-    __atomic_or_fetch(&co__test_fail_alloc, 16, __ATOMIC_RELAXED);
+    t_fail(CO__FAIL_SELECT_MEM, true);
     CHECK_EQ(co_select(c, BIG, 0), CO_ETIMEDOUT);
     CHECK_EQ(co_select(c, BIG, co_deadline_after(1000000)), CO_ENOMEM);
     CHECK_EQ(co_select(c, BIG, CO_FOREVER), CO_ENOMEM);
@@ -408,7 +407,7 @@ static void test_many_cases_nomem(void) {
         CHECK_EQ(co_select(c, BIG, CO_FOREVER), k);
         CHECK_EQ(vals[k], k);
     }
-    __atomic_and_fetch(&co__test_fail_alloc, ~16, __ATOMIC_RELAXED);
+    t_fail(CO__FAIL_SELECT_MEM, false);
     for (int i = 0; i < BIG; i++) co_chan_free(ch[i]);
 }
 

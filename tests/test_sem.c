@@ -2,6 +2,7 @@
  * try_acquire, errors and misuse. */
 #include "colony.h"
 #include "t.h"
+#include "t_internal.h"
 
 #include <pthread.h>
 #include <signal.h>
@@ -16,7 +17,6 @@
 #define MS (1000 * 1000LL)
 
 /* hidden test hook in src/sema.c */
-int co__sem_waiters(co_sem_t *s);
 
 /* ---- misuse in a fresh process ----------------------------------------- */
 static void expect_abort(const char *name, const char *op) {

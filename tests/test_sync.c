@@ -2,6 +2,7 @@
  * from coroutines and plain threads, and the misuse that must abort. */
 #include "colony.h"
 #include "t.h"
+#include "t_internal.h"
 
 #include <pthread.h>
 #include <signal.h>
@@ -13,7 +14,6 @@
 
 
 /* hidden test hook in src/sync.c */
-int32_t co__rwmutex_reader_count(co_rwmutex_t *rw);
 
 #define MS (1000 * 1000LL)
 

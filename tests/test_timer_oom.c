@@ -1,5 +1,5 @@
 /* Timers when memory runs out: a P's timer run and heap that cannot grow
- * (test hook: bit 3 of co__test_fail_alloc) send timers to the P's
+ * (test hook: CO__FAIL_TIMER_GROW) send timers to the P's
  * overflow list instead of aborting the process, as they used to. Sleeps
  * never return early and all return, deadlines fire or are deleted,
  * tickers tick, and once memory is back the run and heap take timers
@@ -8,16 +8,14 @@
 #include <stdatomic.h>
 
 #include "t.h"
+#include "t_internal.h"
 
-extern int co__test_fail_alloc;
-extern int64_t co__test_timers_listed(void);
 
 #define MS 1000000LL
 #define US 1000LL
 
 static void fail_timer_growth(bool on) {
-    int v = __atomic_load_n(&co__test_fail_alloc, __ATOMIC_RELAXED);
-    __atomic_store_n(&co__test_fail_alloc, on ? (v | 8) : (v & ~8), __ATOMIC_RELAXED);
+    t_fail(CO__FAIL_TIMER_GROW, on);
 }
 
 /* ---- sleeps, in shuffled order ----------------------------------------- */

@@ -9,7 +9,7 @@
 
 #include "t.h"
 
-extern int co__test_fail_alloc; /* library test hook: bit 2, no array */
+#include "t_internal.h"
 
 enum { NCO = 1500, NTIMED = 60, NTHREADS = 3, ROUNDS = 6 };
 
@@ -41,7 +41,7 @@ static void *thread_waiter(void *arg) {
 static void test_release_many(void) {
     for (int round = 0; round < ROUNDS; round++) {
         /* odd rounds: the release finds no memory for its array */
-        __atomic_store_n(&co__test_fail_alloc, (round & 1) ? 4 : 0, __ATOMIC_RELAXED);
+        t_fail(CO__FAIL_WG_ARRAY, round & 1);
         atomic_store(&passed, 0);
         atomic_store(&timed, 0);
         int total = NCO + NTIMED + NTHREADS;
@@ -73,7 +73,7 @@ static void test_release_many(void) {
         co_waitgroup_done(&gate);
         CHECK_EQ(co_waitgroup_wait_until(&gate, 0), 0);
     }
-    __atomic_store_n(&co__test_fail_alloc, 0, __ATOMIC_RELAXED);
+    t_fail(CO__FAIL_WG_ARRAY, false);
 }
 
 /* The last waiter to return frees the waitgroup: the releaser must not
@@ -97,7 +97,7 @@ static void test_last_waiter_frees(void) {
     int sizes[] = {1, 5, 16, 17, 200};
     for (int k = 0; k < 10; k++) {
         int n = sizes[k % 5];
-        __atomic_store_n(&co__test_fail_alloc, (k >= 5) ? 4 : 0, __ATOMIC_RELAXED);
+        t_fail(CO__FAIL_WG_ARRAY, k >= 5);
         struct freed f;
         f.wg = malloc(sizeof *f.wg);
         CHECK(f.wg != NULL);
@@ -113,7 +113,7 @@ static void test_last_waiter_frees(void) {
         co_waitgroup_wait(&f.done);
         CHECK_EQ(atomic_load(&f.left), 0);
     }
-    __atomic_store_n(&co__test_fail_alloc, 0, __ATOMIC_RELAXED);
+    t_fail(CO__FAIL_WG_ARRAY, false);
 }
 
 static int run_all(void *arg) {

@@ -18,6 +18,9 @@ static int cpu_has_prefetchw(void) {
 #endif
 }
 
+/* base/testhook.h: CO__FAIL_* bits a test sets. */
+int co__test_fail;
+
 void co__base_init(void) {
     __atomic_store_n(&co__has_prefetchw, cpu_has_prefetchw(), __ATOMIC_RELAXED);
 }

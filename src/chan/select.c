@@ -39,7 +39,7 @@
 #include "runtime/runtime.h"
 
 #include "chan/chan_impl.h"
-#include "runtime/proc.h" /* co__test_fail_alloc */
+#include "base/testhook.h"
 
 #include <stdlib.h>
 
@@ -365,7 +365,7 @@ int co_select(co_case_t *cases, int n, int64_t deadline) {
         return sel_run(cases, n, nn, deadline, pollorder, lockorder, ws);
     }
     size_t sz = (size_t)nn * (2 * sizeof(int) + sizeof(co__waiter_t));
-    char *mem = CO_UNLIKELY(__atomic_load_n(&co__test_fail_alloc, __ATOMIC_RELAXED) & 16)
+    char *mem = co__test_failing(CO__FAIL_SELECT_MEM)
                     ? NULL
                     : malloc(sz);
     if (!mem) {

@@ -26,7 +26,7 @@ typedef struct co__gchunk {
 static co__gchunk_t *rq_tail_chunk_locked(void) {
     co_sched_t *s = &co__sched;
     co__gchunk_t *c = s->rq_last;
-    if (CO_UNLIKELY(__atomic_load_n(&co__test_fail_alloc, __ATOMIC_RELAXED) & 2)) return NULL;
+    if (co__test_failing(CO__FAIL_GLOBQ_CHUNK)) return NULL;
     if (c && c->tail < CO_GCHUNK) return c;
     if ((c = s->rq_spare) != NULL) {
         s->rq_spare = c->next;

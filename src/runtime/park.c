@@ -260,7 +260,7 @@ static void wg_release_init(wg_release_t *r, uint32_t nwaiters) {
     r->list = NULL;
     r->cap = sizeof r->small / sizeof r->small[0];
     r->gs = r->small;
-    if (nwaiters > r->cap && !(__atomic_load_n(&co__test_fail_alloc, __ATOMIC_RELAXED) & 4)) {
+    if (nwaiters > r->cap && !co__test_failing(CO__FAIL_WG_ARRAY)) {
         co_g_t **v = malloc(nwaiters * sizeof *v);
         if (v) {
             r->gs = v;

@@ -11,6 +11,7 @@
 #include "runtime/runtime.h"
 #include "arch/ctx.h"
 #include "base/san.h"
+#include "base/testhook.h"
 
 #include <pthread.h>
 
@@ -340,7 +341,6 @@ static inline co_p_t *co__allp(int i) {
 
 /* Internal functions shared by the runtime files. */
 CO_HIDDEN co_m_t *co__getm(void);         /* noinline; NULL on a plain thread */
-CO_HIDDEN extern int co__test_fail_alloc; /* sched.c: test hooks, see there */
 CO_HIDDEN void co__ready(co_g_t *g);      /* make a WAITING G runnable (runnext) */
 CO_HIDDEN void co__park_current(void (*post)(co_g_t *, void *), void *arg, int reason);
 /* co__park_current for a caller that already has co__getm() (its M, read

@@ -107,18 +107,6 @@ uint32_t co__fastrand(void) {
     return (uint32_t)(x >> 16);
 }
 
-/* For tests: bit 0 makes every G made for a token fail as if memory had
- * run out (token_g_slow); bit 1 makes the global run queue find no chunk
- * (co__globrunqput's list fallback); bit 2 makes a waitgroup's release
- * find no memory for its array (wait.c's list fallback); bit 3 makes the
- * timer run and heap find no memory to grow (timer.c's overflow list);
- * bit 4 makes a select of more than 16 cases find no memory for its
- * scratch arrays (select.c); bit 5 makes co__startm find no idle M and
- * fail to create one, as when pthread_create fails.
- * Relaxed loads: a test sets it between phases and waits for its effects. */
-CO_HIDDEN int co__test_fail_alloc; /* hidden: tests link the static library */
-int co__test_fail_alloc;
-
 /* ---- switching ---------------------------------------------------------- */
 
 /* Where the switch itself runs the post-switch work (co__jump_post,
@@ -714,7 +702,7 @@ void co__startm(co_p_t *p, bool spinning) {
             return;
         }
     }
-    bool no_m = CO_UNLIKELY(__atomic_load_n(&co__test_fail_alloc, __ATOMIC_RELAXED) & 32);
+    bool no_m = co__test_failing(CO__FAIL_NO_M);
     co_m_t *m = no_m ? NULL : s->midle;
     if (m) {
         s->midle = m->link;
@@ -1271,7 +1259,7 @@ void co__spawn_token(co__token_t *t) {
  * is returned. */
 static co_g_t *token_g_slow(co_p_t *p, co_g_t *e) {
     co__token_t *t = (co__token_t *)rq_strip(e);
-    co_g_t *g = CO_UNLIKELY(__atomic_load_n(&co__test_fail_alloc, __ATOMIC_RELAXED) & 1)
+    co_g_t *g = co__test_failing(CO__FAIL_TOKEN_G)
                     ? NULL
                     : g_alloc(p);
     if (CO_UNLIKELY(!g)) {

@@ -44,9 +44,9 @@ static inline bool run_empty(const co_p_t *p) { return p->trun_head == p->trun_t
 static inline co__trun_t *run_at(co_p_t *p, uint32_t i) { return &p->trun[i & p->trun_mask]; }
 
 /* Growth of the run and the heap, failing on purpose while a test sets
- * bit 3 of co__test_fail_alloc (sched.c). */
+ * CO__FAIL_TIMER_GROW (base/testhook.h). */
 static inline bool grow_refused(void) {
-    return CO_UNLIKELY(__atomic_load_n(&co__test_fail_alloc, __ATOMIC_RELAXED) & 8);
+    return co__test_failing(CO__FAIL_TIMER_GROW);
 }
 static void *grow_realloc(void *old, size_t size) {
     return grow_refused() ? NULL : realloc(old, size);

@@ -1,0 +1,34 @@
+/*
+ * The one door from the tests into colony's internals. A test that looks
+ * at internal state (queue lengths, counters, the fault-injection bits)
+ * includes this header and nothing else of src/; tests/check_layers.sh
+ * fails `make test` when a test includes src/ headers directly or
+ * declares a library internal by hand.
+ */
+#ifndef COLONY_TESTS_T_INTERNAL_H
+#define COLONY_TESTS_T_INTERNAL_H
+
+#include "base/lock.h"
+#include "base/testhook.h"
+#include "runtime/runtime.h"
+#include "runtime/proc.h"
+#include "chan/chan_impl.h"
+#include "pool/pool_impl.h"
+
+/* Fault injection (base/testhook.h): turn CO__FAIL_* bits on or off. */
+static inline void t_fail(int bits, bool on) {
+    if (on)
+        __atomic_or_fetch(&co__test_fail, bits, __ATOMIC_RELAXED);
+    else
+        __atomic_and_fetch(&co__test_fail, ~bits, __ATOMIC_RELAXED);
+}
+
+/* Counters and probes the library keeps for its tests. */
+CO_HIDDEN int co__test_chan_receivers(co_chan_t *ch);   /* chan/chan.c */
+CO_HIDDEN int co__sem_waiters(co_sem_t *s);             /* sync/sema.c */
+CO_HIDDEN int32_t co__rwmutex_reader_count(co_rwmutex_t *rw); /* sync/sync.c */
+CO_HIDDEN extern uint64_t co__mutex_starvation_count;  /* sync/sync.c */
+CO_HIDDEN bool co__recover_has_tag(const void *tag);    /* runtime/panic.c */
+CO_HIDDEN int64_t co__test_timers_listed(void);         /* runtime/timer.c */
+
+#endif
