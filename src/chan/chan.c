@@ -25,7 +25,7 @@
  *    CO_ECLOSED.
  * The loads are acquire so that they are performed in program order.
  */
-#include "runtime/proc.h"
+#include "runtime/runtime.h"
 
 #include "chan/chan_impl.h"
 
@@ -102,17 +102,16 @@ static void chan_unlock_cb(void *arg) { chan_unlock((co_chan_t *)arg); }
 /* co__park_current post-switch action of a coroutine blocked with no
  * deadline: what co__park's would do (the G is WAITING, then the lock is
  * released), without the indirection. */
-static void chan_post_park(co_g_t *g, void *arg) {
-    __atomic_store_n(&g->status, CO_G_WAITING, __ATOMIC_RELAXED);
+static void chan_post_park(struct co_g *g, void *arg) {
+    co__g_set_waiting(g);
     chan_unlock((co_chan_t *)arg);
 }
 
 /* Block on q (sendq or recvq) until a waker fills in the result or the
  * deadline passes. Called with ch->lock held; returns with it released. */
 static int chan_block(co_chan_t *ch, co__waitq_t *q, void *data, int64_t deadline, int reason) {
-    co_m_t *m = co__getm(); /* NULL on a plain thread */
     co__parker_t pk;
-    co__parker_init_g(&pk, m ? m->curg : NULL, reason); /* the M read once */
+    co__parker_init(&pk, reason);
     co__waiter_t w;
     w.pk = &pk;
     w.data = data;
@@ -124,7 +123,7 @@ static int chan_block(co_chan_t *ch, co__waitq_t *q, void *data, int64_t deadlin
         /* co__park's no-deadline coroutine case, one layer shorter (the
          * ping-pong path): only a waker can claim pk, so we run again
          * only once it has set w.result. */
-        co__park_m(m, chan_post_park, ch, reason);
+        co__park_current(chan_post_park, ch, reason);
         return w.result;
     }
     int rc = co__park(&pk, deadline, chan_unlock_cb, ch);

@@ -110,13 +110,10 @@ int co_group_go(co_group_t *g, int (*fn)(void *arg), void *arg) {
     co__lock(&g->lock);
     g->pending++;
     if (g->limit > 0 && g->active >= g->limit) {
-        co__parker_t pk;
-        co__parker_init(&pk, CO__WR_GROUP);
-        co__waiter_t w;
-        memset(&w, 0, sizeof w);
-        w.pk = &pk;
-        co__waitq_push(&g->slotq, &w);
-        co__park_lock(&pk, CO_FOREVER, &g->lock); /* woken holding a slot */
+        co__pkw_t pw;
+        co__wait_prepare(&pw, CO__WR_GROUP);
+        co__waitq_push(&g->slotq, &pw.w);
+        co__wait(&pw.w, &g->lock, CO_FOREVER, 0); /* woken holding a slot */
     } else {
         g->active++;
         co__unlock(&g->lock);
@@ -135,13 +132,10 @@ int co_group_wait(co_group_t *g) {
     if (g == NULL) return CO_EINVAL;
     co__lock(&g->lock);
     if (g->pending > 0) {
-        co__parker_t pk;
-        co__parker_init(&pk, CO__WR_GROUP);
-        co__waiter_t w;
-        memset(&w, 0, sizeof w);
-        w.pk = &pk;
-        co__waitq_push(&g->waitq, &w);
-        co__park_lock(&pk, CO_FOREVER, &g->lock);
+        co__pkw_t pw;
+        co__wait_prepare(&pw, CO__WR_GROUP);
+        co__waitq_push(&g->waitq, &pw.w);
+        co__wait(&pw.w, &g->lock, CO_FOREVER, 0);
         co__lock(&g->lock);
     }
     int err = g->err;

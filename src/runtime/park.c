@@ -160,6 +160,16 @@ int co__park_lock(co__parker_t *pk, int64_t deadline, co__lock_t *l) {
     return co__park(pk, deadline, unlock_lock, l);
 }
 
+int co__wait(co__waiter_t *w, co__lock_t *l, int64_t deadline, int flags) {
+    if (co__park_lock(w->pk, deadline, l) == 0) return 0;
+    co__lock(l);
+    if (!(flags & CO__WAIT_KEEP_LOCK)) {
+        co__waitq_remove(w); /* no-op if a waker already unlinked it */
+        co__unlock(l);
+    }
+    return CO_ETIMEDOUT;
+}
+
 /* ---- wait queues --------------------------------------------------------- */
 
 void co__waitq_push(co__waitq_t *q, co__waiter_t *w) {
@@ -358,9 +368,7 @@ int co_waitgroup_wait_until(co_waitgroup_t *wg_, int64_t deadline) {
     } while (!__atomic_compare_exchange_n(&wg->state, &s, s + 1, false, __ATOMIC_ACQ_REL,
                                           __ATOMIC_ACQUIRE));
     co__waitq_push(&wg->q, wp);
-    int rc = co__park_lock(pkp, deadline, &wg->lock);
-    if (rc == 0) return 0;
-    co__lock(&wg->lock);
+    if (co__wait(wp, &wg->lock, deadline, CO__WAIT_KEEP_LOCK) == 0) return 0;
     s = __atomic_load_n(&wg->state, __ATOMIC_ACQUIRE);
     while (WG_COUNT(s) != 0) {
         if (__atomic_compare_exchange_n(&wg->state, &s, s - 1, false, __ATOMIC_ACQ_REL,

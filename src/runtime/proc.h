@@ -86,6 +86,9 @@ _Static_assert(offsetof(co_g_t, stack.map) + sizeof(char *) <= 64,
                "a G's spawn and first-run fields fit its first cache line");
 #endif
 
+_Static_assert(offsetof(co_g_t, status) == CO__G_STATUS_OFFSET && CO_G_WAITING == CO__G_STATUS_WAITING,
+               "runtime.h's co__g_set_waiting knows where a G's status is");
+
 /* A global cache of free items (gcache.c): an array, so moving a batch in
  * or out under sched.gcache_lock copies pointers and never touches a cold G.
  * n: atomic (written under sched.gcache_lock, read lock-free as a hint). low:
@@ -342,7 +345,6 @@ static inline co_p_t *co__allp(int i) {
 /* Internal functions shared by the runtime files. */
 CO_HIDDEN co_m_t *co__getm(void);         /* noinline; NULL on a plain thread */
 CO_HIDDEN void co__ready(co_g_t *g);      /* make a WAITING G runnable (runnext) */
-CO_HIDDEN void co__park_current(void (*post)(co_g_t *, void *), void *arg, int reason);
 /* co__park_current for a caller that already has co__getm() (its M, read
  * after its last switch). */
 CO_HIDDEN void co__park_m(co_m_t *m, void (*post)(co_g_t *, void *), void *arg, int reason);

@@ -16,6 +16,7 @@
 #include "colony.h"
 #include "base/base.h"
 #include "base/lock.h"
+#include "arch/ctx.h"
 
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -151,6 +152,21 @@ static inline void co__parker_init(co__parker_t *pk, int wait_reason) {
  * the deadline claimed it. On return the lock released by unlockf is not
  * held; a timed-out caller must re-lock and unlink its waiters. */
 CO_HIDDEN int co__park(co__parker_t *pk, int64_t deadline, void (*unlockf)(void *), void *arg);
+/* Park the running coroutine with a post-switch action of its own:
+ * post(g, arg) runs on the next context once g is off its stack, and must
+ * mark it WAITING (co__g_set_waiting) before it lets a waker find it. The
+ * channel's no-deadline block uses it (one indirect call fewer than
+ * co__park, on colony's hottest park); everything else uses co__park. */
+CO_HIDDEN void co__park_current(void (*post)(struct co_g *g, void *arg), void *arg, int reason);
+/* The one field of the runtime's private G record an upper layer may
+ * touch, inline because it sits on that path: its status word, right
+ * after the saved context (proc.h asserts both facts). */
+#define CO__G_STATUS_OFFSET sizeof(co__ctx_t)
+#define CO__G_STATUS_WAITING 3
+static inline void co__g_set_waiting(struct co_g *g) {
+    __atomic_store_n((uint32_t *)(void *)((char *)g + CO__G_STATUS_OFFSET), CO__G_STATUS_WAITING,
+                     __ATOMIC_RELAXED);
+}
 /* Convenience: unlockf = co__unlock(l). */
 CO_HIDDEN int co__park_lock(co__parker_t *pk, int64_t deadline, co__lock_t *l);
 
@@ -215,6 +231,32 @@ CO_HIDDEN void co__waitq_insert_by_n(co__waitq_t *q, co__waiter_t *w);
 CO_HIDDEN co__waiter_t *co__waitq_pop(co__waitq_t *q);                /* NULL if empty */
 CO_HIDDEN void co__waitq_remove(co__waiter_t *w);                     /* no-op if unlinked */
 static inline bool co__waitq_empty(const co__waitq_t *q) { return q->head == NULL; }
+
+/* ---- the wait helper: how every blocking call site waits --------------- */
+/* Prepare a caller's parker and waiter (pw on its stack) for the calling
+ * coroutine or thread; the waiter's payload starts zeroed. */
+static inline void co__wait_prepare(co__pkw_t *pw, int wait_reason) {
+    co__parker_init(&pw->pk, wait_reason);
+    pw->w.next = pw->w.prev = NULL;
+    pw->w.q = NULL;
+    pw->w.pk = &pw->pk;
+    pw->w.data = NULL;
+    pw->w.n = 0;
+    pw->w.result = 0;
+    pw->w.idx = 0;
+}
+enum { CO__WAIT_KEEP_LOCK = 1 };
+/* Wait, with w linked on a queue protected by l and l held: park, release
+ * l once the caller can no longer run, and return
+ *  0             a waker claimed w: w->result and w->pk->winner hold what
+ *                it handed over; l is not held;
+ *  CO_ETIMEDOUT  the deadline claimed it: w is unlinked (a waker that
+ *                popped it and lost the claim did so already) and l is not
+ *                held. With CO__WAIT_KEEP_LOCK, l is held instead and w
+ *                left as the waker left it (still linked iff w->q): for a
+ *                site whose timeout must do more under the lock.
+ * A deadline already past times out at once, unless a waker claimed first. */
+CO_HIDDEN int co__wait(co__waiter_t *w, co__lock_t *l, int64_t deadline, int flags);
 
 /* ---- timers ------------------------------------------------------------- */
 /* A runtime timer on a per-P 4-ary heap. `fn(arg)` runs on some M, without

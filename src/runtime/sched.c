@@ -1469,11 +1469,18 @@ void co__ready_many(co_g_t *const *gs, size_t n) {
 }
 
 /* The running G switches away; post(g, arg) runs after the switch. */
+static inline __attribute__((always_inline)) void park_m(co_m_t *m, void (*post)(co_g_t *, void *),
+                                                          void *arg, int reason);
 void co__park_current(void (*post)(co_g_t *, void *), void *arg, int reason) {
-    co__park_m(getm(), post, arg, reason);
+    park_m(getm(), post, arg, reason);
 }
 
 void co__park_m(co_m_t *m, void (*post)(co_g_t *, void *), void *arg, int reason) {
+    park_m(m, post, arg, reason);
+}
+
+static inline __attribute__((always_inline)) void park_m(co_m_t *m, void (*post)(co_g_t *, void *),
+                                                          void *arg, int reason) {
     co_g_t *g = m->curg;
     /* relaxed atomic: co_dump reads it from any thread, a hint */
     __atomic_store_n(&g->wait_reason, (int16_t)reason, __ATOMIC_RELAXED);

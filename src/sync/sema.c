@@ -81,19 +81,16 @@ int co_sem_acquire(co_sem_t *pub, int64_t n, int64_t deadline) {
         co__unlock(&s->lock);
         return CO_ETIMEDOUT;
     }
-    co__parker_t pk;
-    co__parker_init(&pk, CO__WR_SEM);
-    co__waiter_t w;
-    memset(&w, 0, sizeof w);
-    w.pk = &pk;
-    w.n = n;
-    co__waitq_push(&s->q, &w);
-    if (co__park_lock(&pk, deadline, &s->lock) == 0) return 0; /* tokens granted */
+    co__pkw_t pw;
+    co__wait_prepare(&pw, CO__WR_SEM);
+    co__waiter_t *const w = &pw.w;
+    w->n = n;
+    co__waitq_push(&s->q, w);
+    if (co__wait(w, &s->lock, deadline, CO__WAIT_KEEP_LOCK) == 0) return 0; /* tokens granted */
     co__waiter_t *wake = NULL;
-    co__lock(&s->lock);
-    if (w.q != NULL) {
-        bool front = s->q.head == &w;
-        co__waitq_remove(&w);
+    if (w->q != NULL) {
+        bool front = s->q.head == w;
+        co__waitq_remove(w);
         /* If we were the head and blocked smaller waiters behind us, they
          * may fit now: even with every token held, a waiter for 0 does
          * (sem_notify serves the head while it fits). */

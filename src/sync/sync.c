@@ -56,21 +56,18 @@ static bool sema_trytake(sema_t *s) {
  * that unlock could return, and (the mutex's last user) free the sema
  * under the releaser's unlock. */
 static void sema_acquire(sema_t *s, bool lifo, int reason) {
-    co__parker_t pk;
-    co__parker_init(&pk, reason);
-    co__waiter_t w;
-    memset(&w, 0, sizeof w);
-    w.pk = &pk;
+    co__pkw_t pw;
+    co__wait_prepare(&pw, reason);
     co__lock(&s->lock);
     if (sema_trytake(s)) {
         co__unlock(&s->lock);
         return;
     }
     if (lifo)
-        co__waitq_push_front(&s->q, &w);
+        co__waitq_push_front(&s->q, &pw.w);
     else
-        co__waitq_push(&s->q, &w);
-    co__park_lock(&pk, CO_FOREVER, &s->lock); /* no deadline: only a claim ends it */
+        co__waitq_push(&s->q, &pw.w);
+    co__wait(&pw.w, &s->lock, CO_FOREVER, 0); /* no deadline: only a claim ends it */
 }
 
 static void sema_release(sema_t *s) {
@@ -363,23 +360,20 @@ CO_STATIC_ASSERT(_Alignof(cond_t) <= _Alignof(co_cond_t), "co_cond_t misaligned"
 
 int co_cond_wait_until(co_cond_t *pub, co_mutex_t *m, int64_t deadline) {
     cond_t *c = (cond_t *)pub;
-    co__parker_t pk;
-    co__parker_init(&pk, CO__WR_COND);
-    co__waiter_t w;
-    memset(&w, 0, sizeof w);
-    w.pk = &pk;
+    co__pkw_t pw;
+    co__wait_prepare(&pw, CO__WR_COND);
+    co__waiter_t *const w = &pw.w;
     if (!(__atomic_load_n(&((mutex_t *)m)->state, __ATOMIC_RELAXED) & M_LOCKED))
         co__fatal("co_cond_wait(%p): mutex %p is not locked", (void *)pub, (void *)m);
     co__lock(&c->lock);
-    co__waitq_push(&c->q, &w);
+    co__waitq_push(&c->q, w);
     __atomic_store_n(&c->nwait, c->nwait + 1, __ATOMIC_RELAXED);
     /* Lock order: cond lock, then the mutex's sema lock. No yield here. */
     mutex_unlock((mutex_t *)m, m, "co_cond_wait", false);
-    int rc = co__park_lock(&pk, deadline, &c->lock);
+    int rc = co__wait(w, &c->lock, deadline, CO__WAIT_KEEP_LOCK);
     if (rc == CO_ETIMEDOUT) {
-        co__lock(&c->lock);
-        if (w.q != NULL) { /* else a signal popped us and lost the claim */
-            co__waitq_remove(&w);
+        if (w->q != NULL) { /* else a signal popped us and lost the claim */
+            co__waitq_remove(w);
             __atomic_store_n(&c->nwait, c->nwait - 1, __ATOMIC_RELAXED);
         }
         co__unlock(&c->lock);
