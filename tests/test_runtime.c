@@ -750,6 +750,58 @@ static void test_overflow_canary(void) {
     if (sanitized()) return;
     expect_overflow("noguard");
 }
+/* Unguarded stacks (COLONY_DEBUG=noguard, or past the guard budget)
+ * still never overflow into memory that is not a coroutine stack: a
+ * single stack's mapping is guarded at its bottom, so the overflow is
+ * caught by the guard instead of running into what lies below (another
+ * thread's stack and its TLS). */
+static void test_overflow_noguard_hits_bottom_guard(void) {
+    if (sanitized()) return;
+    expect_overflow_after("noguard", 0, "hit the guard page");
+}
+
+/* Whether the kernel's own read of the byte at a fails (EFAULT): a guard. */
+static bool kernel_cannot_read(const char *a) {
+    int fd[2];
+    if (pipe(fd) != 0) return false;
+    bool fault = write(fd[1], a, 1) < 0 && errno == EFAULT;
+    close(fd[0]);
+    close(fd[1]);
+    return fault;
+}
+
+/* The page below the lowest stack of every mapping is a guard in every
+ * mode: a batch of default stacks and a single stack, under noguard. The
+ * stacks above the lowest stay canary-only there. */
+static void test_noguard_mapping_bottom_guarded(void) {
+    if (sanitized()) return;
+    int fd = -1;
+    pid_t pid = t_fork_piped(2, &fd);
+    CHECK(pid >= 0);
+    if (pid < 0) return;
+    if (pid == 0) {
+        setenv("COLONY_DEBUG", "noguard", 1);
+        extern int co__test_reset_after_fork(void);
+        co__test_reset_after_fork();
+        if (co_init(NULL) != 0) _exit(10);
+        size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+        co__stack_t st[CO_STACK_BATCH_MAX];
+        int n = co__stack_alloc_n(st, co__stack_batch(), 256 * 1024);
+        if (n < 2) _exit(11);
+        if (!kernel_cannot_read(st[0].lo - pg)) _exit(12); /* the mapping's bottom */
+        if (kernel_cannot_read(st[1].lo - pg)) _exit(13);  /* noguard: canary only above */
+        for (int i = 0; i < n; i++) co__stack_free(&st[i]);
+        co__stack_t one;
+        if (co__stack_alloc(&one, 64 * 1024) != 0) _exit(14);
+        if (!kernel_cannot_read(one.lo - pg)) _exit(15);
+        co__stack_free(&one);
+        _exit(0);
+    }
+    char buf[1024] = {0};
+    int st = t_child_wait(pid, fd, buf, sizeof buf, 60);
+    CHECK(st != -1 && WIFEXITED(st));
+    CHECK_EQ(WEXITSTATUS(st), 0);
+}
 
 /* fork(); the child forgets the parent's runtime (its threads do not exist
  * there) and starts a fresh one. */
@@ -1244,6 +1296,8 @@ int main(void) {
     T_RUN(test_overflow_guard);
     T_RUN(test_overflow_guard_past_budget);
     T_RUN(test_overflow_canary);
+    T_RUN(test_overflow_noguard_hits_bottom_guard);
+    T_RUN(test_noguard_mapping_bottom_guarded);
     T_RUN(test_enomem);
     T_RUN(test_stack_wait);
     T_RUN(test_init_no_fds);

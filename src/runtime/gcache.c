@@ -219,14 +219,12 @@ void co__gfput_slow(co_p_t *p, co_g_t *g) {
     cache_put(&c, &g);
 }
 
-/* Stacks mapped at once when the caches are empty (stack.c): a burst of
- * first runs (a pool filling up) then costs one mmap per 8 stacks. */
-#define STACK_BATCH 8
-
-/* The caches are empty: map a batch, keep one for g, cache the rest. */
+/* The caches are empty: map a batch (co__stack_batch stacks: a burst of
+ * first runs then costs one mmap per batch), keep one for g, cache the
+ * rest. */
 static bool stack_map_batch(co_p_t *p, co__stack_t *st) {
-    co__stack_t batch[STACK_BATCH];
-    int n = co__stack_alloc_n(batch, STACK_BATCH, co__sched.stack_size);
+    co__stack_t batch[CO_STACK_BATCH_MAX];
+    int n = co__stack_alloc_n(batch, co__stack_batch(), co__sched.stack_size);
     if (n < 0) return false;
     *st = batch[0];
     cache_t c = scache(p);

@@ -466,6 +466,11 @@ CO_HIDDEN int co__stack_alloc(co__stack_t *s, size_t size);
  * hand-over), so each is rounded where it enters (co_init, co_go_with). */
 CO_HIDDEN size_t co__stack_round(size_t size);
 CO_HIDDEN int co__stack_alloc_n(co__stack_t *out, int n, size_t size); /* >= 1 made, or error */
+/* How many default stacks to map at once: 8 while each gets a guard of
+ * its own cheaply, CO_STACK_BATCH_MAX once they do not (fewer bottom
+ * guards, stack.c). */
+#define CO_STACK_BATCH_MAX 64
+CO_HIDDEN int co__stack_batch(void);
 CO_HIDDEN void co__stack_free(co__stack_t *s);
 CO_HIDDEN int64_t co__stacks_mapped(void);        /* stacks mapped now (tests read it) */
 CO_HIDDEN int64_t co__stacks_mapped_total(void);  /* stacks ever mapped (tests) */

@@ -29,6 +29,18 @@
  *    switches away and when it exits, and a write there is reported as an
  *    overflow. This is how a million coroutines fit under the default
  *    limit on older kernels.
+ *  - whatever the mode (COLONY_DEBUG=noguard included) and the budget, the
+ *    lowest stack of every mapping is guarded: below it lies memory that
+ *    is not ours (another thread's stack with its TLS at the top, the
+ *    heap), which an overflow must never reach. An unguarded stack only
+ *    ever borders the stack below it in its own mapping, and the canary
+ *    reports what it overwrote there. Unguarded batches are mapped 64 at
+ *    a time, so their bottom guards cost few map entries. Only a kernel
+ *    out of map entries, refusing even that guard, leaves a mapping's
+ *    bottom open.
+ *
+ * The SIGSEGV handler finds its M from the sigaltstack it runs on, not
+ * from thread-local storage, which an overflow may have damaged.
  */
 #include "runtime/proc.h"
 
@@ -83,17 +95,61 @@ static struct sigaction prev_segv;
 static bool segv_installed;
 #endif
 
+/* The report is built by hand: printf's family may read thread-local
+ * state (the locale), and the handler must not depend on any. */
+static size_t put_str(char *b, size_t at, size_t cap, const char *s) {
+    while (*s && at + 1 < cap) b[at++] = *s++;
+    return at;
+}
+static size_t put_u64(char *b, size_t at, size_t cap, uint64_t v) {
+    char d[24];
+    int n = 0;
+    do d[n++] = (char)('0' + v % 10); while ((v /= 10) != 0);
+    while (n > 0 && at + 1 < cap) b[at++] = d[--n];
+    return at;
+}
 static void overflow_report(co_g_t *g, const char *how) {
     char buf[256];
-    int n = snprintf(buf, sizeof buf,
-                     "colony: fatal: stack overflow in coroutine %llu '%s' (stack %zu bytes, %s)\n",
-                     (unsigned long long)g->id, g->name, g->stack.size, how);
-    if (n > 0) (void)!write(2, buf, (size_t)n < sizeof buf ? (size_t)n : sizeof buf - 1);
+    char name[sizeof g->name + 1];
+    memcpy(name, g->name, sizeof g->name);
+    name[sizeof g->name] = 0;
+    size_t n = put_str(buf, 0, sizeof buf, "colony: fatal: stack overflow in coroutine ");
+    n = put_u64(buf, n, sizeof buf, g->id);
+    n = put_str(buf, n, sizeof buf, " '");
+    n = put_str(buf, n, sizeof buf, name);
+    n = put_str(buf, n, sizeof buf, "' (stack ");
+    n = put_u64(buf, n, sizeof buf, g->stack.size);
+    n = put_str(buf, n, sizeof buf, " bytes, ");
+    n = put_str(buf, n, sizeof buf, how);
+    n = put_str(buf, n, sizeof buf, ")\n");
+    (void)!write(2, buf, n);
 }
+
+#define ALTSTACK_SIZE (64 * 1024)
+
+#ifndef CO_ASAN
+/* The M whose signal stack this handler runs on, found by walking the M
+ * list (Ms are freed only by co_shutdown) instead of reading the thread
+ * pointer's storage. NULL if the handler runs elsewhere (no altstack: then
+ * the caller falls back to thread-local storage). */
+static co_m_t *m_of_altstack(void) {
+    char here;
+    uintptr_t a = (uintptr_t)&here;
+    /* relaxed: a racy read is fine for a process about to die; Ms are
+     * prepended under sched.lock and stay linked until co_shutdown */
+    for (co_m_t *m = __atomic_load_n(&co__sched.allm, __ATOMIC_RELAXED); m;
+         m = __atomic_load_n(&m->alllink, __ATOMIC_RELAXED)) {
+        uintptr_t lo = (uintptr_t)m->altstack;
+        if (lo && a >= lo && a < lo + ALTSTACK_SIZE) return m;
+    }
+    return NULL;
+}
+#endif
 
 #ifndef CO_ASAN
 static void segv_handler(int sig, siginfo_t *si, void *uctx) {
-    co_m_t *m = co__getm();
+    co_m_t *m = m_of_altstack();
+    if (!m) m = co__getm();
     co_g_t *g = m ? m->curg : NULL;
     if (g) {
         /* Ours if the fault is in the guard page, or the coroutine's stack
@@ -184,7 +240,7 @@ void co__stack_setup(void) {
 }
 
 void co__stack_m_init(co_m_t *m) {
-    size_t sz = 64 * 1024;
+    size_t sz = ALTSTACK_SIZE;
     void *p = mmap(NULL, sz, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) return;
     stack_t ss = {.ss_sp = p, .ss_size = sz, .ss_flags = 0};
@@ -198,7 +254,7 @@ void co__stack_m_fini(co_m_t *m) {
     if (!m->altstack) return;
     stack_t ss = {.ss_flags = SS_DISABLE};
     sigaltstack(&ss, NULL);
-    munmap(m->altstack, 64 * 1024);
+    munmap(m->altstack, ALTSTACK_SIZE);
     m->altstack = NULL;
 }
 
@@ -226,6 +282,31 @@ static bool mprotect_guard(char *base) {
     return false;
 }
 
+/* The guard below a mapping's lowest stack: a lightweight one where the
+ * kernel has them, else mprotect, counted against the budget (which may go
+ * below zero for these) and given back by co__stack_free like any other.
+ * Under noguard always mprotect: a core dump (gdb's gcore) leaves out a
+ * whole mapping that holds a guard marker, but only the page of an
+ * mprotect guard. False only if the kernel refused. */
+static bool bottom_guard(char *base, bool *light) {
+    if (!no_guards && __atomic_load_n(&light_guards, __ATOMIC_RELAXED) &&
+        madvise(base, page_size, MADV_GUARD_INSTALL) == 0) {
+        *light = true;
+        return true;
+    }
+    *light = false;
+    __atomic_sub_fetch(&guard_budget, 1, __ATOMIC_RELAXED);
+    if (mprotect(base, page_size, PROT_NONE) == 0) return true;
+    __atomic_add_fetch(&guard_budget, 1, __ATOMIC_RELAXED);
+    return false;
+}
+
+int co__stack_batch(void) {
+    bool cheap = (__atomic_load_n(&light_guards, __ATOMIC_RELAXED) && !no_guards) ||
+                 __atomic_load_n(&guard_budget, __ATOMIC_RELAXED) > 0;
+    return cheap ? 8 : CO_STACK_BATCH_MAX;
+}
+
 /* Up to n stacks of `size` bytes in one mapping: one mmap, and one madvise
  * (or mprotect) per guard page. A burst of first runs then maps stacks in
  * batches; each mmap takes the address space's write lock, which the other
@@ -240,8 +321,13 @@ int co__stack_alloc_n(co__stack_t *out, int n, size_t size) {
     if (p == MAP_FAILED) return n > 1 ? co__stack_alloc_n(out, 1, size) : CO_ENOMEM;
     for (int i = 0; i < n; i++) {
         char *base = p + (size_t)i * one;
-        bool light = !no_guards && light_guard(base);
-        bool guard = light || mprotect_guard(base);
+        bool light = false, guard;
+        if (i == 0) {
+            guard = bottom_guard(base, &light);
+        } else {
+            light = !no_guards && light_guard(base);
+            guard = light || mprotect_guard(base);
+        }
         co__stack_t *s = &out[i];
         s->map = base;
         s->map_size = one;
