@@ -30,5 +30,8 @@ CO_HIDDEN int32_t co__rwmutex_reader_count(co_rwmutex_t *rw); /* sync/sync.c */
 CO_HIDDEN extern uint64_t co__mutex_starvation_count;  /* sync/sync.c */
 CO_HIDDEN bool co__recover_has_tag(const void *tag);    /* runtime/panic.c */
 CO_HIDDEN int64_t co__test_timers_listed(void);         /* runtime/timer.c */
+/* A forked child forgets its parent's runtime and may start a fresh one
+ * (runtime/lifecycle.c). */
+CO_HIDDEN int co__test_reset_after_fork(void);
 
 #endif

@@ -690,7 +690,6 @@ static void expect_overflow_after(const char *debug_env, int parked, const char 
             if (debug_env) setenv("COLONY_DEBUG", debug_env, 1);
             /* a fresh runtime in the child (the parent's threads are gone) */
             co_attr_t a = {.stack_size = 64 * 1024, .name = "deep"};
-            extern int co__test_reset_after_fork(void);
             co__test_reset_after_fork();
             co_waitgroup_add(&ov_gate, 1);
             co_waitgroup_add(&ov_started, parked);
@@ -717,7 +716,6 @@ static void expect_overflow(const char *debug_env) { expect_overflow_after(debug
  * (under qemu-user it answers yes and does nothing; then stacks get
  * mprotect guards and this test does not apply). */
 static bool kernel_light_guards(void) {
-    extern bool co__stack_light_guards_probe(void);
     return co__stack_light_guards_probe();
 }
 
@@ -781,7 +779,6 @@ static void test_noguard_mapping_bottom_guarded(void) {
     if (pid < 0) return;
     if (pid == 0) {
         setenv("COLONY_DEBUG", "noguard", 1);
-        extern int co__test_reset_after_fork(void);
         co__test_reset_after_fork();
         if (co_init(NULL) != 0) _exit(10);
         size_t pg = (size_t)sysconf(_SC_PAGESIZE);
@@ -809,7 +806,6 @@ static pid_t fork_fresh(void) {
     fflush(NULL);
     pid_t pid = t_fork();
     if (pid == 0) {
-        extern int co__test_reset_after_fork(void);
         co__test_reset_after_fork();
     }
     return pid;
@@ -864,7 +860,6 @@ static void test_shutdown_with_schedtrace(void) {
     if (pid == 0) {
         if (!freopen("/dev/null", "w", stderr)) _exit(2);
         setenv("COLONY_DEBUG", "schedtrace=1", 1);
-        extern int co__test_reset_after_fork(void);
         co__test_reset_after_fork();
         for (int round = 0; round < 5; round++) {
             co_waitgroup_add(&wg, 100);
@@ -902,7 +897,6 @@ static void test_schedtrace_huge(void) {
     if (pid < 0) return;
     if (pid == 0) {
         setenv("COLONY_DEBUG", "schedtrace=18446744073710", 1);
-        extern int co__test_reset_after_fork(void);
         if (co__test_reset_after_fork() != 0) _exit(2); /* reads COLONY_DEBUG */
         co_waitgroup_add(&wg, 1);
         if (co_go(incr, NULL) != 0) _exit(3);
