@@ -1,17 +1,12 @@
 /*
- * I/O on the netpoller: poll descriptors and co_read & co.
+ * I/O on the netpoller: co_read & co (Go's internal/poll). The poll
+ * descriptors, readiness and parking on them are the runtime's
+ * (runtime/netpoll.c); this file holds what is done to an fd: its set-up
+ * on first use, the operations and the close protocol.
  *
- * Every fd number has a poll descriptor (co__pd_t, Go's pollDesc) in a
- * two-level table that grows by chunks and never moves or frees, so the
- * backend can look one up from the fd number carried in a kernel event.
- *
- * Readiness (Go's rg/wg, made counter-shaped so several waiters per side
- * are safe): the backend reports edges; co__pd_ready bumps the side's
- * sequence number and wakes every waiter of that side. An operation loads
- * the sequence number, tries its syscall and, on EAGAIN, re-checks the
- * number under pd->lock before parking: an edge that arrived after the
- * syscall started has changed it, so the operation retries instead of
- * parking. No edge is lost, whatever the number of waiters.
+ * Readiness: an operation loads the side's sequence number (pd->rseq or
+ * pd->wseq) before its syscall and, on EAGAIN, hands it to co__pd_wait,
+ * which parks only if no edge arrived since (see runtime/netpoll.c).
  *
  * Close (Go's fdMutex, reduced): every operation holds a reference on the
  * descriptor while it runs. co_close sets CLOSING, wakes every parked
@@ -30,113 +25,8 @@
 #include <limits.h>
 #include <netinet/in.h>
 #include <poll.h>
-#include <stdlib.h>
-#include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
-
-/* ---- the descriptor table ------------------------------------------------ */
-
-#define PD_CHUNK_SHIFT 10
-#define PD_CHUNK (1 << PD_CHUNK_SHIFT)
-#define PD_DIR (1 << 16) /* 64 Mi fd numbers: above any RLIMIT_NOFILE in practice */
-
-CO_STATIC_ASSERT(sizeof(co__pd_t) <= 64, "a poll descriptor fits a cache line");
-
-/* Chunk pointers: atomic; published once by CAS (release), read with an
- * acquire load; never freed. */
-static co__pd_t *pd_dir[PD_DIR];
-
-co__pd_t *co__pd_peek(int fd) {
-    if (fd < 0 || fd >= PD_DIR * PD_CHUNK)
-        return NULL;
-    co__pd_t *c = __atomic_load_n(&pd_dir[fd >> PD_CHUNK_SHIFT], __ATOMIC_ACQUIRE);
-    return c ? &c[fd & (PD_CHUNK - 1)] : NULL;
-}
-
-co__pd_t *co__pd_get(int fd) {
-    if (fd < 0 || fd >= PD_DIR * PD_CHUNK)
-        return NULL;
-    co__pd_t **slot = &pd_dir[fd >> PD_CHUNK_SHIFT];
-    co__pd_t *c = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
-    if (CO_LIKELY(c != NULL))
-        return &c[fd & (PD_CHUNK - 1)];
-    co__pd_t *fresh = aligned_alloc(64, sizeof(co__pd_t) * PD_CHUNK);
-    if (!fresh)
-        return NULL;
-    memset(fresh, 0, sizeof(co__pd_t) * PD_CHUNK);
-    int base = fd & ~(PD_CHUNK - 1);
-    for (int i = 0; i < PD_CHUNK; i++)
-        fresh[i].fd = base + i;
-    if (!__atomic_compare_exchange_n(slot, &c, fresh, false, __ATOMIC_ACQ_REL,
-                                     __ATOMIC_ACQUIRE)) {
-        free(fresh); /* another thread published the chunk first: use it */
-        return &c[fd & (PD_CHUNK - 1)];
-    }
-    return &fresh[fd & (PD_CHUNK - 1)];
-}
-
-void co__pd_forget_all(void) {
-    for (int d = 0; d < PD_DIR; d++) {
-        co__pd_t *c = __atomic_load_n(&pd_dir[d], __ATOMIC_ACQUIRE);
-        if (!c)
-            continue;
-        for (int i = 0; i < PD_CHUNK; i++) {
-            co__lock(&c[i].lock);
-            if (c[i].kind == CO__PD_POLLED)
-                __atomic_store_n(&c[i].kind, CO__PD_UNKNOWN, __ATOMIC_RELEASE);
-            co__unlock(&c[i].lock);
-        }
-    }
-}
-
-/* ---- waking -------------------------------------------------------------- */
-
-/* Under pd->lock: pop every waiter of q, claim it with `result`, and chain
- * the claimed ones on *list (through ->next) for waking after the unlock.
- * A waiter whose claim fails is timing out (or its other side already
- * fired): it relocks pd and finds itself unlinked. */
-static void pd_claim_all(co__waitq_t *q, int result, co__waiter_t **list) {
-    co__waiter_t *w;
-    while ((w = co__waitq_pop(q)) != NULL) {
-        if (co__claim(w->pk, w)) {
-            w->result = result;
-            w->next = *list;
-            *list = w;
-        }
-    }
-}
-
-/* Outside the lock: unpark a chain built by pd_claim_all. Returns how many
- * coroutines (not threads) it made runnable. */
-static int pd_wake_list(co__waiter_t *w) {
-    int n = 0;
-    while (w) {
-        co__waiter_t *next = w->next; /* w may vanish once unparked */
-        co__parker_t *pk = w->pk;
-        if (pk->g)
-            n++;
-        co__unpark_cold(pk);
-        w = next;
-    }
-    return n;
-}
-
-int co__pd_ready(co__pd_t *pd, int modes) {
-    co__waiter_t *list = NULL;
-    co__lock(&pd->lock);
-    if (modes & CO__PD_READ) {
-        if (modes & CO__PD_HUP) __atomic_store_n(&pd->hup, 1, __ATOMIC_RELAXED);
-        __atomic_add_fetch(&pd->rseq, 1, __ATOMIC_RELEASE);
-        pd_claim_all(&pd->rq, 0, &list);
-    }
-    if (modes & CO__PD_WRITE) {
-        __atomic_add_fetch(&pd->wseq, 1, __ATOMIC_RELEASE);
-        pd_claim_all(&pd->wq, 0, &list);
-    }
-    co__unlock(&pd->lock);
-    return pd_wake_list(list);
-}
 
 /* ---- references and close ----------------------------------------------- */
 
@@ -246,7 +136,7 @@ static int pd_enter(int fd, co__pd_t **out, bool *held) {
     }
     co__pd_t *pd = co__pd_get(fd);
     if (!pd) {
-        rc = fd >= PD_DIR * PD_CHUNK ? -EBADF : CO_ENOMEM;
+        rc = fd >= CO__PD_NFD ? -EBADF : CO_ENOMEM;
         goto fail;
     }
     for (;;) {
@@ -307,12 +197,7 @@ static int close_pd(co__pd_t *pd) {
         pd_exit(pd);
         return -EBADF; /* already being closed */
     }
-    co__waiter_t *list = NULL;
-    co__lock(&pd->lock);
-    pd_claim_all(&pd->rq, CO_ECLOSED, &list);
-    pd_claim_all(&pd->wq, CO_ECLOSED, &list);
-    co__unlock(&pd->lock);
-    (void)pd_wake_list(list);
+    co__pd_wake(pd, CO__PD_READ | CO__PD_WRITE, CO_ECLOSED);
     prev = __atomic_fetch_sub(&pd->state, 1, __ATOMIC_ACQ_REL);
     int rc = 0;
     if (prev == (CO__PD_CLOSING | 1) && pd_try_finalize(pd, &rc))
@@ -334,52 +219,6 @@ int co_close(int fd) {
     if (held)
         co__rt_unhold();
     return rc;
-}
-
-/* ---- waiting ------------------------------------------------------------- */
-
-static bool deadline_passed(int64_t deadline) {
-    return deadline >= 0 && deadline <= co_now();
-}
-
-/* Park until one of `modes` (CO__PD_*) sees an edge newer than rseq/wseq,
- * the deadline passes or the fd is closed. 0 (retry the syscall),
- * CO_ETIMEDOUT or CO_ECLOSED. */
-static int pd_wait(co__pd_t *pd, int modes, uint32_t rseq, uint32_t wseq, int64_t deadline) {
-    if (deadline_passed(deadline))
-        return CO_ETIMEDOUT;
-    co__parker_t pk;
-    co__parker_init(&pk, CO__WR_IO);
-    if (!pk.g)
-        co__netpoll_want(); /* before pd->lock: it may start an M */
-    co__waiter_t wr = {0}, ww = {0};
-    wr.pk = ww.pk = &pk;
-    co__lock(&pd->lock);
-    if (((modes & CO__PD_READ) && __atomic_load_n(&pd->rseq, __ATOMIC_RELAXED) != rseq) ||
-        ((modes & CO__PD_WRITE) && __atomic_load_n(&pd->wseq, __ATOMIC_RELAXED) != wseq)) {
-        co__unlock(&pd->lock);
-        return 0; /* an edge arrived since the syscall: retry it */
-    }
-    if (__atomic_load_n(&pd->state, __ATOMIC_RELAXED) & CO__PD_CLOSING) {
-        co__unlock(&pd->lock);
-        return CO_ECLOSED;
-    }
-    if (modes & CO__PD_READ)
-        co__waitq_push(&pd->rq, &wr);
-    if (modes & CO__PD_WRITE)
-        co__waitq_push(&pd->wq, &ww);
-    co__np_waiters_add(1);
-    int rc = co__park_lock(&pk, deadline, &pd->lock);
-    co__np_waiters_add(-1);
-    if (rc == CO_ETIMEDOUT || modes == (CO__PD_READ | CO__PD_WRITE)) {
-        co__lock(&pd->lock);
-        co__waitq_remove(&wr); /* no-op for the side that fired */
-        co__waitq_remove(&ww);
-        co__unlock(&pd->lock);
-    }
-    if (rc == CO_ETIMEDOUT)
-        return CO_ETIMEDOUT;
-    return ((co__waiter_t *)pk.winner)->result;
 }
 
 /* Syscall wrappers returning -errno. Not inlined: glibc declares
@@ -424,6 +263,10 @@ static bool again(ssize_t e) {
     return e == -EAGAIN || e == -EWOULDBLOCK;
 }
 
+static bool deadline_passed(int64_t deadline) {
+    return deadline >= 0 && deadline <= co_now();
+}
+
 /* co_read's skip of a read(2) that would fail with EAGAIN: the deadline
  * is not past (a past one is a try, and tries read) and a new edge will be
  * seen soon (co__netpoll_soon). */
@@ -462,7 +305,7 @@ ssize_t co_read(int fd, void *buf, size_t len, int64_t deadline) {
         if (seq + 1 != 0 && __atomic_load_n(&pd->rdrained, __ATOMIC_RELAXED) == seq + 1 &&
             len > 0 && !__atomic_load_n(&pd->hup, __ATOMIC_RELAXED) && edge_wait_pays(deadline)) {
             __atomic_store_n(&pd->rdrained, 0, __ATOMIC_RELAXED); /* one skip per short read */
-            int w = pd_wait(pd, CO__PD_READ, seq, 0, deadline);
+            int w = co__pd_wait(pd, CO__PD_READ, seq, 0, deadline);
             if (w < 0) {
                 n = w;
                 break;
@@ -478,7 +321,7 @@ ssize_t co_read(int fd, void *buf, size_t len, int64_t deadline) {
             continue;
         if (!again(n) || pd_plain(pd))
             break;
-        int w = pd_wait(pd, CO__PD_READ, seq, 0, deadline);
+        int w = co__pd_wait(pd, CO__PD_READ, seq, 0, deadline);
         if (w < 0) {
             n = w;
             break;
@@ -544,13 +387,8 @@ static void wlock_give(co__pd_t *pd) {
     /* release: pairs with the next writer's acquire */
     uint8_t w = __atomic_fetch_and(&pd->wlock, (uint8_t) ~(CO__PD_WL_HELD | CO__PD_WL_WAIT),
                                    __ATOMIC_RELEASE);
-    if (CO_UNLIKELY(w & CO__PD_WL_WAIT)) {
-        co__waiter_t *list = NULL;
-        co__lock(&pd->lock);
-        pd_claim_all(&pd->wq, 0, &list);
-        co__unlock(&pd->lock);
-        (void)pd_wake_list(list);
-    }
+    if (CO_UNLIKELY(w & CO__PD_WL_WAIT))
+        co__pd_wake(pd, CO__PD_WRITE, 0);
 }
 
 ssize_t co_write(int fd, const void *buf, size_t len, int64_t deadline) {
@@ -591,7 +429,7 @@ ssize_t co_write(int fd, const void *buf, size_t len, int64_t deadline) {
             res = n;
             break;
         }
-        int w = pd_wait(pd, CO__PD_WRITE, 0, seq, deadline);
+        int w = co__pd_wait(pd, CO__PD_WRITE, 0, seq, deadline);
         if (w < 0) {
             res = w;
             break;
@@ -625,7 +463,7 @@ int co_accept(int fd, struct sockaddr *addr, socklen_t *addrlen, int64_t deadlin
             continue; /* the peer gave up before we took it: take the next */
         if (!again(rc) || pd_plain(pd))
             break;
-        int w = pd_wait(pd, CO__PD_READ, seq, 0, deadline);
+        int w = co__pd_wait(pd, CO__PD_READ, seq, 0, deadline);
         if (w < 0) {
             rc = w;
             break;
@@ -662,7 +500,7 @@ int co_connect(int fd, const struct sockaddr *addr, socklen_t addrlen, int64_t d
     if (rc == -EINPROGRESS || rc == -EINTR || rc == -EALREADY) {
         /* In progress: writable means done; SO_ERROR says how it went. */
         for (;;) {
-            rc = pd_wait(pd, CO__PD_WRITE, 0, seq, deadline);
+            rc = co__pd_wait(pd, CO__PD_WRITE, 0, seq, deadline);
             if (rc < 0)
                 break;
             seq = __atomic_load_n(&pd->wseq, __ATOMIC_ACQUIRE);
@@ -719,7 +557,7 @@ int co_wait_fd(int fd, int events, int64_t deadline) {
             rc |= CO_WRITABLE;
         if (rc)
             break;
-        rc = pd_wait(pd, modes, rs, ws, deadline);
+        rc = co__pd_wait(pd, modes, rs, ws, deadline);
         if (rc < 0)
             break;
     }

@@ -2,9 +2,10 @@
  * The epoll backend of the netpoller (Go's netpoll_epoll.go): one epoll
  * instance for the process, every fd registered once, edge-triggered, for
  * both directions; an eventfd in the set (level-triggered) to break a
- * blocked poll. The per-fd bookkeeping (who waits, edge counters, close)
- * lives in io.c; this file only turns kernel events into co__pd_ready()
- * calls. See netpoll.h for the split.
+ * blocked poll. The per-fd bookkeeping (who waits, edge counters) lives
+ * in netpoll.c, the close protocol in the fd layer (src/io); this file only
+ * turns kernel events into co__pd_ready() calls. See netpoll.h for the
+ * split.
  *
  * Concurrency: co__netpoll may run on several Ms at once with delay 0 (the
  * kernel hands each edge-triggered event to one of them); at most one M
@@ -44,7 +45,7 @@ static struct {
      * co__netpoll_break (acq_rel), store 0 by the draining poller
      * (release) after its read(2). */
     uint32_t wake_sig;
-    /* atomic, relaxed: operations parked on the netpoller (io.c keeps it).
+    /* atomic, relaxed: operations parked on the netpoller (co__pd_wait keeps it).
      * Only a hint for the scheduler: may briefly count a waiter that was
      * already woken but has not run yet. */
     int32_t waiters;
