@@ -1,9 +1,11 @@
 /*
  * The scheduler's types: G (coroutine), P (logical processor), M (OS thread)
  * and the global scheduler state. Types only, like Go's runtime2.go; the
- * code is in sched.c (run queues, park/ready, spinning Ms), globq.c (the
- * global run queue), lifecycle.c (co_init, co_shutdown), stack.c, timer.c,
- * wait.c, sysmon.c and debug.c.
+ * code is in sched.c (switching, park/ready/yield, the M loop), runq.c
+ * (run queues), proc.c (Ps and Ms), spawn.c (making coroutines), with
+ * sched_impl.h their shared inline helpers, globq.c (the global run
+ * queue), lifecycle.c (co_init, co_shutdown), stack.c, timer.c, wait.c,
+ * sysmon.c and debug.c.
  */
 #ifndef COLONY_RUNTIME_H
 #define COLONY_RUNTIME_H
@@ -17,7 +19,7 @@
 
 #define CO_RUNQ_SIZE 256   /* per-P ring, as Go's runq [256]guintptr */
 #define CO_GFREE_LOCAL 256 /* dead Gs cached per P before spilling half to global */
-#define CO_OBATCH 8        /* ring entries the owner claims at once (sched.c's runqget) */
+#define CO_OBATCH 8        /* ring entries the owner claims at once (runqget) */
 #define CO_SFREE_LOCAL 32  /* free stacks cached per P before spilling half to global */
 #define CO_MAX_PROCS 1024
 #define CO_DEFAULT_STACK ((size_t)256 * 1024)
@@ -159,12 +161,12 @@ typedef struct co_p {
     co_g_t *runnext;
     /* Owner only: runq_sp[i] is the saved stack pointer of the G the owner
      * put in runq[i] (NULL if it never ran), for prefetching its stack a
-     * turn ahead without reading a G this M may no longer own (sched.c's
-     * runqget). Stale for slots a steal filled: a prefetch of any address
-     * is harmless. */
+     * turn ahead without reading a G this M may no longer own (runqget,
+     * sched_impl.h). Stale for slots a steal filled: a prefetch of any
+     * address is harmless. */
     void *runq_sp[CO_RUNQ_SIZE];
 
-    /* The owner's batch (sched.c's runqget): entries claimed from the
+    /* The owner's batch (runqget, sched_impl.h): entries claimed from the
      * ring's head by one CAS, to run before the ring; ob[obn - 1] runs
      * first, ob_sp[i] is ob[i]'s runq_sp. Thieves never look here. obn is
      * atomic; the owner changes it and the arrays inside a yield-slot
@@ -352,15 +354,15 @@ CO_HIDDEN void co__wakep(void);
 CO_HIDDEN void co__startm(co_p_t *p, bool spinning);
 CO_HIDDEN void co__handoffp(co_p_t *p);
 CO_HIDDEN co_p_t *co__pidleget(void);
-/* Run-queue entries: in sched.c's rings, globq.c's global queue and its
- * injection stack. Ring entries carry a tag in bit 0 (Gs are at least
+/* Run-queue entries: in the Ps' rings (runq.c), globq.c's global queue
+ * and its injection stack. Ring entries carry a tag in bit 0 (Gs are at least
  * 8-byte aligned): set when the G never ran (it has no stack yet), so that
- * co__take_unstarted (sched.c) can pass over any other head without taking
+ * co__take_unstarted (spawn.c) can pass over any other head without taking
  * it. A hint kept only in the rings: every consumer strips it, and the
  * global queue holds bare pointers. */
 #define RQ_FRESH ((uintptr_t)1)
 /* Bit 1: not a G but a token (co__spawn_token): a coroutine to be, made
- * into a G only by whoever takes it to run it (sched.c's token_g). Kept in
+ * into a G only by whoever takes it to run it (token_g, sched_impl.h). Kept in
  * the rings and in the global queue. */
 #define RQ_TOKEN ((uintptr_t)2)
 static inline bool rq_is_token(co_g_t *e) { return ((uintptr_t)e & RQ_TOKEN) != 0; }
@@ -406,7 +408,7 @@ CO_HIDDEN void co__live_global_add(int64_t d); /* coroutines counted on no P */
 /* Count a coroutine a plain thread is about to spawn, the runtime up: 0,
  * or a negative code (nothing counted then). */
 CO_HIDDEN int co__plain_spawn_enter(void);
-/* sched.c helpers for lifecycle.c */
+/* the scheduler's helpers (sched.c, runq.c, proc.c) for the other files */
 CO_HIDDEN void co__pidleput_locked(co_p_t *p); /* sched.lock held, or no M yet */
 CO_HIDDEN void co__tls_m_forget(void);         /* this thread is no M (after a fork) */
 CO_HIDDEN bool co__runq_empty(co_p_t *p);
@@ -417,8 +419,8 @@ CO_HIDDEN uint32_t co__fastrand(void);
 CO_HIDDEN co_g_t *co__gfget_slow(co_p_t *p);
 CO_HIDDEN void co__gfput_slow(co_p_t *p, co_g_t *g);
 /* A bare G, or NULL; p may be NULL. Inline: the P's own cache (p's owner
- * only), the rest in gcache.c. A call each way was 16 of the 360
- * instructions of a coroutine's spawn, run and exit (callgrind). */
+ * only), the rest in gcache.c; a call each way would cost every spawn and
+ * exit. */
 static inline co_g_t *co__gfget(co_p_t *p) {
     if (CO_LIKELY(p && p->gfree_n)) {
         co_g_t *g = p->gfree[--p->gfree_n];
@@ -492,8 +494,8 @@ CO_HIDDEN void co__timers_free(co_p_t *p);
 /* Every timer of from onto to (or onto to's replacement in allp, if to has
  * retired). close: from is retiring and takes no timer again until lent. */
 CO_HIDDEN void co__timers_move(co_p_t *from, co_p_t *to, bool close);
-CO_HIDDEN void co__retire_p(co_m_t *m);                   /* sched.c: drop a lent-away P */
-CO_HIDDEN void co__runq_drain_global(co_p_t *p);          /* move p's queued Gs to the global queue */
+CO_HIDDEN void co__retire_p(co_m_t *m);                   /* proc.c: drop a lent-away P */
+CO_HIDDEN void co__runq_drain_global(co_p_t *p);          /* runq.c: its queue to the global one */
 /* sysmon.c */
 CO_HIDDEN int co__sysmon_start(void);
 CO_HIDDEN void co__sysmon_stop(void);

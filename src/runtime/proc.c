@@ -1,0 +1,344 @@
+/*
+ * Ps and Ms: the idle P list, starting, waking and parking Ms (newm,
+ * co__startm, co__wakep, stopm), handing a P off, an idle M's sleep (as the
+ * poller until the next timer, or on its futex), retiring a P that sysmon
+ * lent away, and pinned sections, which wait on every M. The spinning
+ * protocol that wakep and the idle Ms follow is sched.c's essay.
+ */
+#include "runtime/sched_impl.h"
+
+#include <stdlib.h>
+#include <time.h>
+
+/* ---- the idle P list ---------------------------------------------------- */
+
+void co__pidleput_locked(co_p_t *p) { pidleput_locked(p); } /* co_init */
+
+/* sched.lock held. */
+static co_p_t *pidleget_locked(void) {
+    co_sched_t *s = &co__sched;
+    co_p_t *p = s->pidle;
+    if (p) {
+        s->pidle = p->link;
+        __atomic_store_n(&s->npidle, s->npidle - 1, __ATOMIC_SEQ_CST);
+    }
+    return p;
+}
+
+co_p_t *co__pidleget(void) {
+    co__lock(&co__sched.lock);
+    co_p_t *p = pidleget_locked();
+    co__unlock(&co__sched.lock);
+    return p;
+}
+
+/* ---- Ms ----------------------------------------------------------------- */
+
+/* Create an M that will start with p. */
+static bool newm(co_p_t *p, bool spinning) {
+    co_sched_t *s = &co__sched;
+    co_m_t *m = calloc(1, sizeof *m);
+    if (!m) return false;
+    m->nextp = p;
+    m->spinning = spinning;
+    co__lock(&s->lock);
+    /* co_shutdown sets stopping, then collects allm under this lock to join
+     * every M: an M added after that would be missed (a leaked thread
+     * running during teardown), so none is created once stopping is set. */
+    if (__atomic_load_n(&s->stopping, __ATOMIC_ACQUIRE)) {
+        co__unlock(&s->lock);
+        free(m);
+        return false;
+    }
+    m->id = s->mcount++;
+    m->alllink = s->allm;
+    s->allm = m;
+    co__unlock(&s->lock);
+    m->fastrand = 0x9E3779B97F4A7C15ull ^ ((uint64_t)m->id * 0xBF58476D1CE4E5B9ull) ^ 1;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, 1024 * 1024);
+    int rc = pthread_create(&m->thread, &attr, co__mstart, m);
+    pthread_attr_destroy(&attr);
+    if (rc != 0) {
+        co__lock(&s->lock);
+        /* Others may have been added in front of m meanwhile. */
+        for (co_m_t **pp = &s->allm; *pp; pp = &(*pp)->alllink)
+            if (*pp == m) {
+                *pp = m->alllink;
+                break;
+            }
+        s->mcount--;
+        co__unlock(&s->lock);
+        free(m);
+        return false;
+    }
+    return true;
+}
+
+/* p's yield slot and its owner's batch, which only an owner runs and no
+ * thief takes, to the global queue: p has no owner (it is being handed
+ * off or retired), so no window is open on it, and a window opened later
+ * reads retire set or finds them gone. acq_rel exchanges: sysmon may take
+ * them at the same time (co__yslot_steal); each goes to one of us.
+ * Returns how many moved. */
+static int private_to_global(co_p_t *p) {
+    co_g_t *gs[1 + CO_OBATCH];
+    int k = co__yslot_take(p, gs);
+    for (int i = 0; i < k; i++) gs[i] = rq_unfresh(gs[i]);
+    if (k) co__globrunqput(gs, k);
+    return k;
+}
+
+/* Start an M to run p (or an idle P if p is NULL). */
+void co__startm(co_p_t *p, bool spinning) {
+    co_sched_t *s = &co__sched;
+    co__lock(&s->lock);
+    if (!p) {
+        p = pidleget_locked();
+        if (!p) {
+            co__unlock(&s->lock);
+            if (spinning) __atomic_sub_fetch(&s->nmspinning, 1, __ATOMIC_SEQ_CST);
+            return;
+        }
+    }
+    bool no_m = co__test_failing(CO__FAIL_NO_M);
+    co_m_t *m = no_m ? NULL : s->midle;
+    if (m) {
+        s->midle = m->link;
+        s->nmidle--;
+    }
+    co__unlock(&s->lock);
+    if (!m) {
+        if (no_m || !newm(p, spinning)) {
+            /* No thread for p now (pthread_create failed: a pids cgroup,
+             * RLIMIT_NPROC). p goes idle; what only its owner would run
+             * goes where sysmon's safety net sees it (co__work_stranded:
+             * the global queue, and the rings it checks anyway), so an M
+             * starts for it once threads can be made again. Its runnext
+             * too: the net does not look there, and a thief takes it only
+             * in its last round, if any M looks for work at all. acq_rel:
+             * thieves CAS it; one of us gets it. No wakep here: it would
+             * only try the same creation again. */
+            co_g_t *next = __atomic_exchange_n(&p->runnext, NULL, __ATOMIC_ACQ_REL);
+            if (next) co__globrunqput(&next, 1);
+            private_to_global(p);
+            co__lock(&s->lock);
+            pidleput_locked(p);
+            co__unlock(&s->lock);
+            if (spinning) __atomic_sub_fetch(&s->nmspinning, 1, __ATOMIC_SEQ_CST);
+        }
+        return;
+    }
+    m->spinning = spinning;
+    m->nextp = p;
+    /* store-release: publishes nextp/spinning to the woken M's acquire load */
+    __atomic_store_n(&m->park, 1, __ATOMIC_RELEASE);
+    co__futex_wake(&m->park, 1);
+}
+
+void co__wakep(void) {
+    co_sched_t *s = &co__sched;
+    if (CO_UNLIKELY(__atomic_load_n(&s->stopping, __ATOMIC_RELAXED))) return; /* co_shutdown */
+    /* seq_cst loads: the StoreLoad half of the spinning protocol (sched.c) */
+    if (__atomic_load_n(&s->npidle, __ATOMIC_SEQ_CST) == 0) return;
+    uint32_t z = 0;
+    if (__atomic_load_n(&s->nmspinning, __ATOMIC_SEQ_CST) != 0 ||
+        !__atomic_compare_exchange_n(&s->nmspinning, &z, 1, false, __ATOMIC_SEQ_CST,
+                                     __ATOMIC_RELAXED))
+        return;
+    co__startm(NULL, true);
+}
+
+/* P released by a retake (co_blocking) or a retiring M: find it an M. */
+void co__handoffp(co_p_t *p) {
+    co_sched_t *s = &co__sched;
+    if (!co__runq_empty(p) || co__globrunq_pending(__ATOMIC_ACQUIRE)) {
+        co__startm(p, false);
+        return;
+    }
+    uint32_t z = 0;
+    if (__atomic_load_n(&s->nmspinning, __ATOMIC_SEQ_CST) +
+                __atomic_load_n(&s->npidle, __ATOMIC_SEQ_CST) ==
+            0 &&
+        __atomic_compare_exchange_n(&s->nmspinning, &z, 1, false, __ATOMIC_SEQ_CST,
+                                    __ATOMIC_RELAXED)) {
+        co__startm(p, true);
+        return;
+    }
+    co__lock(&s->lock);
+    pidleput_locked(p);
+    co__unlock(&s->lock);
+    if (__atomic_load_n(&p->timer0_when, __ATOMIC_ACQUIRE) != 0 &&
+        __atomic_load_n(&s->polling, __ATOMIC_ACQUIRE) == 0)
+        co__wakep();
+}
+
+/* Park the M until startm hands it a P (or shutdown). */
+static void stopm(co_m_t *m) {
+    co_sched_t *s = &co__sched;
+    co__lock(&s->lock);
+    if (__atomic_load_n(&s->stopping, __ATOMIC_ACQUIRE)) {
+        co__unlock(&s->lock);
+        return;
+    }
+    __atomic_store_n(&m->park, 0, __ATOMIC_RELAXED);
+    m->link = s->midle;
+    s->midle = m;
+    s->nmidle++;
+    co__unlock(&s->lock);
+    /* acquire: pairs with startm's store-release */
+    while (__atomic_load_n(&m->park, __ATOMIC_ACQUIRE) == 0) co__futex_wait(&m->park, 0, CO_FOREVER);
+}
+
+/* ---- an idle M ---------------------------------------------------------- */
+
+static void run_all_timers(int64_t now) {
+    co_sched_t *s = &co__sched;
+    for (int i = 0; i < s->nprocs; i++) {
+        co_p_t *pp = co__allp(i);
+        int64_t w = __atomic_load_n(&pp->timer0_when, __ATOMIC_ACQUIRE);
+        if (w && w <= now) co__timers_run(pp, now);
+    }
+}
+
+/* Block the P-less M m: as the poller until the next timer, or parked on
+ * its futex. Returns when there may be work; m->p may be set. */
+void co__block_idle(co_m_t *m) {
+    co_sched_t *s = &co__sched;
+    if (CO_UNLIKELY(m->spinning)) /* every caller stops spinning first */
+        co__fatal("internal error: M %d goes idle while counted as spinning", m->id);
+    uint32_t z = 0;
+    if (__atomic_compare_exchange_n(&s->polling, &z, 1, false, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_RELAXED)) {
+        int64_t next = co__timers_next();
+        /* seq_cst store then load of the timers: pairs with co__timer_add's
+         * store of timer0_when then seq_cst load of poll_until */
+        __atomic_store_n(&s->poll_until, next ? next : INT64_MAX, __ATOMIC_SEQ_CST);
+        int64_t next2 = co__timers_next();
+        if (next2 && (next == 0 || next2 < next)) next = next2;
+        int64_t delay = -1;
+        if (next) {
+            delay = next - co_now();
+            if (delay < 0) delay = 0;
+        }
+        if (co__globrunq_pending(__ATOMIC_ACQUIRE) &&
+            __atomic_load_n(&s->npidle, __ATOMIC_ACQUIRE) > 0)
+            delay = 0; /* work is waiting for a P: don't sleep */
+        if (!__atomic_load_n(&s->stopping, __ATOMIC_ACQUIRE)) co__netpoll(delay);
+        __atomic_store_n(&s->lastpoll, co_now(), __ATOMIC_RELAXED);
+        __atomic_store_n(&s->poll_until, 0, __ATOMIC_SEQ_CST);
+        __atomic_store_n(&s->polling, 0, __ATOMIC_RELEASE);
+        co_p_t *p = co__pidleget();
+        if (p) acquirep(m, p);
+        run_all_timers(co_now());
+        if (p) return;
+        /* Every P is busy: Gs readied above went to the global queue and
+         * the running Ms will take them. Sleep as an ordinary idle M. */
+    }
+    stopm(m);
+    if (m->nextp) {
+        acquirep(m, m->nextp);
+        m->nextp = NULL;
+    }
+}
+
+
+bool co__netpoll_soon(int64_t now) {
+    /* acquire: pairs with co__block_idle's seq_cst store before it polls */
+    if (__atomic_load_n(&co__sched.poll_until, __ATOMIC_ACQUIRE) != 0) return true;
+    /* Ms that run out of work poll on their way to sleep: one did lately,
+     * so one will again soon (sysmon polls after 10 ms without one).
+     * relaxed: a hint; pairs with nothing (a stale value costs a read(2) or
+     * a wait for the next poll, never a lost wake-up: the edge stays). */
+    return now - __atomic_load_n(&co__sched.lastpoll, __ATOMIC_RELAXED) < CO__POLL_RECENT_NS;
+}
+
+/* A plain thread is about to park on the netpoller (io.c): make sure an M
+ * polls. With none in the poller, every M asleep on its futex or none
+ * started yet, only sysmon would, every 10 ms or so: a wake-up per round
+ * trip. An M woken here finds no work and, idle, becomes the poller
+ * (co__block_idle). A coroutine's M needs none of this: it goes idle itself,
+ * or busy Ms poll each time they run out of work, as in Go. */
+void co__netpoll_want(void) {
+    /* acquire: a hint (a poller about to leave comes back through
+     * findrunnable, which polls while anyone waits) */
+    if (__atomic_load_n(&co__sched.polling, __ATOMIC_ACQUIRE) == 0) co__wakep();
+}
+
+
+/* ---- retiring a P ------------------------------------------------------- */
+
+/* g0 of the M that owns a P sysmon lent away (p->retire): give the P up.
+ * Its queued Gs go to the global queue, its timers to the P that replaced
+ * it, and the P itself to the spare list (pspare). Its own wakes are the
+ * queue moves' (co__wakep does nothing once a shutdown is under way); the
+ * shutdown path (co__mstart's exit) calls this, and must not start Ms, so
+ * nothing else here wakes one. */
+void co__retire_p_nowake(co_m_t *m) {
+    co_sched_t *s = &co__sched;
+    co_p_t *p = m->p;
+    m->p = NULL;
+    /* The yield slot and the owner's batch first (they were to run before
+     * the ring); sysmon may be taking them too. */
+    if (private_to_global(p)) co__wakep();
+    co__runq_drain_global(p);
+    co_p_t *dst = co__allp(p->id);
+    if (CO_UNLIKELY(s->chaos) && co__fastrand() % 4 == 0) { /* COLONY_DEBUG=chaos: */
+        struct timespec ts = {0, 2000000}; /* dst may retire meanwhile */
+        nanosleep(&ts, NULL);
+    }
+    co__timers_move(p, dst, true);
+    co__lock(&s->lock);
+    for (co_p_t **pp = &s->pretiring; *pp; pp = &(*pp)->link)
+        if (*pp == p) {
+            *pp = p->link;
+            break;
+        }
+    p->m = NULL;
+    /* A spare P carries no count: co_count cannot see a spare that sysmon
+     * is lending (off every list for a moment). */
+    co__live_global_add(p->ngo); /* lifecycle.c; seq_cst (see live_global there) */
+    __atomic_store_n(&p->ngo, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&p->status, CO_P_DEAD, __ATOMIC_RELEASE);
+    __atomic_store_n(&p->retire, 0, __ATOMIC_RELAXED);
+    p->link = s->pspare;
+    s->pspare = p;
+    co__unlock(&s->lock);
+}
+
+void co__retire_p(co_m_t *m) {
+    co__retire_p_nowake(m);
+    co__wakep(); /* for the Gs drained to the global queue */
+}
+
+/* ---- pinned sections (runtime.h) ---------------------------------------- */
+
+void *co__pin_enter(void) {
+    co_m_t *m = getm();
+    if (!m) return NULL;
+    /* relaxed: the caller's next release (its push) orders it */
+    __atomic_store_n(&m->pin, m->pin + 1, __ATOMIC_RELAXED);
+    return m;
+}
+
+void co__pin_exit(void *mv) {
+    co_m_t *m = mv;
+    /* release: the section's reads happen before a waiter's acquire load */
+    if (m) __atomic_store_n(&m->pin, m->pin + 1, __ATOMIC_RELEASE);
+}
+
+void co__pin_wait(void) {
+    co_sched_t *s = &co__sched;
+    co__lock(&s->lock); /* allm's links; an M is freed only at shutdown (or
+                         * before it ever ran: never inside a section) */
+    for (co_m_t *m = s->allm; m; m = m->alllink) {
+        uint32_t v = __atomic_load_n(&m->pin, __ATOMIC_ACQUIRE);
+        if (!(v & 1)) continue;
+        co__unlock(&s->lock);
+        while (__atomic_load_n(&m->pin, __ATOMIC_ACQUIRE) == v)
+            co_yield(); /* sched_yield() on a plain thread */
+        co__lock(&s->lock);
+    }
+    co__unlock(&s->lock);
+}

@@ -1,0 +1,332 @@
+/*
+ * The scheduler's private header: the inline helpers its files share, and
+ * the functions they call in one another. sched.c (switching, park, ready,
+ * yield, the M loop), runq.c (run queues), proc.c (Ps and Ms) and spawn.c
+ * (making coroutines) include it; nothing else does.
+ *
+ * The helpers are inline on purpose: co_yield, a spawn, a park, a ready and
+ * a coroutine's exit run them on every switch, and a call there costs each
+ * of them. What they call out of line (co__runqputslow, co__globrunqget,
+ * co__token_g_slow, ...) are the slow paths.
+ */
+#ifndef COLONY_RUNTIME_SCHED_IMPL_H
+#define COLONY_RUNTIME_SCHED_IMPL_H
+
+#include "runtime/proc.h"
+#include "runtime/yslot.h"
+
+/* Hidden, as defined (sched.c): its fields are read PC-relative, with no
+ * load of its address from the GOT first. */
+CO_HIDDEN extern co_sched_t co__sched;
+
+/* ---- called across the scheduler's files -------------------------------- */
+
+/* runq.c: the run queues' slow paths and stealing */
+/* Owner, ring full: half of it and entry e go to the global queue; false
+ * if h and t went stale (the caller looks again). */
+CO_HIDDEN bool co__runqputslow(co_p_t *p, co_g_t *e, uint32_t h, uint32_t t);
+CO_HIDDEN void co__obatch_give_back(co_p_t *p, uint32_t n);
+CO_HIDDEN co_g_t *co__token_g_or_next(co_p_t *p, co_g_t *e);
+/* Take up to max entries of the global queue into p (0: a fair share),
+ * one of them returned to run. _locked: sched.lock held, and that one
+ * returned as queued (a token not made a G yet). */
+CO_HIDDEN co_g_t *co__globrunqget(co_p_t *p, int max);
+CO_HIDDEN co_g_t *co__globrunqget_locked(co_p_t *p, int max);
+CO_HIDDEN co_g_t *co__stealwork(co_m_t *m); /* g0: half of another P's queue */
+/* proc.c: Ps and Ms */
+CO_HIDDEN void co__block_idle(co_m_t *m);        /* a P-less M sleeps until there may be work */
+CO_HIDDEN void co__retire_p_nowake(co_m_t *m);   /* co__retire_p without its wake-up */
+/* sched.c */
+CO_HIDDEN void *co__mstart(void *m);             /* an M's thread */
+/* A yield that does not use the yield slot: post requeues g after the
+ * switch. */
+CO_HIDDEN void co__yield_slow(co_m_t *m, co_g_t *g, co_p_t *p, void (*post)(co_g_t *, void *));
+/* spawn.c */
+CO_HIDDEN co_g_t *co__token_g_slow(co_p_t *p, co_g_t *e); /* a token's G; NULL: it waits */
+
+/* ---- the current M ------------------------------------------------------ */
+
+/* This thread's M (NULL on a plain thread), defined in sched.c.
+ * initial-exec: a fixed offset from the thread pointer, no __tls_get_addr.
+ * A dlopen()ed libcolony.so still loads: glibc keeps static TLS room for
+ * a few words like these. */
+CO_HIDDEN extern __thread co_m_t *co__tls_m __attribute__((tls_model("initial-exec")));
+
+/* The scheduler's own reads of co__tls_m, inline. On x86-64 an asm
+ * volatile load of the thread-pointer-relative slot: the compiler can
+ * neither cache it nor the thread's TLS address across a switch (the
+ * reason co__getm is a call), and the switch paths save two calls. */
+#if defined(__x86_64__) && defined(__ELF__)
+static inline __attribute__((always_inline)) co_m_t *getm(void) {
+    co_m_t *m;
+    __asm__ volatile("movq co__tls_m@gottpoff(%%rip), %0\n\tmovq %%fs:(%0), %0"
+                     : "=r"(m)
+                     :
+                     : "memory");
+    return m;
+}
+#else
+#define getm() co__getm()
+#endif
+
+/* ---- counts, wake-ups, Ps ----------------------------------------------- */
+
+/* A coroutine starts (+1) or ends (-1) on p (NULL: no P, the global
+ * count). p's count is written by its owner only: a relaxed store, read by
+ * co_count. */
+static inline void live_add(co_p_t *p, int d) {
+    if (p)
+        __atomic_store_n(&p->ngo, p->ngo + d, __ATOMIC_RELAXED);
+    else
+        co__live_global_add(d); /* lifecycle.c: see live_global there */
+}
+
+/* co__wakep's own first checks, inline: nothing to do unless a P is idle
+ * and no M spins (it checks them again). */
+static inline void wakep_if_idle(void) {
+    if (__atomic_load_n(&co__sched.npidle, __ATOMIC_SEQ_CST) != 0 &&
+        __atomic_load_n(&co__sched.nmspinning, __ATOMIC_SEQ_CST) == 0)
+        co__wakep();
+}
+
+/* A plain thread (or an M without a P) makes g runnable: the injection
+ * stack, then the wake-up, holding the scheduler across both (see
+ * co__plain_ready_begin): a spawned G (counted live by
+ * co__plain_spawn_enter) or a woken one. */
+static inline void plain_push(co_g_t *g) {
+    co__plain_ready_begin();
+    co__globrunq_inject(g);
+    wakep_if_idle();
+    co__plain_ready_end();
+}
+
+/* m takes p, to run its coroutines. */
+static inline void acquirep(co_m_t *m, co_p_t *p) {
+    m->p = p;
+    p->m = m;
+    /* A new owner schedules: sysmon must not take a P that sat idle (its
+     * schedtick unchanged for long) for one stuck in a coroutine. Relaxed:
+     * only the owner writes it, sysmon compares it between rounds. */
+    __atomic_store_n(&p->schedtick, p->schedtick + 1, __ATOMIC_RELAXED);
+    __atomic_store_n(&p->status, CO_P_RUNNING, __ATOMIC_RELEASE);
+}
+
+/* sched.lock held. p goes on the idle list. */
+static inline void pidleput_locked(co_p_t *p) {
+    co_sched_t *s = &co__sched;
+    p->m = NULL;
+    __atomic_store_n(&p->status, CO_P_IDLE, __ATOMIC_RELEASE);
+    p->link = s->pidle;
+    s->pidle = p;
+    __atomic_store_n(&s->npidle, s->npidle + 1, __ATOMIC_SEQ_CST);
+}
+
+/* ---- run queues: the owner's fast operations (runq.c has the rest) ------ */
+
+/* Entry e as a ring holds it: tagged RQ_FRESH if it never ran (a token,
+ * or a G with no stack yet). */
+static inline co_g_t *rq_tag(co_g_t *e) {
+    if (rq_is_token(e) || !e->stack.map) return (co_g_t *)((uintptr_t)e | RQ_FRESH);
+    return e;
+}
+/* A run-queue entry taken to be run: a G as it is, or the G made for a
+ * token (co__token_g_slow). */
+static inline __attribute__((always_inline)) co_g_t *token_g(co_p_t *p, co_g_t *e) {
+    if (CO_LIKELY(!rq_is_token(e))) return rq_strip(e);
+    return co__token_g_slow(p, e);
+}
+
+/* Owner only: entry e, tagged as it is to stay, at the ring's tail, with
+ * sp for runq_sp; if the ring is full, half of it and e go to the global
+ * queue. */
+static inline __attribute__((always_inline)) void runq_push(co_p_t *p, co_g_t *e, void *sp) {
+    for (;;) {
+        /* load-acquire: synchronize with consumers advancing head */
+        uint32_t h = __atomic_load_n(&p->runqhead, __ATOMIC_ACQUIRE);
+        uint32_t t = p->runqtail;
+        if (t - h < CO_RUNQ_SIZE) {
+            p->runq_sp[t % CO_RUNQ_SIZE] = sp;
+            __atomic_store_n(&p->runq[t % CO_RUNQ_SIZE], e, __ATOMIC_RELAXED);
+            /* store-release: makes the item available for consumption */
+            __atomic_store_n(&p->runqtail, t + 1, __ATOMIC_RELEASE);
+            return;
+        }
+        if (co__runqputslow(p, e, h, t)) return;
+    }
+}
+
+/* Owner only. next=true puts g in runnext, kicking the old one to the tail.
+ * ran: g is known to have run (a yield), so it needs no tag. */
+static inline __attribute__((always_inline)) void runqput_(co_p_t *p, co_g_t *g, bool next,
+                                                          bool ran) {
+    if (next) {
+        /* An empty runnext is filled with a plain store: only the owner
+         * makes it non-empty (thieves only empty it), so nobody can race
+         * this store; release pairs with thieves' acquire. A channel
+         * ping-pong readies into an empty runnext every message: one
+         * locked instruction fewer each. */
+        if (!__atomic_load_n(&p->runnext, __ATOMIC_RELAXED)) {
+            __atomic_store_n(&p->runnext, g, __ATOMIC_RELEASE);
+            return;
+        }
+        /* acq_rel: pairs with thieves' CAS of runnext */
+        co_g_t *old = __atomic_exchange_n(&p->runnext, g, __ATOMIC_ACQ_REL);
+        if (!old) return;
+        g = old;
+    }
+    co_g_t *e = ran ? g : rq_tag(g);
+    /* e untagged: g has a stack, and is ours until the tail's store */
+    runq_push(p, e, e == g ? g->ctx.sp : NULL);
+}
+static inline __attribute__((always_inline)) void runqput(co_p_t *p, co_g_t *g, bool next) {
+    runqput_(p, g, next, false);
+}
+
+/* Owner, having taken an entry: while the G just taken runs, start the
+ * lines of the next one's stack coming that it returns through when it
+ * resumes (a G that parked long ago: all cold, and each return would wait
+ * for its line in turn). sp, its saved stack pointer, comes from runq_sp
+ * (or ob_sp), written when the owner queued it: reading the G
+ * itself would be a read of a record this M does not own (a thief may
+ * take it, run it to its end, and the record be freed). */
+static inline __attribute__((always_inline)) void prefetch_stack(char *sp) {
+    if (sp)
+        for (int k = 0; k < 10; k++) __builtin_prefetch(sp + 64 * k);
+}
+
+/* Start the record of run-queue entry e coming, before it runs: a G's for
+ * writing (its status and more are written when it runs), a token's (a
+ * pool task's record) for reading, as its submitter may write the same
+ * lines again meanwhile (taken exclusive, the line would bounce between
+ * them). */
+static inline __attribute__((always_inline)) void prefetch_entry(co_g_t *e) {
+    if (rq_is_token(e))
+        __builtin_prefetch(rq_strip(e));
+    else
+        co__prefetchw(rq_strip(e));
+}
+
+/* The owner's batch (p->ob, proc.h). The ring's head is shared with
+ * thieves, so the owner takes it with a locked CAS; with the ring long
+ * enough, runqget takes CO_OBATCH entries in that one CAS and runs the
+ * rest of them from the batch, with plain loads and stores.
+ *
+ * What it costs: thieves cannot take the batch. The ring keeps at least
+ * as many entries as the batch holds (a batch is claimed only from a ring
+ * of 2 * CO_OBATCH or more), no batch is claimed while a P is idle (its M
+ * would be woken to steal them), and one that goes idle later gets the
+ * rest at the owner's next pop (co__obatch_give_back). But a
+ * coroutine that runs long without entering the scheduler holds up the
+ * batch behind it, as it holds up the yield slot: sysmon takes both from
+ * it when it lends its P away (10 ms, co__yslot_steal), by the same
+ * handshake, so the owner's pops stay plain: each is made inside a
+ * yield-slot window. Without membarrier (no yield slot), no batch. */
+static inline __attribute__((always_inline)) bool obatch_fits(co_p_t *p, uint32_t h, uint32_t t) {
+    return t - h >= 2 * CO_OBATCH && __atomic_load_n(&co__yslot_on, __ATOMIC_RELAXED) &&
+           !__atomic_load_n(&co__sched.npidle, __ATOMIC_RELAXED);
+}
+
+/* Owner only: the next entry to run, NULL if none is queued. */
+static inline __attribute__((always_inline)) co_g_t *runqget(co_p_t *p) {
+    co_g_t *next = __atomic_load_n(&p->runnext, __ATOMIC_ACQUIRE);
+    if (next && __atomic_compare_exchange_n(&p->runnext, &next, NULL, false, __ATOMIC_ACQ_REL,
+                                            __ATOMIC_RELAXED))
+        return next;
+    co_g_t *e;
+    /* relaxed: only the owner makes it non-zero (a retiring P's batch
+     * being taken meanwhile is caught by the window) */
+    uint32_t n = __atomic_load_n(&p->obn, __ATOMIC_RELAXED);
+    if (n && co__yslot_open(p)) {
+        e = __atomic_load_n(&p->ob[n - 1], __ATOMIC_RELAXED);
+        if (n >= 2) prefetch_stack(p->ob_sp[n - 2]);
+        if (CO_UNLIKELY(n >= 2 && __atomic_load_n(&co__sched.npidle, __ATOMIC_RELAXED))) {
+            co__obatch_give_back(p, n - 1); /* closes the window */
+            goto got;
+        }
+        __atomic_store_n(&p->obn, n - 1, __ATOMIC_RELAXED); /* published by the close */
+        co__yslot_close(p);
+        goto got;
+    }
+    for (;;) {
+        uint32_t h = __atomic_load_n(&p->runqhead, __ATOMIC_ACQUIRE);
+        uint32_t t = p->runqtail;
+        if (t == h) return NULL;
+        e = __atomic_load_n(&p->runq[h % CO_RUNQ_SIZE], __ATOMIC_RELAXED);
+        if (CO_UNLIKELY(obatch_fits(p, h, t)) && co__yslot_open(p)) {
+            /* The batch is empty (we just looked, and only the owner fills
+             * it): fill it before the CAS; it counts only once obn is set. */
+            for (uint32_t i = 1; i < CO_OBATCH; i++) {
+                uint32_t j = (h + i) % CO_RUNQ_SIZE;
+                co_g_t *b = __atomic_load_n(&p->runq[j], __ATOMIC_RELAXED);
+                __atomic_store_n(&p->ob[CO_OBATCH - 1 - i], b, __ATOMIC_RELAXED);
+                p->ob_sp[CO_OBATCH - 1 - i] = p->runq_sp[j];
+            }
+            /* cas-release: commits the consume, as below */
+            bool won = __atomic_compare_exchange_n(&p->runqhead, &h, h + CO_OBATCH, false,
+                                                   __ATOMIC_RELEASE, __ATOMIC_RELAXED);
+            if (won) __atomic_store_n(&p->obn, CO_OBATCH - 1, __ATOMIC_RELAXED);
+            co__yslot_close(p);
+            if (!won) continue;
+            /* Their records are likely cold (queued long ago, maybe by
+             * another CPU): start them all coming at once. */
+            for (uint32_t i = 0; i < CO_OBATCH - 1; i++) prefetch_entry(p->ob[i]);
+            prefetch_stack(p->ob_sp[CO_OBATCH - 2]);
+            goto got;
+        }
+        if (__atomic_compare_exchange_n(&p->runqhead, &h, h + 1, false, __ATOMIC_RELEASE,
+                                        __ATOMIC_RELAXED)) {
+            /* The G after it is likely cold (queued long ago): start its
+             * first line coming. The slot may be stale; a prefetch of any
+             * address is harmless. */
+            prefetch_entry(__atomic_load_n(&p->runq[(h + 2) % CO_RUNQ_SIZE], __ATOMIC_RELAXED));
+            if (t - h >= 2) prefetch_stack(p->runq_sp[(h + 1) % CO_RUNQ_SIZE]);
+            goto got;
+        }
+    }
+got:
+    if (CO_LIKELY(!rq_is_token(e))) return rq_strip(e);
+    return co__token_g_or_next(p, e);
+}
+
+/* Nothing a thief could take: the ring and runnext. */
+static inline bool runq_nothing_to_steal(co_p_t *p) {
+    uint32_t h = __atomic_load_n(&p->runqhead, __ATOMIC_ACQUIRE);
+    uint32_t t = __atomic_load_n(&p->runqtail, __ATOMIC_ACQUIRE);
+    return h == t && __atomic_load_n(&p->runnext, __ATOMIC_ACQUIRE) == NULL;
+}
+
+/* What is queued on p: the ring, runnext, the yield slot and the owner's
+ * batch. A snapshot (relaxed loads): exact only for the owner, a hint for
+ * anyone else. */
+static inline int runq_len(co_p_t *p) {
+    uint32_t h = __atomic_load_n(&p->runqhead, __ATOMIC_RELAXED);
+    uint32_t t = __atomic_load_n(&p->runqtail, __ATOMIC_RELAXED);
+    return (int)(t - h) + (__atomic_load_n(&p->runnext, __ATOMIC_RELAXED) ? 1 : 0) +
+           (co__yslot_peek(p) ? 1 : 0) + (int)__atomic_load_n(&p->obn, __ATOMIC_RELAXED);
+}
+
+/* The next G for p without blocking or stealing: due timers, 1-in-61 global,
+ * runnext, local ring, global. p's owner only; p may be NULL. */
+static inline __attribute__((always_inline)) co_g_t *runq_next_fast(co_p_t *p) {
+    if (!p) return NULL;
+    /* A lent-away P: go to g0, which retires it. */
+    if (CO_UNLIKELY(__atomic_load_n(&p->retire, __ATOMIC_RELAXED))) return NULL;
+    /* relaxed store: sysmon reads it to spot a P that stopped scheduling */
+    uint32_t tick = p->schedtick + 1;
+    __atomic_store_n(&p->schedtick, tick, __ATOMIC_RELAXED);
+    co_g_t *g;
+    if (tick % 61 == 0 && (g = co__globrunqget(p, 1))) return g;
+    /* The yield slot is older than the ring, runnext comes first (yslot.h) */
+    if (co__yslot_peek(p) && !__atomic_load_n(&p->runnext, __ATOMIC_RELAXED) &&
+        co__yslot_open(p)) {
+        g = __atomic_load_n(&p->yieldg, __ATOMIC_RELAXED); /* window open: exact */
+        __atomic_store_n(&p->yieldg, NULL, __ATOMIC_RELAXED);
+        co__yslot_close(p);
+        if (g) return g;
+    }
+    if ((g = runqget(p))) return g;
+    return co__globrunqget(p, 0);
+}
+
+
+#endif
