@@ -1,4 +1,4 @@
-/* The owner's batch (sched.c's runqget): with 16 or more coroutines in its
+/* The owner's batch (sched_impl.h's runqget): with 16 or more coroutines in its
  * ring and no P idle, a P takes 8 off the ring's head at once and keeps 7
  * where thieves do not look. Two ways they could be kept from the other
  * P; test_blocking checks a third (a computation holding its P for good:

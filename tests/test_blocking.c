@@ -313,7 +313,7 @@ static void test_nested_blocking(void) {
 
 /* ---- the owner's batch behind a computation ------------------------------
  * A P whose ring holds 16 or more takes 8 entries from its head at once
- * (sched.c's runqget) and runs the other 7 from a batch of its own, which
+ * (sched_impl.h's runqget) and runs the other 7 from a batch of its own, which
  * thieves do not read. Here the first of such a batch computes until every
  * other coroutine spawned with it has run, 7 of them in its batch: sysmon
  * must move them to the global queue when it lends the P away (10 ms), as

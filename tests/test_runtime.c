@@ -400,7 +400,7 @@ static void test_spawn_backpressure(void) {
 }
 
 /* Back-pressure with every P busy: the spawner yields through the global
- * queue (sched.c's spawn_yield). Here the other P's coroutine computes and
+ * queue (spawn.c's spawn_yield). Here the other P's coroutine computes and
  * never schedules, so until sysmon lends that P away (10 ms) only the
  * spawner's own P takes the spawner back, once it has run what was
  * queued. Every coroutine runs once. A liveness guard: a spawner left

@@ -11,7 +11,7 @@
 #include "base/base.h"
 
 enum {
-    CO__FAIL_TOKEN_G = 1 << 0,    /* a G made for a token (runtime/sched.c) */
+    CO__FAIL_TOKEN_G = 1 << 0,    /* a G made for a token (runtime/spawn.c) */
     CO__FAIL_GLOBQ_CHUNK = 1 << 1, /* the global run queue's chunk (runtime/globq.c) */
     CO__FAIL_WG_ARRAY = 1 << 2,   /* a waitgroup release's array (its list fallback) */
     CO__FAIL_TIMER_GROW = 1 << 3, /* a timer heap or run that grows (runtime/timer.c) */

@@ -1,6 +1,6 @@
 /*
  * The global run queue and the injection stack (Go's sched.runq, and what
- * plain threads push through), apart from the Ps' own rings (sched.c).
+ * plain threads push through), apart from the Ps' own rings (runq.c, sched_impl.h).
  *
  * The global queue is FIFO under sched.lock: chunks of 126 entries, with
  * two linked lists (Gs through schedlink, tokens through their link) as
@@ -177,7 +177,7 @@ void co__globrunq_free(void) {
  *
  * No entry is stranded. The push is a seq_cst CAS followed by wakep's
  * seq_cst loads of npidle and nmspinning; an M giving up its P stores
- * npidle (seq_cst, sched.c's pidleput_locked) and then loads `inject` (seq_cst)
+ * npidle (seq_cst, sched_impl.h's pidleput_locked) and then loads `inject` (seq_cst)
  * before it sleeps: either the pusher sees the idle P (and wakes an M) or
  * the M sees the entry (and takes its P back). Entries an M has taken but
  * not yet appended are its own: it runs some and wakes another M for the

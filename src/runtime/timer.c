@@ -324,7 +324,7 @@ void co__timer_add(co__timer_t *t, int64_t when) {
     co__unlock(&p->timers_lock);
     if (!first) return;
     /* seq_cst: pairs with the poller's store of poll_until then load of
-     * the timers (sched.c block_idle): one of us sees the other. */
+     * the timers (proc.c co__block_idle): one of us sees the other. */
     int64_t until = __atomic_load_n(&s->poll_until, __ATOMIC_SEQ_CST);
     if (until != 0 && when < until) {
         co__netpoll_break();

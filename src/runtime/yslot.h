@@ -17,7 +17,7 @@
  * ring (after runnext, which is "run next" by definition).
  *
  * The windows guard the owner's batch too (runtime.h's p->ob and p->obn,
- * sched.c's runqget): entries the owner took from its ring's head in one
+ * sched_impl.h's runqget): entries the owner took from its ring's head in one
  * CAS, to run next. Same rules: the owner in a window, and once retire is
  * set, an exchange of obn by the owner or by sysmon.
  *
