@@ -5,7 +5,7 @@
  *
  * Its lifetime against co_shutdown. Like every pool it holds the runtime up
  * (co__rt_hold) while it exists, but co_shutdown's first look does not
- * count that hold (co__default_pool_holds): its shutdown hook releases the
+ * count that hold (its shutdown hook's `holds`): the hook releases the
  * pool and waits up to 100 ms (co_shutdown's own grace for stragglers) for
  * its busy workers; then the pool is destroyed, giving its hold back, and
  * the next use creates a fresh one. If a worker is still busy, the hook
@@ -37,11 +37,12 @@ static co__lock_t dflt_lock;
  * touch of the pool (see above) */
 static int64_t users;
 
-int co__default_pool_holds(void) { return __atomic_load_n(&dflt, __ATOMIC_ACQUIRE) != NULL; }
+/* The hold the shutdown hook gives back: 1 while the pool exists. */
+static int default_pool_holds(void) { return __atomic_load_n(&dflt, __ATOMIC_ACQUIRE) != NULL; }
 
 /* Tests that fork (co__test_reset_after_fork): the parent's pool is not
  * the child's (its workers do not exist there, nor its hold). Leaked. */
-void co__default_pool_forget(void) {
+static void default_pool_forget(void) {
     dflt = NULL;
     memset(&dflt_lock, 0, sizeof dflt_lock);
     users = 0;
@@ -72,13 +73,19 @@ static int default_pool_shutdown(void) {
     return rc;
 }
 
+static const co__rt_hook_t default_pool_hook = {
+    .shutdown = default_pool_shutdown,
+    .holds = default_pool_holds,
+    .forget = default_pool_forget,
+};
+
 static co_pool_t *default_pool_make(void) {
     co__lock(&dflt_lock);
     co_pool_t *p = dflt;
     /* co_pool_new takes the hold, starting the runtime if it is down
      * (waiting for a shutdown under way) */
     if (!p && co_pool_new(&p, -1, NULL) == 0) {
-        co__at_shutdown(default_pool_shutdown); /* registers once */
+        co__at_shutdown(&default_pool_hook); /* registers once */
         __atomic_store_n(&dflt, p, __ATOMIC_SEQ_CST);
     }
     co__unlock(&dflt_lock);

@@ -660,7 +660,7 @@ static int launch(co_pool_t *p, co__pw_t *w) {
      * token: a finishing worker takes it over with no G at all, and a G is
      * made only if it has to run on its own. */
     if (p->opts.stack_size == 0) {
-        co__spawn_token(&w->tok);
+        co__spawn_token(&w->token);
         return 0;
     }
     /* Unnamed (a name is a strncpy per spawn); the panic report says what
@@ -726,7 +726,7 @@ static __attribute__((noinline)) int submit_slow(co_pool_t *p, void (*fn)(void *
                     return CO_ENOMEM;
                 }
                 fresh->pool = p;
-                fresh->tok.fn = worker_main;
+                fresh->token.fn = worker_main;
                 plock(p);
                 continue;
             }
@@ -857,7 +857,7 @@ static inline int submit_impl(co_pool_t *p, void (*fn)(void *), void *arg, int64
     __builtin_prefetch(co__wq_peek(&p->idle), 1);
     activate_locked(p, w, fn, arg);
     co__punlock(&p->lock); /* no queue changed: `waiters` stands */
-    co__spawn_token(&w->tok);
+    co__spawn_token(&w->token);
     return 0;
 }
 

@@ -1,8 +1,7 @@
 /*
  * The pool's private types: worker records, the idle-worker queues (a LIFO
- * stack, or a fixed ring when prealloc), the pool itself, and the tagged
- * recover frames panic.c offers the pool. Only pool.c, multipool.c,
- * default_pool.c, panic.c and the pool tests include this.
+ * stack, or a fixed ring when prealloc), the pool lock and the pool
+ * itself. Only src/pool and the pool tests include this.
  *
  * An idle worker holds no coroutine and no stack: it is one co__pw_t (a few
  * words, with the time it went idle) in the idle queue. A coroutine exists
@@ -22,22 +21,24 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- tagged recover frames (panic.c) ------------------------------------ */
-/* co_recover with a tag stored in its frame. The pool's workers run their
- * tasks under a frame tagged with the pool, so a submit can tell whether it
- * comes from one of the pool's own tasks (CO_EDEADLK). Returns 0 if fn
- * returned, 1 if it panicked (*value = the panic value). */
-CO_HIDDEN int co__recover_tagged(void (*fn)(void *), void *arg, void **value, const void *tag);
-/* True if the calling coroutine (or thread) runs inside a frame tagged `tag`. */
-CO_HIDDEN bool co__recover_has_tag(const void *tag);
-
 /* ---- worker records ----------------------------------------------------- */
-typedef struct co__pw {
+typedef struct co__pw co__pw_t;
+/* A record's run-queue token as the pool reads it: co__token_t's words,
+ * with its owner link typed (asserted below). */
+typedef struct co__pw_tok {
+    void (*fn)(void *);   /* token.fn: the pool's worker entry, set once at creation */
+    co__pw_t *pw_next;    /* token.owner_link: the record's link on the chute, the
+                           * spare cache and the lists of records to retire or free */
+    uint64_t fpenv;       /* token.fpenv: the runtime's */
+} co__pw_tok_t;
+
+struct co__pw {
     /* First: a record is its own run-queue token (co__spawn_token), so a
-     * worker starts with no G made for it until one must run it; tok.fn is
-     * the pool's worker entry, set once at creation. */
-    co__token_t tok;      /* tok.pw_next: the record's link on the chute, the spare
-                           * cache and the lists of records to retire or free */
+     * worker starts with no G made for it until one must run it. */
+    union {
+        co__token_t token; /* as the runtime takes it */
+        co__pw_tok_t tok;  /* as the pool reads it */
+    };
     struct co_pool *pool; /* immutable */
     /* The following are owned by whoever holds the record: the pool lock
      * while it is idle or cached, the worker coroutine while it is busy. */
@@ -45,7 +46,12 @@ typedef struct co__pw {
     void *arg;
     int64_t last_used;    /* co_now() when it went idle; the queues keep it sorted */
     uint64_t gen;         /* the pool's release generation it was activated in */
-} co__pw_t;
+};
+_Static_assert(sizeof(co__pw_tok_t) == sizeof(co__token_t) &&
+                   offsetof(co__pw_tok_t, fn) == offsetof(co__token_t, fn) &&
+                   offsetof(co__pw_tok_t, pw_next) == offsetof(co__token_t, owner_link) &&
+                   offsetof(co__pw_tok_t, fpenv) == offsetof(co__token_t, fpenv),
+               "the pool's view of a token is the token");
 #if UINTPTR_MAX == UINT64_MAX
 _Static_assert(sizeof(co__pw_t) == 64, "a worker record is one cache line (pool.c allocates it aligned)");
 #endif

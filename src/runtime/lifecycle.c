@@ -1,7 +1,7 @@
 /*
  * The runtime's life: co_init, co_shutdown and the counts they go by.
  *
- * The runtime is DOWN, UP or STOPPING (co__rt_state, internal.h). Anything
+ * The runtime is DOWN, UP or STOPPING (co__rt_state, runtime.h). Anything
  * may start it (co__ensure_init); co_shutdown stops it only when nothing
  * lives: no coroutine (the Ps' counts and live_global), no hold (pools,
  * tickers: co__rt_hold), no pending timer. Spawns from plain threads and
@@ -22,7 +22,7 @@
 /* States of the runtime as a whole. Changed only under init_lock; STOPPING
  * while co_shutdown tears it down (co__ensure_init then waits on init_lock
  * and starts a fresh one). */
-uint32_t co__rt_state; /* atomic: CO__RT_* (internal.h); acquire load on the fast path */
+uint32_t co__rt_state; /* atomic: CO__RT_* (runtime.h); acquire load on the fast path */
 /* Readers of the scheduler's state from any thread (co_count,
  * co_sched_stats, co_sched_runq_lens; and plain threads making a coroutine
  * runnable, co__plain_ready_begin, which need no check): each counts
@@ -45,7 +45,9 @@ static int64_t live_global;
  * protocol with co_shutdown as live_global. */
 static int64_t rt_holds;
 static co__lock_t init_lock;
-static int (*shutdown_hooks[CO_MAX_HOOKS])(void); /* under init_lock */
+/* Registered under init_lock and never removed: the first nhooks stay as
+ * they are, so they may be read after nhooks without the lock. */
+static const co__rt_hook_t *hooks[CO_MAX_HOOKS];
 static int nhooks;
 
 void co__live_global_add(int64_t d) { __atomic_add_fetch(&live_global, d, __ATOMIC_SEQ_CST); }
@@ -85,15 +87,30 @@ bool co__rt_hold_if_up(void) { return count_in_up(&rt_holds, false) == 0; }
 
 /* ---- init / shutdown ---------------------------------------------------- */
 
-void co__at_shutdown(int (*fn)(void)) {
+void co__at_shutdown(const co__rt_hook_t *h) {
     co__lock(&init_lock);
     for (int i = 0; i < nhooks; i++)
-        if (shutdown_hooks[i] == fn) {
+        if (hooks[i] == h) {
             co__unlock(&init_lock);
             return;
         }
-    if (nhooks < CO_MAX_HOOKS) shutdown_hooks[nhooks++] = fn;
+    if (nhooks < CO_MAX_HOOKS) hooks[nhooks++] = h;
     co__unlock(&init_lock);
+}
+
+static int hooks_count(void) {
+    co__lock(&init_lock);
+    int n = nhooks;
+    co__unlock(&init_lock);
+    return n;
+}
+
+/* The holds on the runtime that the first n hooks give back. */
+static int64_t hooks_holds(int n) {
+    int64_t held = 0;
+    for (int i = 0; i < n; i++)
+        if (hooks[i]->holds) held += hooks[i]->holds();
+    return held;
 }
 
 static int default_procs(void) {
@@ -176,7 +193,8 @@ int co__test_reset_after_fork(void) {
     memset(&co__sched, 0, sizeof co__sched);
     live_global = 0; /* the parent's coroutines and pools are not ours */
     rt_holds = 0;
-    co__default_pool_forget();
+    for (int i = 0; i < nhooks; i++)
+        if (hooks[i]->forget) hooks[i]->forget();
     co__tls_m_forget();
     return co_init(NULL);
 }
@@ -265,16 +283,14 @@ static int shutdown_locked(void) {
     co_sched_t *s = &co__sched;
     if (__atomic_load_n(&co__rt_state, __ATOMIC_ACQUIRE) != CO__RT_UP) return 0;
     /* Checked before the hooks run, so that CO_EBUSY changes nothing (the
-     * default pool's busy workers are coroutines, counted here). The
-     * default pool's own hold does not count: its hook destroys it. */
-    if (!quiet_after_grace() ||
-        __atomic_load_n(&rt_holds, __ATOMIC_SEQ_CST) != co__default_pool_holds())
-        return CO_EBUSY;
-    co__lock(&init_lock);
-    int n = nhooks;
-    co__unlock(&init_lock);
+     * default pool's busy workers are coroutines, counted here). The holds
+     * the hooks give back (the default pool's) do not count. */
+    if (!quiet_after_grace()) return CO_EBUSY;
+    int n = hooks_count();
+    if (__atomic_load_n(&rt_holds, __ATOMIC_SEQ_CST) != hooks_holds(n)) return CO_EBUSY;
     for (int i = 0; i < n; i++)
-        if (shutdown_hooks[i]() != 0) return CO_EBUSY; /* a task came in meanwhile: left working */
+        if (hooks[i]->shutdown && hooks[i]->shutdown() != 0)
+            return CO_EBUSY; /* a task came in meanwhile: left working */
     /* The same grace for what the hooks waited for: the default pool's
      * last workers are done with their tasks but may still be exiting (and
      * a plain thread's pool task, counted only once an M takes it from the

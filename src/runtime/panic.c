@@ -24,7 +24,6 @@
  * and aborts, like an unrecovered Go panic.
  */
 #include "runtime/runtime.h"
-#include "pool/pool_impl.h"
 
 #include <setjmp.h>
 #include <stdio.h>
@@ -32,7 +31,7 @@
 
 typedef struct co__rframe {
     struct co__rframe *prev;
-    const void *tag;  /* NULL for co_recover; the pool for a pool worker */
+    const void *tag;  /* NULL for co_recover; its owner's for co__recover_tagged */
     void *value;      /* written by co_panic before the jump */
     sigjmp_buf jb;
 } co__rframe_t;

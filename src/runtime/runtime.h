@@ -47,15 +47,24 @@ CO_HIDDEN int co__rt_hold(void);
 CO_HIDDEN void co__rt_unhold(void);
 CO_HIDDEN bool co__rt_hold_if_up(void);
 
-/* Hook run at the start of co_shutdown(), before live coroutines are counted
- * (the default pool releases its idle workers here). It returns 0, or
- * CO_EBUSY when what it owns is still in use (it then leaves it working),
- * and co_shutdown fails with that at once. At most 8 hooks. */
-CO_HIDDEN void co__at_shutdown(int (*fn)(void));
-/* 1 while the default pool exists (it holds the runtime, and co_shutdown's
- * first look does not count that hold: its hook destroys it), else 0. */
-CO_HIDDEN int co__default_pool_holds(void);
-CO_HIDDEN void co__default_pool_forget(void); /* co__test_reset_after_fork */
+/* A shutdown hook: what a layer above that keeps the runtime in use by
+ * itself (the default pool) registers, once, with co__at_shutdown. Any
+ * function may be NULL.
+ *  shutdown  run at the start of co_shutdown(), before live coroutines are
+ *            counted: gives back what the layer owns and returns 0, or
+ *            CO_EBUSY when that is still in use (left working), and
+ *            co_shutdown fails with that at once;
+ *  holds     how many holds on the runtime (co__rt_hold) its shutdown
+ *            gives back: co_shutdown's first look does not count them;
+ *  forget    in a forked child (co__test_reset_after_fork): forget what
+ *            the parent's runtime left, which the child does not own.
+ * At most 8 hooks; registering one twice is a no-op. */
+typedef struct co__rt_hook {
+    int (*shutdown)(void);
+    int (*holds)(void);
+    void (*forget)(void);
+} co__rt_hook_t;
+CO_HIDDEN void co__at_shutdown(const co__rt_hook_t *h);
 
 /* ---- coroutines --------------------------------------------------------- */
 struct co_g;
@@ -65,6 +74,14 @@ CO_HIDDEN const char *co__g_name(const struct co_g *g); /* never NULL ("" if unn
 /* Per-coroutine slot for the panic/recover chain (per-thread on a plain
  * thread). Owned by panic.c. */
 CO_HIDDEN void **co__panic_slot(void);
+/* co_recover with a tag stored in its frame (panic.c), so that code can
+ * tell whether it runs inside a frame of its own: a pool's workers run
+ * their tasks under a frame tagged with the pool (a submit from one of
+ * them to its full pool is CO_EDEADLK), co_blocking its fn under its own.
+ * Returns 0 if fn returned, 1 if it panicked (*value = the panic value). */
+CO_HIDDEN int co__recover_tagged(void (*fn)(void *), void *arg, void **value, const void *tag);
+/* True if the calling coroutine (or thread) runs inside a frame tagged `tag`. */
+CO_HIDDEN bool co__recover_has_tag(const void *tag);
 /* Spawn with an explicit stack size (0 = default); same as co_go_with. */
 CO_HIDDEN int co__spawn(void (*fn)(void *), void *arg, size_t stack_size, const char *name);
 /* Spawn back-pressure (sched.c): from a coroutine whose P has a full run
@@ -74,14 +91,12 @@ CO_HIDDEN void co__spawn_backpressure(void);
  * link: the global queue's list when it has no memory for its arrays, or
  * the injection stack's (globq.c; a tagged entry there, set by the pusher
  * and then owned by the M that takes the stack). */
-struct co__pw;
 typedef struct co__token {
     void (*fn)(void *);
     union {
         struct co__token *link; /* the scheduler's, while the token is queued */
-        struct co__pw *pw_next; /* a pool record's list link (pool_impl.h), used only
-                                 * while its token is not queued (idle, on the chute,
-                                 * spare or being freed) */
+        void *owner_link;       /* its owner's, while the token is not queued (a
+                                 * pool record's list link: pool_impl.h) */
     };
     uint64_t fpenv; /* the spawner's FP control words, for the G made from it */
 } co__token_t;

@@ -18,7 +18,6 @@
  * It sleeps 20 us, doubling after 50 idle rounds up to 10 ms, on a futex so
  * co_blocking and co_shutdown can kick it awake.
  */
-#include "pool/pool_impl.h"
 #include "runtime/proc.h"
 #include "runtime/yslot.h"
 
@@ -291,7 +290,7 @@ static void blocking_exit(void) {
     co__park_current(post_requeue, NULL, CO__WR_NONE);
 }
 
-/* The tag of co_blocking's own recover frames (pool_impl.h). */
+/* The tag of co_blocking's own recover frames (co__recover_tagged). */
 static const char blocking_tag;
 
 int co_blocking(void (*fn)(void *arg), void *arg) {
