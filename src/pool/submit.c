@@ -1,0 +1,245 @@
+/*
+ * Submitting (submit_impl, under the lock): closed -> CO_ECLOSED; an idle
+ * record -> activate it; room (cap < 0 or running < cap) -> a new record;
+ * full -> CO_EOVERLOAD if nonblocking or max_blocking submitters already
+ * wait; CO_EDEADLK if the caller is a task of this very pool (it would wait
+ * for itself); CO_ETIMEDOUT if the deadline is past; else queue on submitq
+ * and park. The waiter leaves the queue with result 0 (a worker took its
+ * task), CO_ECLOSED (release), or RETRY (tune grew the pool, a spawn
+ * failed or a panicked worker retired, freeing a slot: go round again).
+ *
+ * An activated record goes on the run queue as a token (co__spawn_token;
+ * co__spawn for a non-default stack size): a coroutine is made for it only
+ * if it has to run on its own, and a worker that finishes first takes it
+ * over (worker.c).
+ */
+#include "pool/pool_locked.h"
+#include "arch/ctx.h" /* co__cycles */
+
+#include <string.h>
+
+/* Start a coroutine for an activated record (lock not held). On failure the
+ * activation is undone and the task will not run. */
+static int launch(co_pool_t *p, co__pw_t *w) {
+    /* At the default stack size the record goes on the run queue as a
+     * token: a finishing worker takes it over with no G at all, and a G is
+     * made only if it has to run on its own. */
+    if (p->opts.stack_size == 0) {
+        co__spawn_token(&w->token);
+        return 0;
+    }
+    /* Unnamed (a name is a strncpy per spawn); the panic report says what
+     * it is. */
+    int rc = co__spawn(co__pool_worker_main, w, p->opts.stack_size, NULL);
+    if (CO_LIKELY(rc == 0)) {
+        co__spawn_backpressure(); /* as co__spawn_token does */
+        return 0;
+    }
+    wakelist_t wl = {NULL};
+    co__pw_t *tofree = NULL;
+    plock(p);
+    p->submitted--;
+    rejected_inc(p);
+    st32(&p->running, p->running - 1);
+    busy_dec_locked(p, w->gen, &wl);
+    rec_put_locked(p, w, &tofree);
+    /* The slot we held may be what a blocked submitter waits for. */
+    if (p->state == CO__POOL_OPEN && has_room_locked(p)) retry_submitters_locked(p, 1, &wl);
+    punlock(p);
+    wl_wake(&wl);
+    rec_free_list(tofree);
+    return rc;
+}
+
+#ifndef THREAD_FULL_SPIN_TICKS
+#define THREAD_FULL_SPIN_TICKS ((uint64_t)4 * CO__CYCLES_SHORT)
+#endif
+/* The rest of a submit that found no idle record at once, or a closed pool
+ * (called with the lock held; releases it). */
+static __attribute__((noinline)) int submit_slow(co_pool_t *p, void (*fn)(void *), void *arg,
+                                                 int64_t deadline) {
+    co__pw_t *fresh = NULL, *w, *tofree = NULL;
+    wakelist_t wl = {NULL};
+    bool raised = false;  /* waiters raised and the chute drained since the lock was taken */
+    bool spun = false;    /* a plain thread watched the chute before parking */
+    int64_t ticket = -1;  /* its place in submitq (sub_ticket), kept across RETRY */
+    int rc;
+    for (;;) {
+        if (p->state != CO__POOL_OPEN) {
+            rc = CO_ECLOSED;
+            break;
+        }
+        if (co__wq_empty(&p->idle)) co__pool_drain_chute_locked(p, &wl, &tofree);
+        if ((w = co__wq_detach(&p->idle))) goto activate;
+        if (has_room_locked(p)) {
+            if (!(w = fresh ? fresh : rec_get_locked(p))) {
+                punlock(p); /* no malloc under the lock */
+                raised = false;
+                /* One cache line each: a record crosses Ms twice per task
+                 * (its submitter's and its worker's), and one line is one
+                 * miss per crossing. */
+                if (posix_memalign((void **)&fresh, CO__CACHELINE, sizeof *fresh) != 0)
+                    fresh = NULL;
+                else
+                    memset(fresh, 0, sizeof *fresh);
+                if (!fresh) {
+                    rejected_inc(p);
+                    wl_wake(&wl);
+                    rec_free_list(tofree);
+                    return CO_ENOMEM;
+                }
+                fresh->pool = p;
+                fresh->token.fn = co__pool_worker_main;
+                plock(p);
+                continue;
+            }
+            if (w == fresh) fresh = NULL;
+            st32(&p->running, p->running + 1);
+            goto activate;
+        }
+        /* Full. A submitter that already waited (ticket) and was sent round
+         * again keeps its admission: newcomers that filled max_blocking
+         * meanwhile do not turn it away. */
+        if (p->opts.nonblocking ||
+            (p->opts.max_blocking > 0 && ticket < 0 && p->waiting >= p->opts.max_blocking)) {
+            rc = CO_EOVERLOAD;
+            break;
+        }
+        if (co__recover_has_tag(p)) { /* a task of this pool waiting for itself */
+            rc = CO_EDEADLK;
+            break;
+        }
+        if (deadline != CO_FOREVER && deadline <= co_now()) {
+            rc = CO_ETIMEDOUT;
+            break;
+        }
+        /* Full: park at once. The first worker to finish hands its slot
+         * straight to us (its coroutine runs our task: no spawn). No yield
+         * first to let queued workers run: they take over the unstarted
+         * ones queued behind them, so a yield would only delay the park. */
+        if (!raised && !spun && !co__cur_g()) {
+            /* A plain thread would sleep on a futex, and its waker pay a
+             * wake: with tasks that end within microseconds, watch the
+             * chute for a moment (a few microseconds) first, without the
+             * lock. A coroutine parks without the kernel. */
+            spun = true;
+            punlock(p);
+            wl_wake(&wl);
+            uint64_t t0 = co__cycles();
+            while (!__atomic_load_n(&p->chute, __ATOMIC_RELAXED) &&
+                   co__cycles() - t0 < THREAD_FULL_SPIN_TICKS)
+                for (int i = 0; i < 16; i++) co__cpu_relax();
+            plock(p);
+            continue;
+        }
+        if (!raised) {
+            /* About to wait: from now on finishing workers take the lock
+             * (see "The chute"); drain what they left before, and look
+             * again. */
+            waiters_raise_locked(p);
+            raised = true;
+            co__pool_drain_chute_locked(p, &wl, &tofree);
+            continue;
+        }
+        co__parker_t pk;
+        co__parker_init(&pk, CO__WR_POOL);
+        task_t t = {fn, arg};
+        co__waiter_t wt;
+        memset(&wt, 0, sizeof wt);
+        wt.pk = &pk;
+        wt.data = &t;
+        /* First come, first served: a submitter that went round again
+         * after RETRY and found the pool full again (a newcomer took the
+         * slot meanwhile) goes back to its place by its first ticket, not
+         * to the tail. */
+        if (ticket < 0) {
+            wt.n = ticket = p->sub_ticket++;
+            co__waitq_push(&p->submitq, &wt);
+        } else {
+            wt.n = ticket;
+            co__waitq_insert_by_n(&p->submitq, &wt);
+        }
+        st32(&p->waiting, p->waiting + 1);
+        p->sub_parked++;
+        wl_wake(&wl); /* before parking: nobody would wake them after */
+        rc = ppark(p, &pk, deadline);
+        raised = false;
+        if (rc == CO_ETIMEDOUT) {
+            plock(p);
+            if (wt.q) { /* still queued: nobody popped us */
+                co__waitq_remove(&wt);
+                st32(&p->waiting, p->waiting - 1);
+            }
+            p->sub_parked--;
+            break;
+        }
+        if (wt.result == RETRY) { /* the waker left sub_parked to us */
+            plock(p);
+            p->sub_parked--;
+            continue;
+        }
+        /* 0: a worker took the task; CO_ECLOSED: release (counted as a
+         * rejection by it). Our waker accounted for us, so *p may already
+         * be gone (destroy): do not touch it again. */
+        rec_free_list(fresh);
+        rec_free_list(tofree);
+        return wt.result;
+    }
+    rejected_inc(p);
+    if (fresh) rec_put_locked(p, fresh, &tofree);
+    punlock(p);
+    wl_wake(&wl);
+    rec_free_list(tofree);
+    return rc;
+activate:
+    activate_locked(p, w, fn, arg);
+    if (fresh) rec_put_locked(p, fresh, &tofree);
+    punlock(p);
+    wl_wake(&wl);
+    rec_free_list(tofree);
+    return launch(p, w);
+}
+
+/* A submit. The common case, an open pool with an idle record at hand, is
+ * handled here, inline, without the general path's frame and bookkeeping:
+ * it changes no wait queue, so the unlock skips recomputing `waiters`, and
+ * at the default stack size the launch cannot fail. */
+static inline int submit_impl(co_pool_t *p, void (*fn)(void *), void *arg, int64_t deadline) {
+    plock(p);
+    co__pw_t *w;
+    if (CO_UNLIKELY(p->state != CO__POOL_OPEN) || CO_UNLIKELY(p->opts.stack_size != 0) ||
+        !(w = co__wq_detach(&p->idle)))
+        return submit_slow(p, fn, arg, deadline);
+    /* The next submit's record was likely last written by its worker on
+     * another CPU: start fetching it now, for writing. */
+    __builtin_prefetch(co__wq_peek(&p->idle), 1);
+    activate_locked(p, w, fn, arg);
+    co__punlock(&p->lock); /* no queue changed: `waiters` stands */
+    co__spawn_token(&w->token);
+    return 0;
+}
+
+int co_pool_submit_until(co_pool_t *p, void (*fn)(void *arg), void *arg, int64_t deadline) {
+    if (!p) return CO_EINVAL;
+    if (!fn || p->fn) {
+        rejected_inc(p);
+        return CO_EINVAL;
+    }
+    return submit_impl(p, fn, arg, deadline);
+}
+
+int co_pool_submit(co_pool_t *p, void (*fn)(void *arg), void *arg) {
+    return co_pool_submit_until(p, fn, arg, CO_FOREVER);
+}
+
+int co__pool_invoke_until(co_pool_t *p, void *arg, int64_t deadline) {
+    if (!p) return CO_EINVAL;
+    if (!p->fn) {
+        rejected_inc(p);
+        return CO_EINVAL;
+    }
+    return submit_impl(p, NULL, arg, deadline);
+}
+
+int co_pool_invoke(co_pool_t *p, void *arg) { return co__pool_invoke_until(p, arg, CO_FOREVER); }
+
