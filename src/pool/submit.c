@@ -54,150 +54,198 @@ static int launch(co_pool_t *p, co__pw_t *w) {
 #ifndef THREAD_FULL_SPIN_TICKS
 #define THREAD_FULL_SPIN_TICKS ((uint64_t)4 * CO__CYCLES_SHORT)
 #endif
+
+/* A submit that found no idle record at once, or a closed pool, as it goes
+ * round submit_slow's loop (the lock held at the top of each round). */
+typedef struct submit {
+    co_pool_t *p;
+    task_t task;
+    int64_t deadline;
+    int64_t ticket;     /* its place in submitq (sub_ticket), kept across RETRY; -1 before */
+    co__pw_t *fresh;    /* a record it allocated and has not used yet */
+    co__pw_t *tofree;
+    wakelist_t wl;
+    bool raised;        /* waiters raised and the chute drained since the lock was taken */
+    bool spun;          /* a plain thread watched the chute before parking */
+} submit_t;
+
+/* Lock held; released. The submit fails with rc, counted as a rejection. */
+static int submit_refuse(submit_t *s, int rc) {
+    co_pool_t *p = s->p;
+    rejected_inc(p);
+    if (s->fresh) rec_put_locked(p, s->fresh, &s->tofree);
+    punlock(p);
+    wl_wake(&s->wl);
+    rec_free_list(s->tofree);
+    return rc;
+}
+
+/* Lock held; released. The task goes to w, an idle or new record. */
+static int submit_start(submit_t *s, co__pw_t *w) {
+    co_pool_t *p = s->p;
+    activate_locked(p, w, s->task.fn, s->task.arg);
+    if (s->fresh) rec_put_locked(p, s->fresh, &s->tofree);
+    punlock(p);
+    wl_wake(&s->wl);
+    rec_free_list(s->tofree);
+    return launch(p, w);
+}
+
+/* Lock held, the pool with room. A record for a new worker: the one this
+ * submit allocated, or a spare; NULL if there is neither. */
+static co__pw_t *new_record_locked(submit_t *s) {
+    co_pool_t *p = s->p;
+    co__pw_t *w = s->fresh ? s->fresh : rec_get_locked(p);
+    if (!w) return NULL;
+    if (w == s->fresh) s->fresh = NULL;
+    st32(&p->running, p->running + 1);
+    return w;
+}
+
+/* Lock held; released, since there is no malloc under the lock. Allocate
+ * s->fresh and take the lock again: 0. Out of memory: CO_ENOMEM, the lock
+ * not held and the submit over (counted as a rejection). */
+static int fresh_alloc(submit_t *s) {
+    co_pool_t *p = s->p;
+    punlock(p);
+    s->raised = false;
+    /* One cache line each: a record crosses Ms twice per task (its
+     * submitter's and its worker's), and one line is one miss per
+     * crossing. */
+    co__pw_t *w = NULL;
+    if (posix_memalign((void **)&w, CO__CACHELINE, sizeof *w) != 0) {
+        rejected_inc(p);
+        wl_wake(&s->wl);
+        rec_free_list(s->tofree);
+        return CO_ENOMEM;
+    }
+    memset(w, 0, sizeof *w);
+    w->pool = p;
+    w->token.fn = co__pool_worker_main;
+    s->fresh = w;
+    plock(p);
+    return 0;
+}
+
+/* Lock held, the pool full. Whether the submit may wait: 0, or the error
+ * it fails with instead. */
+static int full_verdict_locked(const submit_t *s) {
+    co_pool_t *p = s->p;
+    /* A submitter that already waited (ticket) and was sent round again
+     * keeps its admission: newcomers that filled max_blocking meanwhile do
+     * not turn it away. */
+    if (p->opts.nonblocking ||
+        (p->opts.max_blocking > 0 && s->ticket < 0 && p->waiting >= p->opts.max_blocking))
+        return CO_EOVERLOAD;
+    if (co__recover_has_tag(p)) return CO_EDEADLK; /* a task of this pool waiting for itself */
+    if (s->deadline != CO_FOREVER && s->deadline <= co_now()) return CO_ETIMEDOUT;
+    return 0;
+}
+
+/* Lock held; released, then taken again. A plain thread would sleep on a
+ * futex, and its waker pay a wake: with tasks that end within
+ * microseconds, watch the chute for a moment (a few microseconds) first,
+ * without the lock. A coroutine parks without the kernel. */
+static void watch_chute(submit_t *s) {
+    co_pool_t *p = s->p;
+    s->spun = true;
+    punlock(p);
+    wl_wake(&s->wl);
+    uint64_t t0 = co__cycles();
+    while (!__atomic_load_n(&p->chute, __ATOMIC_RELAXED) &&
+           co__cycles() - t0 < THREAD_FULL_SPIN_TICKS)
+        for (int i = 0; i < 16; i++) co__cpu_relax();
+    plock(p);
+}
+
+/* Lock held. Queue on submitq and park until a worker takes the task, a
+ * release refuses it, the deadline passes or a slot frees. Returns RETRY
+ * with the lock held (go round again); otherwise the submit's result, the
+ * lock not held. */
+static int submit_wait(submit_t *s) {
+    co_pool_t *p = s->p;
+    co__parker_t pk;
+    co__parker_init(&pk, CO__WR_POOL);
+    co__waiter_t wt;
+    memset(&wt, 0, sizeof wt);
+    wt.pk = &pk;
+    wt.data = &s->task;
+    /* First come, first served: a submitter that went round again after
+     * RETRY and found the pool full again (a newcomer took the slot
+     * meanwhile) goes back to its place by its first ticket, not to the
+     * tail. */
+    if (s->ticket < 0) {
+        wt.n = s->ticket = p->sub_ticket++;
+        co__waitq_push(&p->submitq, &wt);
+    } else {
+        wt.n = s->ticket;
+        co__waitq_insert_by_n(&p->submitq, &wt);
+    }
+    st32(&p->waiting, p->waiting + 1);
+    p->sub_parked++;
+    wl_wake(&s->wl); /* before parking: nobody would wake them after */
+    int rc = ppark(p, &pk, s->deadline);
+    s->raised = false;
+    if (rc == CO_ETIMEDOUT) {
+        plock(p);
+        if (wt.q) { /* still queued: nobody popped us */
+            co__waitq_remove(&wt);
+            st32(&p->waiting, p->waiting - 1);
+        }
+        p->sub_parked--;
+        return submit_refuse(s, CO_ETIMEDOUT);
+    }
+    if (wt.result == RETRY) { /* the waker left sub_parked to us */
+        plock(p);
+        p->sub_parked--;
+        return RETRY;
+    }
+    /* 0: a worker took the task; CO_ECLOSED: release (counted as a
+     * rejection by it). Our waker accounted for us, so *p may already be
+     * gone (destroy): do not touch it again. */
+    rec_free_list(s->fresh);
+    rec_free_list(s->tofree);
+    return wt.result;
+}
+
 /* The rest of a submit that found no idle record at once, or a closed pool
  * (called with the lock held; releases it). */
 static __attribute__((noinline)) int submit_slow(co_pool_t *p, void (*fn)(void *), void *arg,
                                                  int64_t deadline) {
-    co__pw_t *fresh = NULL, *w, *tofree = NULL;
-    wakelist_t wl = {NULL};
-    bool raised = false;  /* waiters raised and the chute drained since the lock was taken */
-    bool spun = false;    /* a plain thread watched the chute before parking */
-    int64_t ticket = -1;  /* its place in submitq (sub_ticket), kept across RETRY */
-    int rc;
+    submit_t s = {.p = p, .task = {fn, arg}, .deadline = deadline, .ticket = -1};
     for (;;) {
-        if (p->state != CO__POOL_OPEN) {
-            rc = CO_ECLOSED;
-            break;
-        }
-        if (co__wq_empty(&p->idle)) co__pool_drain_chute_locked(p, &wl, &tofree);
-        if ((w = co__wq_detach(&p->idle))) goto activate;
+        if (p->state != CO__POOL_OPEN) return submit_refuse(&s, CO_ECLOSED);
+        if (co__wq_empty(&p->idle)) co__pool_drain_chute_locked(p, &s.wl, &s.tofree);
+        co__pw_t *w = co__wq_detach(&p->idle);
+        if (w) return submit_start(&s, w);
         if (has_room_locked(p)) {
-            if (!(w = fresh ? fresh : rec_get_locked(p))) {
-                punlock(p); /* no malloc under the lock */
-                raised = false;
-                /* One cache line each: a record crosses Ms twice per task
-                 * (its submitter's and its worker's), and one line is one
-                 * miss per crossing. */
-                if (posix_memalign((void **)&fresh, CO__CACHELINE, sizeof *fresh) != 0)
-                    fresh = NULL;
-                else
-                    memset(fresh, 0, sizeof *fresh);
-                if (!fresh) {
-                    rejected_inc(p);
-                    wl_wake(&wl);
-                    rec_free_list(tofree);
-                    return CO_ENOMEM;
-                }
-                fresh->pool = p;
-                fresh->token.fn = co__pool_worker_main;
-                plock(p);
-                continue;
-            }
-            if (w == fresh) fresh = NULL;
-            st32(&p->running, p->running + 1);
-            goto activate;
+            if ((w = new_record_locked(&s))) return submit_start(&s, w);
+            int rc = fresh_alloc(&s);
+            if (rc < 0) return rc;
+            continue; /* the lock was dropped meanwhile: look again */
         }
-        /* Full. A submitter that already waited (ticket) and was sent round
-         * again keeps its admission: newcomers that filled max_blocking
-         * meanwhile do not turn it away. */
-        if (p->opts.nonblocking ||
-            (p->opts.max_blocking > 0 && ticket < 0 && p->waiting >= p->opts.max_blocking)) {
-            rc = CO_EOVERLOAD;
-            break;
-        }
-        if (co__recover_has_tag(p)) { /* a task of this pool waiting for itself */
-            rc = CO_EDEADLK;
-            break;
-        }
-        if (deadline != CO_FOREVER && deadline <= co_now()) {
-            rc = CO_ETIMEDOUT;
-            break;
-        }
+        int rc = full_verdict_locked(&s);
+        if (rc < 0) return submit_refuse(&s, rc);
         /* Full: park at once. The first worker to finish hands its slot
          * straight to us (its coroutine runs our task: no spawn). No yield
          * first to let queued workers run: they take over the unstarted
          * ones queued behind them, so a yield would only delay the park. */
-        if (!raised && !spun && !co__cur_g()) {
-            /* A plain thread would sleep on a futex, and its waker pay a
-             * wake: with tasks that end within microseconds, watch the
-             * chute for a moment (a few microseconds) first, without the
-             * lock. A coroutine parks without the kernel. */
-            spun = true;
-            punlock(p);
-            wl_wake(&wl);
-            uint64_t t0 = co__cycles();
-            while (!__atomic_load_n(&p->chute, __ATOMIC_RELAXED) &&
-                   co__cycles() - t0 < THREAD_FULL_SPIN_TICKS)
-                for (int i = 0; i < 16; i++) co__cpu_relax();
-            plock(p);
+        if (!s.raised && !s.spun && !co__cur_g()) {
+            watch_chute(&s);
             continue;
         }
-        if (!raised) {
+        if (!s.raised) {
             /* About to wait: from now on finishing workers take the lock
-             * (see "The chute"); drain what they left before, and look
-             * again. */
+             * (see "The chute", worker.c); drain what they left before,
+             * and look again. */
             waiters_raise_locked(p);
-            raised = true;
-            co__pool_drain_chute_locked(p, &wl, &tofree);
+            s.raised = true;
+            co__pool_drain_chute_locked(p, &s.wl, &s.tofree);
             continue;
         }
-        co__parker_t pk;
-        co__parker_init(&pk, CO__WR_POOL);
-        task_t t = {fn, arg};
-        co__waiter_t wt;
-        memset(&wt, 0, sizeof wt);
-        wt.pk = &pk;
-        wt.data = &t;
-        /* First come, first served: a submitter that went round again
-         * after RETRY and found the pool full again (a newcomer took the
-         * slot meanwhile) goes back to its place by its first ticket, not
-         * to the tail. */
-        if (ticket < 0) {
-            wt.n = ticket = p->sub_ticket++;
-            co__waitq_push(&p->submitq, &wt);
-        } else {
-            wt.n = ticket;
-            co__waitq_insert_by_n(&p->submitq, &wt);
-        }
-        st32(&p->waiting, p->waiting + 1);
-        p->sub_parked++;
-        wl_wake(&wl); /* before parking: nobody would wake them after */
-        rc = ppark(p, &pk, deadline);
-        raised = false;
-        if (rc == CO_ETIMEDOUT) {
-            plock(p);
-            if (wt.q) { /* still queued: nobody popped us */
-                co__waitq_remove(&wt);
-                st32(&p->waiting, p->waiting - 1);
-            }
-            p->sub_parked--;
-            break;
-        }
-        if (wt.result == RETRY) { /* the waker left sub_parked to us */
-            plock(p);
-            p->sub_parked--;
-            continue;
-        }
-        /* 0: a worker took the task; CO_ECLOSED: release (counted as a
-         * rejection by it). Our waker accounted for us, so *p may already
-         * be gone (destroy): do not touch it again. */
-        rec_free_list(fresh);
-        rec_free_list(tofree);
-        return wt.result;
+        rc = submit_wait(&s);
+        if (rc != RETRY) return rc;
     }
-    rejected_inc(p);
-    if (fresh) rec_put_locked(p, fresh, &tofree);
-    punlock(p);
-    wl_wake(&wl);
-    rec_free_list(tofree);
-    return rc;
-activate:
-    activate_locked(p, w, fn, arg);
-    if (fresh) rec_put_locked(p, fresh, &tofree);
-    punlock(p);
-    wl_wake(&wl);
-    rec_free_list(tofree);
-    return launch(p, w);
 }
 
 /* A submit. The common case, an open pool with an idle record at hand, is
