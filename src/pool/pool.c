@@ -199,19 +199,11 @@ int co__pool_drain_until(co_pool_t *p, int64_t deadline) {
         return rc == 1 ? 0 : rc;
     }
     wl_wake(&wl);
-    co__parker_t pk;
-    co__parker_init(&pk, CO__WR_POOL);
-    co__waiter_t wt;
-    memset(&wt, 0, sizeof wt);
-    wt.pk = &pk;
-    wt.n = self;
-    co__waitq_push(&p->drainq, &wt);
-    rc = ppark(p, &pk, deadline);
-    if (rc == CO_ETIMEDOUT) {
-        plock(p);
-        co__waitq_remove(&wt);
-        punlock(p);
-    }
+    co__pkw_t pw;
+    co__wait_prepare(&pw, CO__WR_POOL);
+    pw.w.n = self;
+    co__waitq_push(&p->drainq, &pw.w);
+    rc = pwait(p, &pw.w, deadline, 0);
     rec_free_list(tofree);
     return rc;
 }
@@ -256,24 +248,16 @@ int co_pool_wait_idle(co_pool_t *p, int64_t deadline) {
     }
     wl_wake(&wl);
     rec_free_list(tofree);
-    co__parker_t pk;
-    co__parker_init(&pk, CO__WR_POOL);
-    co__waiter_t wt;
-    memset(&wt, 0, sizeof wt);
-    wt.pk = &pk;
-    co__waitq_push(&p->idleq, &wt);
-    rc = ppark(p, &pk, deadline);
-    if (rc == CO_ETIMEDOUT) {
-        plock(p);
-        co__waitq_remove(&wt);
-        punlock(p);
-    }
-    return rc;
+    co__pkw_t pw;
+    co__wait_prepare(&pw, CO__WR_POOL);
+    co__waitq_push(&p->idleq, &pw.w);
+    return pwait(p, &pw.w, deadline, 0);
 }
 
 void co_pool_destroy(co_pool_t *p) {
     if (!p) return;
-    if (co__recover_has_tag(p)) co__fatal("co_pool_destroy(%p) called from one of its own tasks", (void *)p);
+    if (co__recover_has_tag(p))
+        co__fatal("co_pool_destroy(%p) called from one of its own tasks", (void *)p);
     (void)co__pool_release_begin(p);
     (void)co__pool_drain_until(p, CO_FOREVER);
     /* Submitters that timed out while being released still re-lock the

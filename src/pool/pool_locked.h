@@ -55,6 +55,20 @@ static inline void punlock_cb(void *l) { punlock(CO_CONTAINER_OF(l, co_pool_t, l
 static inline int ppark(co_pool_t *p, co__parker_t *pk, int64_t deadline) {
     return co__park(pk, deadline, punlock_cb, &p->lock);
 }
+/* co__wait (runtime.h) on the pool's lock, with the same contract: w, set
+ * up by co__wait_prepare and linked on one of the pool's queues, the lock
+ * held. Not co__wait itself: the pool's lock is a type of its own, whose
+ * contended path yields a coroutine's P, and releasing it recomputes the
+ * waiters flag and the gate (punlock), which co__unlock would skip. */
+static inline int pwait(co_pool_t *p, co__waiter_t *w, int64_t deadline, int flags) {
+    if (ppark(p, w->pk, deadline) == 0) return 0;
+    plock(p);
+    if (!(flags & CO__WAIT_KEEP_LOCK)) {
+        co__waitq_remove(w); /* no-op if a waker already unlinked it */
+        punlock(p);
+    }
+    return CO_ETIMEDOUT;
+}
 
 /* Relaxed atomic store/load of the [L, atomic] fields. */
 static inline void st32(int32_t *x, int32_t v) { __atomic_store_n(x, v, __ATOMIC_RELAXED); }

@@ -164,38 +164,35 @@ static void watch_chute(submit_t *s) {
  * lock not held. */
 static int submit_wait(submit_t *s) {
     co_pool_t *p = s->p;
-    co__parker_t pk;
-    co__parker_init(&pk, CO__WR_POOL);
-    co__waiter_t wt;
-    memset(&wt, 0, sizeof wt);
-    wt.pk = &pk;
-    wt.data = &s->task;
+    co__pkw_t pw;
+    co__wait_prepare(&pw, CO__WR_POOL);
+    co__waiter_t *wt = &pw.w;
+    wt->data = &s->task;
     /* First come, first served: a submitter that went round again after
      * RETRY and found the pool full again (a newcomer took the slot
      * meanwhile) goes back to its place by its first ticket, not to the
      * tail. */
     if (s->ticket < 0) {
-        wt.n = s->ticket = p->sub_ticket++;
-        co__waitq_push(&p->submitq, &wt);
+        wt->n = s->ticket = p->sub_ticket++;
+        co__waitq_push(&p->submitq, wt);
     } else {
-        wt.n = s->ticket;
-        co__waitq_insert_by_n(&p->submitq, &wt);
+        wt->n = s->ticket;
+        co__waitq_insert_by_n(&p->submitq, wt);
     }
     st32(&p->waiting, p->waiting + 1);
     p->sub_parked++;
     wl_wake(&s->wl); /* before parking: nobody would wake them after */
-    int rc = ppark(p, &pk, s->deadline);
+    int rc = pwait(p, wt, s->deadline, CO__WAIT_KEEP_LOCK);
     s->raised = false;
-    if (rc == CO_ETIMEDOUT) {
-        plock(p);
-        if (wt.q) { /* still queued: nobody popped us */
-            co__waitq_remove(&wt);
+    if (rc == CO_ETIMEDOUT) { /* the lock held */
+        if (wt->q) { /* still queued: nobody popped us */
+            co__waitq_remove(wt);
             st32(&p->waiting, p->waiting - 1);
         }
         p->sub_parked--;
         return submit_refuse(s, CO_ETIMEDOUT);
     }
-    if (wt.result == RETRY) { /* the waker left sub_parked to us */
+    if (wt->result == RETRY) { /* the waker left sub_parked to us */
         plock(p);
         p->sub_parked--;
         return RETRY;
@@ -205,7 +202,7 @@ static int submit_wait(submit_t *s) {
      * gone (destroy): do not touch it again. */
     rec_free_list(s->fresh);
     rec_free_list(s->tofree);
-    return wt.result;
+    return wt->result;
 }
 
 /* The rest of a submit that found no idle record at once, or a closed pool
