@@ -53,7 +53,8 @@ _Static_assert(sizeof(co__pw_tok_t) == sizeof(co__token_t) &&
                    offsetof(co__pw_tok_t, fpenv) == offsetof(co__token_t, fpenv),
                "the pool's view of a token is the token");
 #if UINTPTR_MAX == UINT64_MAX
-_Static_assert(sizeof(co__pw_t) == 64, "a worker record is one cache line (pool.c allocates it aligned)");
+_Static_assert(sizeof(co__pw_t) == 64,
+               "a worker record is one cache line (submit.c allocates it aligned)");
 #endif
 
 /* ---- idle-worker queue --------------------------------------------------
@@ -155,7 +156,7 @@ static inline int co__wq_search(const co__wq_t *q, int64_t cutoff) {
 }
 
 /* Remove the k oldest entries (0 <= k <= len) and return them linked
- * through `next`, oldest first. */
+ * through tok.pw_next, oldest first. */
 static inline co__pw_t *co__wq_take_oldest(co__wq_t *q, int k) {
     if (k <= 0) return NULL;
     co__pw_t *head = NULL, **tail = &head;
@@ -176,14 +177,14 @@ static inline co__pw_t *co__wq_take_oldest(co__wq_t *q, int k) {
 }
 
 /* Remove every entry with last_used <= cutoff (the expired prefix) and
- * return them linked through `next`, oldest first; *n gets their number. */
+ * return them linked through tok.pw_next, oldest first; *n gets their number. */
 static inline co__pw_t *co__wq_refresh(co__wq_t *q, int64_t cutoff, int *n) {
     int k = co__wq_search(q, cutoff) + 1;
     *n = k;
     return co__wq_take_oldest(q, k);
 }
 
-/* Remove every entry (release); returns them linked through `next`. */
+/* Remove every entry (release); returns them linked through tok.pw_next. */
 static inline co__pw_t *co__wq_reset(co__wq_t *q, int *n) {
     return co__wq_refresh(q, INT64_MAX, n);
 }
@@ -196,8 +197,8 @@ static inline co__pw_t *co__wq_reset(co__wq_t *q, int *n) {
  * thread spins briefly and then sleeps on the futex (co__lock_slow).
  * Neither ants' spinlock (always yield:
  * a plain thread's sched_yield loses the core) nor co__lock_t (always sleep
- * the M: the whole P stalls) is best for both; bench/results/pool.md has
- * the numbers. Build with -DCOLONY_POOL_SPINLOCK (ants' co_spinlock_t) or
+ * the M: the whole P stalls) is best for both (bench/results/pool.md).
+ * Build with -DCOLONY_POOL_SPINLOCK (ants' co_spinlock_t) or
  * -DCOLONY_POOL_FUTEXLOCK (co__lock_t) to measure the alternatives on the
  * same pool code; bench/run_pool.sh does.
  * The pool never holds another lock when it takes this one, so yielding
@@ -222,9 +223,7 @@ static inline bool co__ptrylock(co__plock_t *l) { return co__trylock(l); }
 #define CO__PLOCK_NAME "yield"
 /* The runtime's lock (co__lock_t: lock.c) with its own contended path: a
  * coroutine yields its P instead of sleeping. Its unlock is co__unlock's
- * plain store: a plain thread's tiny tasks 112.1 -> 103.1 ns each, a
- * coroutine's 102.7 -> 89.5 (medians of 31 alternating runs, bench_pool
- * tiny) against the exchange it used before. */
+ * plain store, not an exchange: it runs twice per task. */
 typedef struct co__plock {
     co__lock_t l;
 } co__plock_t;
@@ -256,14 +255,15 @@ struct co_pool {
                            * adds it, cleared only by its callback */
     bool no_purge;        /* immutable: opts.disable_purge */
     uint64_t gate;        /* seq_cst, [L] to write: what the fields above say of the
-                           * chute, in one word (pool.c, gate_update_locked): gen << 1
-                           * while the chute is open to that generation, odd while shut.
-                           * Stored after every change of them, before the drain;
-                           * loaded by a finishing worker before and after its push */
+                           * chute, in one word (pool_locked.h, gate_update_locked):
+                           * gen << 1 while the chute is open to that generation, odd
+                           * while shut. Stored after every change of them, before the
+                           * drain; loaded by a finishing worker before and after its
+                           * push */
 
     /* The chute: workers whose task ended while nobody waits push their
      * record here with one CAS instead of taking the lock; the next lock
-     * holder drains it (pool.c, "The chute"). Pushed by CAS (seq_cst),
+     * holder drains it ("The chute", worker.c). Pushed by CAS (seq_cst),
      * emptied by an exchange (seq_cst) under the lock. */
     _Alignas(CO__CACHELINE) co__pw_t *chute;
     uint32_t inflight;    /* atomic: workers between their chute push and their last
@@ -298,7 +298,7 @@ struct co_pool {
     int64_t submitted, completed, panicked;
     int64_t rejected;     /* atomic relaxed */
 
-    co__timer_t purge;    /* the purge (pool.c); armed iff purge_armed */
+    co__timer_t purge;    /* the purge (purge.c); armed iff purge_armed */
 
     /* Immutable after creation. */
     void (*fn)(void *);   /* function pool: every task is fn(arg) */
