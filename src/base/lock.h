@@ -54,4 +54,77 @@ static inline void co__unlock(co__lock_t *l) {
 CO_HIDDEN int co__futex_wait(uint32_t *addr, uint32_t val, int64_t deadline); /* 0 / CO_ETIMEDOUT / -EAGAIN/-EINTR */
 CO_HIDDEN void co__futex_wake(uint32_t *addr, int n);
 
+/* ---- Lock order -----------------------------------------------------------
+ * Every internal lock, ranked as Go's runtime/lockrank.go ranks its own:
+ * rank 1 is taken first (outermost), the last ranks are leaves. A lock is
+ * taken only while holding locks listed in its "Under:" (each of a lower
+ * rank); locks of one rank nest only as its line says. Found by reading
+ * every lock call and its callees, and by recording the pairs the test
+ * suite takes (chaos runs too): no two locks are taken in both orders.
+ *
+ * Two paths nest locks with no call in sight:
+ *  - parking: a lock that co__park's unlock callback releases ([park]
+ *    below) is still held while the parking M picks the next G (co__park_m:
+ *    sched.lock for the global queue, gcache_lock for a first run's stack,
+ *    allg_lock and gcache_lock for a pool token's G) and, with a deadline,
+ *    adds the timer (post_park: timers_lock, then sched.lock to wake an M).
+ *  - readying: co__ready/co__unpark may take sched.lock (a full run queue
+ *    spills to the global queue; co__wakep starts an M).
+ * Timer callbacks run holding no lock, but co__timer_del waits for one that
+ * is running: a lock held across it ranks above every lock the callback
+ * takes.
+ *
+ *  1 shutdown_mu    lifecycle.c, a pthread mutex: one co_shutdown at a time
+ *                   (the shutdown hooks run under it). Under: nothing; plain
+ *                   threads only.
+ *  2 dflt_lock      default_pool.c: the default pool's making and its
+ *                   shutdown hook. Under: shutdown_mu.
+ *  3 init_lock      lifecycle.c: co__rt_state, co_init and co_shutdown's
+ *                   work, the hook table. Under: shutdown_mu, dflt_lock
+ *                   (co_pool_new's co__rt_hold, co__at_shutdown).
+ *  4 pool lock      co_pool_t.lock (pool_impl.h, co__plock_t): a pool's idle
+ *                   queue, records, waiter queues, counters. [park] Under:
+ *                   shutdown_mu, dflt_lock (plain threads; a coroutine that
+ *                   finds it taken yields, so it holds nothing then). A
+ *                   multipool's life (a co_mutex, which parks) is held above.
+ *  5 group lock     co_group_t.lock (group.c): counts, slot and wait queues.
+ *                   [park] Under: nothing.
+ *  6 ctx lock       co_ctx_t.lock (context.c): canceled, freed, child list.
+ *                   Under: group lock (task_done's co_ctx_cancel); its
+ *                   ancestors' ctx locks (cancel_tree: parent before child).
+ *  7 cond lock      cond_t.lock (sync.c): a co_cond's waiter queue. [park]
+ *                   Under: nothing.
+ *  8 sema lock      sema_t.lock (sync.c: in co_mutex, co_rwmutex, co_once):
+ *                   waiter queue, count increments. [park] Under: cond lock
+ *                   (co_cond_wait unlocks the mutex holding it).
+ *  9 sem lock       sem_t_.lock (sema.c): a co_sem's tokens and waiter
+ *                   queue. [park] Under: nothing.
+ * 10 wg lock        wg_impl_t.lock (park.c): a waitgroup's waiter queue.
+ *                   [park] Under: nothing.
+ * 11 chan lock      co_chan_t.lock (chan_impl.h): buffer, indices, waiter
+ *                   queues. [park] Under: ctx lock (a done channel closed
+ *                   in mark_canceled), group lock (through it); chan locks
+ *                   of lower addresses (co_select only: sorted, each once).
+ * 12 pd lock        co__pd_t.lock (netpoll.h): a descriptor's waiter queues,
+ *                   kind, is_sock. [park] Under: init_lock, shutdown_mu
+ *                   (co__netpoll_fini's co__pd_forget_all). The pd's write
+ *                   lock (pd->wlock, which parks) is held above it.
+ * 13 sched.lock     co_sched_t.lock (proc.h): idle P and M lists, allm, the
+ *                   global run queue, pretiring, pspare. Under: [park] locks;
+ *                   ctx, cond and group locks (they ready Gs); init_lock,
+ *                   shutdown_mu, dflt_lock (co__pin_wait).
+ * 14 timers_lock    co_p_t.timers_lock (proc.h), one per P: its timer heap,
+ *                   run, overflow list, timers_closed, timer0_when. Under:
+ *                   [park] locks that park with a deadline (chan, pd, wg,
+ *                   sem, cond, pool); pool lock (purge_arm_locked); group
+ *                   lock and dflt_lock (co__timer_del); init_lock,
+ *                   shutdown_mu; one other P's timers_lock: the P being
+ *                   emptied before its replacement (co__timers_move).
+ * 15 gcache_lock    co_sched_t.gcache_lock (proc.h): the global dead-G and
+ *                   stack caches, stackwait, tokwait. Under: [park] locks.
+ * 16 allg_lock      co_sched_t.allg_lock (proc.h): the all-G list. Under:
+ *                   [park] locks, init_lock, shutdown_mu.
+ * Ranks 13 to 16 take no lock while held (timers_lock only its one pair).
+ */
+
 #endif
