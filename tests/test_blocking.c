@@ -311,6 +311,80 @@ static void test_nested_blocking(void) {
     CHECK_EQ(__atomic_load_n(&nested_depth_seen, __ATOMIC_RELAXED), 3 * N);
 }
 
+/* ---- a co_blocking fn that parks -----------------------------------------
+ * Inside co_blocking's fn the coroutine holds no P: anything in fn that
+ * waits (a sleep, a channel, a waitgroup, a mutex, co_yield, a spawn) waits
+ * as a plain thread does, and co_blocking returns on a P as usual. The
+ * coroutines are spread over every P, with a partner that feeds the
+ * channel from another coroutine, many rounds. */
+struct parks_in_fn {
+    co_chan_t *ch;
+    co_mutex_t *mu;
+    int got;
+    int spawned; /* atomic */
+};
+static void pif_spawned(void *arg) {
+    struct parks_in_fn *a = arg;
+    __atomic_add_fetch(&a->spawned, 1, __ATOMIC_RELAXED);
+}
+static void pif_fn(void *arg) {
+    struct parks_in_fn *a = arg;
+    co_sleep(1 * MS);
+    co_yield();
+    int v = 0;
+    if (co_chan_recv(a->ch, &v, CO_FOREVER) == 0) a->got = v;
+    co_mutex_lock(a->mu);
+    co_mutex_unlock(a->mu);
+    co_waitgroup_t wg = CO_WAITGROUP_INIT;
+    co_waitgroup_add(&wg, 1);
+    co_go(pif_spawned, a); /* runs on some P; counted below */
+    co_sleep(100 * 1000);
+    co_waitgroup_done(&wg);
+    co_waitgroup_wait(&wg);
+}
+struct pif_pair {
+    struct parks_in_fn a;
+    co_waitgroup_t *done;
+    int id;
+};
+static void pif_caller(void *arg) {
+    struct pif_pair *p = arg;
+    CHECK_EQ(co_blocking(pif_fn, &p->a), 0);
+    CHECK_EQ(p->a.got, p->id + 1);
+    co_yield(); /* back on a P: a real yield */
+    co_waitgroup_done(p->done);
+}
+static void pif_feeder(void *arg) {
+    struct pif_pair *p = arg;
+    co_sleep(500 * 1000);
+    CHECK_EQ(co_chan_send(p->a.ch, &(int){p->id + 1}, CO_FOREVER), 0);
+    co_waitgroup_done(p->done);
+}
+static void test_blocking_fn_parks(void) {
+    enum { N = 16 };
+    int rounds = t_small() ? 3 : 20;
+    co_mutex_t mu = CO_MUTEX_INIT;
+    for (int r = 0; r < rounds; r++) {
+        struct pif_pair pairs[N];
+        co_waitgroup_t done = CO_WAITGROUP_INIT;
+        co_waitgroup_add(&done, 2 * N);
+        for (int i = 0; i < N; i++) {
+            pairs[i] = (struct pif_pair){{NULL, &mu, 0, 0}, &done, i};
+            CHECK_EQ(co_chan_new(&pairs[i].a.ch, sizeof(int), 0), 0);
+            CHECK_EQ(co_go(pif_caller, &pairs[i]), 0);
+            CHECK_EQ(co_go(pif_feeder, &pairs[i]), 0);
+        }
+        co_waitgroup_wait(&done);
+        for (int i = 0; i < N; i++) {
+            int64_t give_up = co_now() + GIVE_UP_NS;
+            while (__atomic_load_n(&pairs[i].a.spawned, __ATOMIC_RELAXED) != 1 && co_now() < give_up)
+                co_sleep(MS);
+            CHECK_EQ(__atomic_load_n(&pairs[i].a.spawned, __ATOMIC_RELAXED), 1);
+            co_chan_free(pairs[i].a.ch);
+        }
+    }
+}
+
 /* ---- the owner's batch behind a computation ------------------------------
  * A P whose ring holds 16 or more takes 8 entries from its head at once
  * (sched_impl.h's runqget) and runs the other 7 from a batch of its own, which
@@ -372,6 +446,7 @@ int main(void) {
     T_RUN(test_cpu_loop_keeps_p_running);
     T_RUN(test_many_blocking_calls);
     T_RUN(test_nested_blocking);
+    T_RUN(test_blocking_fn_parks);
     T_RUN(test_lend_while_going_idle);
     T_RUN(test_lend_chain_keeps_timers);
     T_RUN(test_batch_behind_computation);

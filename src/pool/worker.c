@@ -295,7 +295,7 @@ __attribute__((noinline, cold)) static void report_panic(co_pool_t *p, void *val
         return;
     }
     char line[200];
-    struct co_g *g = co__cur_g();
+    struct co_g *g = co__running_g();
     snprintf(line, sizeof line,
              "colony: pool %p: worker exits from panic: %p in pool worker coroutine %llu",
              (void *)p, value, (unsigned long long)co__g_id(g));

@@ -79,7 +79,7 @@ bool co__recover_has_tag(const void *tag) {
 _Noreturn void co_panic(void *value) {
     co__rframe_t *f = *chain();
     if (!f) {
-        struct co_g *g = co__cur_g();
+        struct co_g *g = co__running_g();
         if (g)
             fprintf(stderr, "colony: panic: %p in coroutine %llu '%s'\n", value,
                     (unsigned long long)co__g_id(g), co__g_name(g));

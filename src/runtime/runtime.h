@@ -68,7 +68,13 @@ CO_HIDDEN void co__at_shutdown(const co__rt_hook_t *h);
 
 /* ---- coroutines --------------------------------------------------------- */
 struct co_g;
-CO_HIDDEN struct co_g *co__cur_g(void); /* NULL on a plain thread (never cached across a switch) */
+/* The coroutine that would park if the caller blocked now: NULL on a plain
+ * thread, and inside co_blocking's fn, whose M holds no P and so waits as
+ * a plain thread does (futex, netpoller). Never cached across a switch. */
+CO_HIDDEN struct co_g *co__cur_g(void);
+/* The coroutine running on this thread, inside co_blocking too (its id,
+ * name and panic chain); NULL on a plain thread. */
+CO_HIDDEN struct co_g *co__running_g(void);
 CO_HIDDEN uint64_t co__g_id(const struct co_g *g);
 CO_HIDDEN const char *co__g_name(const struct co_g *g); /* never NULL ("" if unnamed) */
 /* Per-coroutine slot for the panic/recover chain (per-thread on a plain

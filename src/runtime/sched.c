@@ -72,16 +72,22 @@ __attribute__((noinline)) co_m_t *co__getm(void) {
 __attribute__((noinline)) co_g_t *co__cur_g(void) {
     __asm__ volatile("" ::: "memory");
     co_m_t *m = co__tls_m;
+    /* inside co_blocking the M holds no P: it waits as a thread would */
+    return m && m->p ? m->curg : NULL;
+}
+__attribute__((noinline)) co_g_t *co__running_g(void) {
+    __asm__ volatile("" ::: "memory");
+    co_m_t *m = co__tls_m;
     return m ? m->curg : NULL;
 }
 uint64_t co__g_id(const co_g_t *g) { return g ? g->id : 0; }
 const char *co__g_name(const co_g_t *g) { return g ? g->name : ""; }
 uint64_t co_id(void) {
-    co_g_t *g = co__cur_g();
+    co_g_t *g = co__running_g();
     return g ? g->id : 0;
 }
 void **co__panic_slot(void) {
-    co_g_t *g = co__cur_g();
+    co_g_t *g = co__running_g();
     return g ? &g->panic_top : &tls_panic_top;
 }
 
@@ -471,7 +477,7 @@ static __attribute__((noinline)) void yield_fast_canary(co_m_t *m, co_g_t *g, co
 
 void co_yield(void) {
     co_m_t *m = getm();
-    if (!m || !m->curg) {
+    if (!m || !m->p) { /* a plain thread, or inside co_blocking */
         sched_yield();
         return;
     }
