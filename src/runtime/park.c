@@ -13,7 +13,8 @@
  * unpark it, so a timed-out waiter is never woken twice, and a waker that
  * loses the CAS leaves that waiter alone.
  *
- * Also here: the waitgroup, the wait layer's first user, and co_sleep.
+ * Also here: the wait queues, the waitgroup, the wait layer's first user,
+ * and co_sleep.
  */
 #include "runtime/proc.h"
 
@@ -170,17 +171,13 @@ int co__wait(co__waiter_t *w, co__lock_t *l, int64_t deadline, int flags) {
     return CO_ETIMEDOUT;
 }
 
-/* ---- wait queues --------------------------------------------------------- */
+/* ---- wait queues ---------------------------------------------------------
+ * Under the lock of the object that embeds the queue; push and pop are
+ * inline (runtime.h). head is stored with relaxed atomic stores: a channel
+ * reads it without the lock (co__waitq_head_acquire). */
 
-void co__waitq_push(co__waitq_t *q, co__waiter_t *w) {
-    w->q = q;
-    w->next = NULL;
-    w->prev = q->tail;
-    if (q->tail)
-        q->tail->next = w;
-    else
-        q->head = w;
-    q->tail = w;
+static inline void waitq_set_head(co__waitq_t *q, co__waiter_t *w) {
+    __atomic_store_n(&q->head, w, __ATOMIC_RELAXED);
 }
 
 /* w into q just before at, a waiter of q (NULL: at the tail). */
@@ -195,7 +192,7 @@ static void waitq_insert_before(co__waitq_t *q, co__waiter_t *at, co__waiter_t *
     if (at->prev)
         at->prev->next = w;
     else
-        q->head = w;
+        waitq_set_head(q, w);
     at->prev = w;
 }
 
@@ -213,19 +210,13 @@ void co__waitq_remove(co__waiter_t *w) {
     if (w->prev)
         w->prev->next = w->next;
     else
-        q->head = w->next;
+        waitq_set_head(q, w->next);
     if (w->next)
         w->next->prev = w->prev;
     else
         q->tail = w->prev;
     w->next = w->prev = NULL;
     w->q = NULL;
-}
-
-co__waiter_t *co__waitq_pop(co__waitq_t *q) {
-    co__waiter_t *w = q->head;
-    if (w) co__waitq_remove(w);
-    return w;
 }
 
 /* ---- waitgroup -----------------------------------------------------------

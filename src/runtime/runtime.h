@@ -185,7 +185,7 @@ CO_HIDDEN void co__ready_cold(struct co_g *g);     /* sched.c */
  * (the global one from a plain thread), without prefetching their stacks:
  * for releasing many waiters (sched.c). */
 CO_HIDDEN void co__ready_many(struct co_g *const *gs, size_t n);
-CO_HIDDEN void co__unpark_thread(co__parker_t *pk); /* wait.c */
+CO_HIDDEN void co__unpark_thread(co__parker_t *pk); /* park.c */
 static inline void co__unpark_as(co__parker_t *pk, bool cold) {
     struct co_g *g = pk->g; /* read before readying: pk dies once g runs */
     if (!g)
@@ -219,18 +219,49 @@ typedef struct co__pkw {
 } co__pkw_t;
 
 /* Intrusive FIFO of waiters. Protected by the lock of the object that
- * embeds it; zero-initialised == empty. */
+ * embeds it; zero-initialised == empty. Every write of head is a relaxed
+ * atomic store, so that head alone may also be read without the lock
+ * (co__waitq_head_acquire). */
 typedef struct co__waitq {
     co__waiter_t *head, *tail;
 } co__waitq_t;
-CO_HIDDEN void co__waitq_push(co__waitq_t *q, co__waiter_t *w);       /* at the tail */
+/* At the tail. Inline, as is pop: a channel's every block and wake. */
+static inline void co__waitq_push(co__waitq_t *q, co__waiter_t *w) {
+    w->q = q;
+    w->next = NULL;
+    w->prev = q->tail;
+    if (q->tail)
+        q->tail->next = w;
+    else
+        __atomic_store_n(&q->head, w, __ATOMIC_RELAXED);
+    q->tail = w;
+}
+/* The first waiter, unlinked; NULL if empty. */
+static inline co__waiter_t *co__waitq_pop(co__waitq_t *q) {
+    co__waiter_t *w = q->head;
+    if (!w) return NULL;
+    co__waiter_t *n = w->next;
+    __atomic_store_n(&q->head, n, __ATOMIC_RELAXED);
+    if (n)
+        n->prev = NULL;
+    else
+        q->tail = NULL;
+    w->next = w->prev = NULL;
+    w->q = NULL;
+    return w;
+}
 CO_HIDDEN void co__waitq_push_front(co__waitq_t *q, co__waiter_t *w); /* at the head */
 /* Before the first waiter whose n is larger (at the tail if none): a queue
  * kept in order of n. Walks from the head. */
 CO_HIDDEN void co__waitq_insert_by_n(co__waitq_t *q, co__waiter_t *w);
-CO_HIDDEN co__waiter_t *co__waitq_pop(co__waitq_t *q);                /* NULL if empty */
 CO_HIDDEN void co__waitq_remove(co__waiter_t *w);                     /* no-op if unlinked */
 static inline bool co__waitq_empty(const co__waitq_t *q) { return q->head == NULL; }
+/* The first waiter, read without the queue's lock: a snapshot that may be
+ * stale at once (a channel's non-blocking paths). acquire: the reads after
+ * it stay after it. */
+static inline co__waiter_t *co__waitq_head_acquire(const co__waitq_t *q) {
+    return __atomic_load_n(&q->head, __ATOMIC_ACQUIRE);
+}
 
 /* ---- the wait helper: how every blocking call site waits --------------- */
 /* Prepare a caller's parker and waiter (pw on its stack) for the calling
