@@ -118,7 +118,7 @@ static int chan_block(co_chan_t *ch, co__waitq_t *q, void *data, int64_t deadlin
     w.n = 0;
     w.result = 0;
     w.idx = deadline == CO_FOREVER ? CHAN_W_EXCL : CHAN_W_TIMED;
-    chq_push(q, &w);
+    co__waitq_push(q, &w);
     if (CO_LIKELY(deadline == CO_FOREVER && pk.g)) {
         /* co__park's no-deadline coroutine case, one layer shorter (the
          * ping-pong path): only a waker can claim pk, so we run again

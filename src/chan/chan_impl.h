@@ -30,7 +30,8 @@
  * Lock-free reads (the non-blocking fast paths of chan.go, and select's
  * snapshot of several channels):
  *  - qcount, closed, recvq.head, sendq.head are only ever *written* under
- *    `lock`, with __atomic stores; lock-free readers use __atomic loads.
+ *    `lock`, with __atomic stores (the wait layer's queues store head so);
+ *    lock-free readers use __atomic loads.
  *  - ver is a sequence counter: chan_lock() makes it odd before the locked
  *    section touches anything (store, then a release fence), chan_unlock()
  *    makes it even again (store-release) before releasing the lock. A reader
@@ -99,60 +100,18 @@ static inline bool chan_closed_acq(const co_chan_t *ch) {
 }
 /* Go's full(): a send would block (ignoring close). */
 static inline bool chan_full(const co_chan_t *ch) {
-    if (ch->cap == 0) return __atomic_load_n(&ch->recvq.head, __ATOMIC_ACQUIRE) == NULL;
+    if (ch->cap == 0) return co__waitq_head_acquire(&ch->recvq) == NULL;
     return __atomic_load_n(&ch->qcount, __ATOMIC_ACQUIRE) == ch->cap;
 }
 /* Go's empty(): a receive would block (ignoring close). */
 static inline bool chan_empty(const co_chan_t *ch) {
-    if (ch->cap == 0) return __atomic_load_n(&ch->sendq.head, __ATOMIC_ACQUIRE) == NULL;
+    if (ch->cap == 0) return co__waitq_head_acquire(&ch->sendq) == NULL;
     return __atomic_load_n(&ch->qcount, __ATOMIC_ACQUIRE) == 0;
 }
 
-/* ---- wait queues: FIFO, doubly linked, under ch->lock -------------------
- * The same co__waitq_t/co__waiter_t as the wait layer, but maintained here
- * so that `head` is written with atomic stores for the lock-free readers
- * above. w->q is the queue a waiter is linked in, NULL when unlinked. */
-
-static inline void chq_push(co__waitq_t *q, co__waiter_t *w) {
-    w->next = NULL;
-    w->prev = q->tail;
-    w->q = q;
-    if (q->tail)
-        q->tail->next = w;
-    else
-        __atomic_store_n(&q->head, w, __ATOMIC_RELAXED); /* under lock; readers: chan_full/empty */
-    q->tail = w;
-}
-
-static inline co__waiter_t *chq_pop(co__waitq_t *q) {
-    co__waiter_t *w = q->head;
-    if (!w) return NULL;
-    co__waiter_t *n = w->next;
-    __atomic_store_n(&q->head, n, __ATOMIC_RELAXED); /* under lock */
-    if (n)
-        n->prev = NULL;
-    else
-        q->tail = NULL;
-    w->next = w->prev = NULL;
-    w->q = NULL;
-    return w;
-}
-
-/* Unlink w from the queue it is in; no-op if a waker already popped it. */
-static inline void chq_remove(co__waiter_t *w) {
-    co__waitq_t *q = w->q;
-    if (!q) return;
-    if (w->prev)
-        w->prev->next = w->next;
-    else
-        __atomic_store_n(&q->head, w->next, __ATOMIC_RELAXED); /* under lock */
-    if (w->next)
-        w->next->prev = w->prev;
-    else
-        q->tail = w->prev;
-    w->next = w->prev = NULL;
-    w->q = NULL;
-}
+/* ---- wait queues ----------------------------------------------------------
+ * recvq and sendq are the wait layer's queues (co__waitq_*), under ch->lock;
+ * their head is also read lock-free (chan_full, chan_empty above). */
 
 /* w->idx of a waiter: a select case index (>= 0), or one of these for a
  * plain send/recv. */
@@ -173,7 +132,7 @@ enum {
  * hand-over is published to the owner by co__unpark as usual. */
 static inline co__waiter_t *chq_claim(co_chan_t *ch, co__waitq_t *q) {
     co__waiter_t *w;
-    while ((w = chq_pop(q)) != NULL) {
+    while ((w = co__waitq_pop(q)) != NULL) {
         if (w->idx == CHAN_W_EXCL) {
             w->pk->winner = w;
             __atomic_store_n(&w->pk->state, CO__PK_WOKEN, __ATOMIC_RELEASE);
@@ -191,7 +150,7 @@ static inline co__waiter_t *chq_claim(co_chan_t *ch, co__waitq_t *q) {
  * follows, the owner must not touch ch again. */
 static inline void chq_leave(co_chan_t *ch, co__waiter_t *w) {
     if (w->q)
-        chq_remove(w);
+        co__waitq_remove(w);
     else
         ch->linger--;
 }

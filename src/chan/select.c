@@ -58,10 +58,9 @@ static inline uint64_t wy_mix(uint64_t a, uint64_t b) {
 }
 
 /* The thread's counter steps once per select; the select's own generator
- * starts from a mix of it, never from the counter itself. (It once did:
- * rng_below steps by the same constant, so a select's second draw was the
- * next select's first, and after case 2 of 3 ready ones fired, case 0
- * never came next.) */
+ * starts from a mix of it, never from the counter itself: rng_below steps
+ * by the same constant, so a select's later draws would be the next
+ * select's first ones, and the choices of consecutive selects correlated. */
 static __attribute__((noinline)) uint64_t sel_seed(void) {
     uint64_t s = sel_rng;
     if (CO_UNLIKELY(s == 0)) s = (uint64_t)(uintptr_t)&sel_rng ^ ((uint64_t)co_now() << 1) ^ 1;
@@ -259,7 +258,7 @@ static int sel_run(co_case_t *cases, int n, int nn, int64_t deadline, int *pollo
         w->n = 0;
         w->result = 0;
         w->idx = i;
-        chq_push(cases[i].op == CO_SEND ? &cases[i].ch->sendq : &cases[i].ch->recvq, w);
+        co__waitq_push(cases[i].op == CO_SEND ? &cases[i].ch->sendq : &cases[i].ch->recvq, w);
     }
     int prc = co__park(&pk, deadline, sel_unlock_cb, &s);
 

@@ -135,28 +135,3 @@ void co_dump(FILE *out) {
     co__unlock(&s->allg_lock);
     co__stats_exit();
 }
-
-/* co_main: run fn as a coroutine and wait for it, from a thread or a coroutine. */
-struct main_args {
-    int (*fn)(void *);
-    void *arg;
-    int result;
-    co_waitgroup_t wg;
-};
-
-static void main_tramp(void *a_) {
-    struct main_args *a = a_;
-    a->result = a->fn(a->arg);
-    co_waitgroup_done(&a->wg);
-}
-
-int co_main(int (*fn)(void *arg), void *arg) {
-    if (!fn) return CO_EINVAL;
-    struct main_args a = {fn, arg, 0, CO_WAITGROUP_INIT};
-    co_waitgroup_add(&a.wg, 1);
-    co_attr_t attr = {0, "main"};
-    int rc = co_go_with(&attr, main_tramp, &a);
-    if (rc < 0) return rc;
-    co_waitgroup_wait(&a.wg);
-    return a.result;
-}

@@ -192,8 +192,18 @@ static inline void co__g_set_waiting(struct co_g *g) {
 CO_HIDDEN int co__park_lock(co__parker_t *pk, int64_t deadline, co__lock_t *l);
 
 /* Claim: CAS WAITING->WOKEN; records `winner`. True if this caller now owns
- * the wake-up and must call co__unpark() (after handing over any data). */
-CO_HIDDEN bool co__claim(co__parker_t *pk, void *winner);
+ * the wake-up and must call co__unpark() (after handing over any data).
+ * Inline: a release claims each of its waiters in turn. */
+static inline bool co__claim(co__parker_t *pk, void *winner) {
+    uint32_t w = CO__PK_WAITING;
+    /* acq_rel: the claimer's hand-over happens before the unpark; pairs
+     * with the parked side's acquire load of state after it resumes. */
+    if (!__atomic_compare_exchange_n(&pk->state, &w, CO__PK_WOKEN, false, __ATOMIC_ACQ_REL,
+                                     __ATOMIC_ACQUIRE))
+        return false;
+    pk->winner = winner;
+    return true;
+}
 /* Make a claimed parker's owner run again: readies the coroutine (into the
  * current P's runnext, like Go's goready) or futex-wakes the thread. The
  * parker's memory may be gone once this returns. */
@@ -206,7 +216,7 @@ CO_HIDDEN void co__ready_cold(struct co_g *g);     /* sched.c */
  * (the global one from a plain thread), without prefetching their stacks:
  * for releasing many waiters (sched.c). */
 CO_HIDDEN void co__ready_many(struct co_g *const *gs, size_t n);
-CO_HIDDEN void co__unpark_thread(co__parker_t *pk); /* wait.c */
+CO_HIDDEN void co__unpark_thread(co__parker_t *pk); /* park.c */
 static inline void co__unpark_as(co__parker_t *pk, bool cold) {
     struct co_g *g = pk->g; /* read before readying: pk dies once g runs */
     if (!g)
@@ -233,25 +243,65 @@ typedef struct co__waiter {
 
 /* A parker and a waiter together, the parker first: what a waitgroup's
  * release reads of a waiter (the parker's state and G, the waiter's links)
- * then sits within 64 bytes. A coroutine's is in its G record (wait.c). */
+ * then sits within 64 bytes. */
 typedef struct co__pkw {
     co__parker_t pk;
     co__waiter_t w;
 } co__pkw_t;
 
+/* The running coroutine's own parker and waiter, kept in its G record,
+ * prepared as co__wait_prepare does; NULL on a plain thread (which waits
+ * with one on its stack). For waits whose waker walks many waiters (a
+ * waitgroup's release): their records are allocated close together, where
+ * waiters on stacks would cost a page each. A coroutine waits on one
+ * object at a time, so one is enough; the lock of the queue it is linked
+ * in protects its links. */
+CO_HIDDEN co__pkw_t *co__self_pkw(int wait_reason);
+
 /* Intrusive FIFO of waiters. Protected by the lock of the object that
- * embeds it; zero-initialised == empty. */
+ * embeds it; zero-initialised == empty. Every write of head is a relaxed
+ * atomic store, so that head alone may also be read without the lock
+ * (co__waitq_head_acquire). */
 typedef struct co__waitq {
     co__waiter_t *head, *tail;
 } co__waitq_t;
-CO_HIDDEN void co__waitq_push(co__waitq_t *q, co__waiter_t *w);       /* at the tail */
+/* At the tail. Inline, as is pop: a channel's every block and wake. */
+static inline void co__waitq_push(co__waitq_t *q, co__waiter_t *w) {
+    w->q = q;
+    w->next = NULL;
+    w->prev = q->tail;
+    if (q->tail)
+        q->tail->next = w;
+    else
+        __atomic_store_n(&q->head, w, __ATOMIC_RELAXED);
+    q->tail = w;
+}
+/* The first waiter, unlinked; NULL if empty. */
+static inline co__waiter_t *co__waitq_pop(co__waitq_t *q) {
+    co__waiter_t *w = q->head;
+    if (!w) return NULL;
+    co__waiter_t *n = w->next;
+    __atomic_store_n(&q->head, n, __ATOMIC_RELAXED);
+    if (n)
+        n->prev = NULL;
+    else
+        q->tail = NULL;
+    w->next = w->prev = NULL;
+    w->q = NULL;
+    return w;
+}
 CO_HIDDEN void co__waitq_push_front(co__waitq_t *q, co__waiter_t *w); /* at the head */
 /* Before the first waiter whose n is larger (at the tail if none): a queue
  * kept in order of n. Walks from the head. */
 CO_HIDDEN void co__waitq_insert_by_n(co__waitq_t *q, co__waiter_t *w);
-CO_HIDDEN co__waiter_t *co__waitq_pop(co__waitq_t *q);                /* NULL if empty */
 CO_HIDDEN void co__waitq_remove(co__waiter_t *w);                     /* no-op if unlinked */
 static inline bool co__waitq_empty(const co__waitq_t *q) { return q->head == NULL; }
+/* The first waiter, read without the queue's lock: a snapshot that may be
+ * stale at once (a channel's non-blocking paths). acquire: the reads after
+ * it stay after it. */
+static inline co__waiter_t *co__waitq_head_acquire(const co__waitq_t *q) {
+    return __atomic_load_n(&q->head, __ATOMIC_ACQUIRE);
+}
 
 /* ---- the wait helper: how every blocking call site waits --------------- */
 /* Prepare a caller's parker and waiter (pw on its stack) for the calling
@@ -277,7 +327,11 @@ enum { CO__WAIT_KEEP_LOCK = 1 };
  *                left as the waker left it (still linked iff w->q): for a
  *                site whose timeout must do more under the lock.
  * A deadline already past times out at once, unless a waker claimed first. */
-CO_HIDDEN int co__wait(co__waiter_t *w, co__lock_t *l, int64_t deadline, int flags);
+CO_HIDDEN int co__wait_timedout(co__waiter_t *w, co__lock_t *l, int flags); /* co__wait's slow half */
+static inline int co__wait(co__waiter_t *w, co__lock_t *l, int64_t deadline, int flags) {
+    if (CO_LIKELY(co__park_lock(w->pk, deadline, l) == 0)) return 0;
+    return co__wait_timedout(w, l, flags);
+}
 
 /* ---- timers ------------------------------------------------------------- */
 /* A runtime timer on a per-P 4-ary heap. `fn(arg)` runs on some M, without
