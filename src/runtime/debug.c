@@ -1,4 +1,4 @@
-/* COLONY_DEBUG, schedtrace, co_sched_stats, co_dump and co_main. */
+/* COLONY_DEBUG, schedtrace, co_sched_stats and co_dump. */
 #include "runtime/proc.h"
 
 #include <stdlib.h>

@@ -4,11 +4,12 @@
  * code is in sched.c (switching, park/ready/yield, the M loop), runq.c
  * (run queues), proc.c (Ps and Ms), spawn.c (making coroutines), with
  * sched_impl.h their shared inline helpers, globq.c (the global run
- * queue), lifecycle.c (co_init, co_shutdown), stack.c, timer.c, wait.c,
- * sysmon.c and debug.c.
+ * queue), lifecycle.c (co_init, co_shutdown), main.c (co_main), stack.c,
+ * gcache.c, timer.c, park.c (the wait layer), netpoll.c with its
+ * backend, sysmon.c (sysmon, co_blocking), panic.c and debug.c.
  */
-#ifndef COLONY_RUNTIME_H
-#define COLONY_RUNTIME_H
+#ifndef COLONY_RUNTIME_PROC_H
+#define COLONY_RUNTIME_PROC_H
 
 #include "runtime/runtime.h"
 #include "arch/ctx.h"
@@ -71,7 +72,7 @@ typedef struct co_g {
                                 * its pusher, then by the M that takes the stack */
     struct co_g *alllink_next, *alllink_prev; /* all-G list, under sched.allg_lock */
     char name[32];
-    /* Its waiter while it waits on a waitgroup (wait.c): a release walks
+    /* Its waiter while it waits on a waitgroup (sync/waitgroup.c, through co__self_pkw): a release walks
      * these, records allocated close together, not the waiters' stacks,
      * a page each. The G's own while it waits; the waitgroup's lock
      * protects the links. */

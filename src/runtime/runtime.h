@@ -1,16 +1,19 @@
 /*
- * Internal API shared by every layer above the scheduler (sync, chan, pool,
- * io). Nothing here is public. The runtime's own types live in runtime.h.
+ * The runtime's door: the one header through which the layers above it
+ * (sync, chan, io, context, pool) reach the runtime, as Go's
+ * sync/runtime.go does. Nothing here is public. The G, P and M types are
+ * private to src/runtime (proc.h); upper layers see them only as opaque
+ * pointers, and the base layer's lock and macros come through here.
  *
  * The one rule of blocking in colony: everything that waits goes through a
- * co__parker_t (wait.c). A parker belongs to one blocked caller, coroutine
+ * co__parker_t (park.c). A parker belongs to one blocked caller, coroutine
  * or plain thread; waiters (co__waiter_t, Go's sudog) link that parker into
  * the wait queues of one or more objects. A waker must win co__claim() on
  * the parker (a CAS) before it may hand over data and call co__unpark();
  * a timeout claims it the same way, so exactly one party wins.
  */
-#ifndef COLONY_INTERNAL_H
-#define COLONY_INTERNAL_H
+#ifndef COLONY_RUNTIME_RUNTIME_H
+#define COLONY_RUNTIME_RUNTIME_H
 
 #define _GNU_SOURCE 1
 #include "colony.h"

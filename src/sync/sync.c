@@ -1,7 +1,7 @@
 /*
  * Go's sync primitives: Mutex, RWMutex, Cond and Once.
  *
- * All of them block through the wait layer (internal.h), so they work from
+ * All of them block through the wait layer (runtime/runtime.h), so they work from
  * coroutines and from plain OS threads in any mix. The design follows Go's
  * sync package (mutex.go, rwmutex.go, cond.go, once.go) on top of a small
  * handoff semaphore (`sema_t` below, the analogue of runtime/sema.go).
