@@ -37,8 +37,7 @@ __attribute__((visibility("hidden"), noreturn)) void co__g_entry(struct co_g *g)
  * coroutines that yield to each other paid for it on every switch. So a
  * context starts CO__STACK_COLOR_STEP bytes lower for each step of its
  * colour (its coroutine's id modulo CO__STACK_COLORS): coroutines created
- * one after another differ. The yield round trip went from 8.1 to 7.7 ns
- * (medians of 21 alternating runs, bench_runtime yield). A stack gives up
+ * one after another differ. A stack gives up
  * at most 288 bytes of its size to it; the portable fallback does not
  * colour.
  */

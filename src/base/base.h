@@ -26,11 +26,10 @@
  * unless built for a CPU with PREFETCHW, so it is emitted by hand where
  * CPUID has it (co__has_prefetchw: atomic, set by co_init, relaxed: a
  * hint). AArch64: PRFM PSTL1KEEP. Any address may be prefetched: nothing
- * faults. Used where it measured better: the spawn path's G records (1M
- * spawns on 2 P at 0.93 of the time, median of 21 paired runs, 18
- * faster). The other __builtin_prefetch(a, 1) calls stay read prefetches
- * on x86-64: with all of them exclusive, a plain thread's tiny pool tasks
- * took 1.28 of the time (11 paired runs). */
+ * faults. Used only where it measured better (the spawn path's G
+ * records); the other __builtin_prefetch(a, 1) calls stay read prefetches
+ * on x86-64, where exclusive ones slowed a plain thread's pool submits
+ * (docs/perf-notes.md). */
 CO_HIDDEN extern int co__has_prefetchw;
 static inline __attribute__((always_inline)) void co__prefetchw(const void *a) {
 #if defined(__x86_64__)

@@ -1,5 +1,5 @@
 /*
- * The runtime's internal lock and futex helpers.
+ * colony's internal lock and futex helpers.
  *
  * co__lock_t is a futex mutex with its two halves in one 32-bit word:
  * `locked` (0 free, 1 held) and `sleepers` (threads asleep on it, or about
@@ -7,11 +7,9 @@
  * locked = 0 (release), and wake one if there were sleepers. Drepper's
  * three-state mutex ("Futexes are tricky") unlocks with an exchange
  * instead, to learn in the same instruction whether someone sleeps; that
- * locked instruction drains the store buffer on every unlock. With a plain
- * store, a channel ping-pong on 1 P took 63.2 ns per message instead of
- * 74.8, a cap-1024 channel with 4 producers and 4 consumers on 2 Ps 50.0
- * ns per item instead of 64.1 (medians of 9 alternating runs, bench_chan).
- * The load comes first because the store must be the unlock's last touch
+ * locked instruction drains the store buffer on every unlock, which a plain
+ * store does not (docs/perf-notes.md has the channel figures). The load
+ * comes first because the store must be the unlock's last touch
  * of the lock: its next holder may free it at once (TSan caught a load
  * after the store reading a channel freed meanwhile).
  *
@@ -35,9 +33,7 @@
  * CO__LOCK_PAUSES times before looking again, CO__LOCK_SPINS rounds.
  * Looking at the line after every single pause (the old shape) kept pulling
  * the lock's cache line away from its holder in the middle of its critical
- * section: a cap-1024 channel with 4 producers and 4 consumers on 2 Ms took
- * 87 ns per item; with the paced spin, 22 ns (bench_chan buffered 2 4 4),
- * and 1 producer / 1 consumer 26 -> 20 ns.
+ * section; pacing the looks leaves it there (docs/perf-notes.md).
  */
 #include "base/lock.h"
 #include "arch/ctx.h" /* co__cycles */

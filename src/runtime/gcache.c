@@ -12,9 +12,8 @@
  * Bare Gs and default-size stacks are cached per P (owner only, no lock),
  * then globally under sched.gcache_lock, in batches of half a P's array.
  * On 2 Ps, the Gs one P spawns often exit on the other, so records flow
- * through the global cache: 256 per P (batches of 128) instead of 64
- * took 1M spawns on 2 P to 0.91 of the time (median of 21 paired runs,
- * 19 faster), at up to 60 KiB of idle records per P. The global caches are
+ * through the global cache; 256 per P keeps that flow in large batches, at
+ * up to 60 KiB of idle records per P. The global caches are
  * unbounded: a burst of exits must not become a burst of munmaps (each
  * takes the mm lock and shoots down TLBs on every CPU running us). Once a
  * period, sysmon frees what nobody took during the whole period

@@ -163,17 +163,14 @@ void co__globrunq_free(void) {
 /* ---- the injection stack: lock-free pushes from plain threads --------
  * A plain thread that spawns or readies a coroutine (a pool submit from a
  * thread, a channel send that wakes a coroutine) pushes its run-queue
- * entry here with one CAS instead of taking sched.lock. With the Ms taking
- * from the global queue at the same time, that lock was a third of a
- * submitting thread's time (perf, bench_pool tiny thread=1). Entries, tagged
+ * entry here with one CAS instead of taking sched.lock, which the Ms
+ * taking from the global queue hold at the same time. Entries, tagged
  * as in the rings (RQ_TOKEN), are linked newest first through
  * g->schedlink or token->link. An M takes the whole stack with an exchange
  * (inject_take, no lock held: the links are a miss each), puts it in order,
  * and appends it to the global queue under sched.lock (co__globq_lock). Every
  * 16th push, the pushing thread does that itself if the lock is free
- * (inject_flush_try), while the links are still in its cache: a plain
- * thread's tiny pool tasks took 82 ns each instead of 109 (median of 15
- * alternating runs, bench_pool tiny thread=1).
+ * (inject_flush_try), while the links are still in its cache.
  *
  * No entry is stranded. The push is a seq_cst CAS followed by wakep's
  * seq_cst loads of npidle and nmspinning; an M giving up its P stores
