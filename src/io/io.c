@@ -355,10 +355,8 @@ ssize_t co_read(int fd, void *buf, size_t len, int64_t deadline) {
 static int wlock_wait(co__pd_t *pd, int64_t deadline) {
     if (deadline_passed(deadline))
         return CO_ETIMEDOUT;
-    co__parker_t pk;
-    co__parker_init(&pk, CO__WR_IO);
-    co__waiter_t ww = {0};
-    ww.pk = &pk;
+    co__pkw_t pw;
+    co__wait_prepare(&pw, CO__WR_IO);
     co__lock(&pd->lock);
     if (__atomic_load_n(&pd->state, __ATOMIC_RELAXED) & CO__PD_CLOSING) {
         co__unlock(&pd->lock);
@@ -374,15 +372,10 @@ static int wlock_wait(co__pd_t *pd, int64_t deadline) {
         co__unlock(&pd->lock);
         return 0;
     }
-    co__waitq_push(&pd->wq, &ww);
-    int rc = co__park_lock(&pk, deadline, &pd->lock);
-    if (rc == CO_ETIMEDOUT) {
-        co__lock(&pd->lock);
-        co__waitq_remove(&ww);
-        co__unlock(&pd->lock);
+    co__waitq_push(&pd->wq, &pw.w);
+    if (co__wait(&pw.w, &pd->lock, deadline, 0) == CO_ETIMEDOUT)
         return CO_ETIMEDOUT;
-    }
-    return ((co__waiter_t *)pk.winner)->result;
+    return pw.w.result; /* 0 (the unlock, an edge: retry) or CO_ECLOSED */
 }
 
 static void wlock_give(co__pd_t *pd) {
