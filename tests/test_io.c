@@ -37,6 +37,15 @@ static bool fd_open(int fd) {
     return fcntl(fd, F_GETFD) >= 0;
 }
 
+/* Reads fd to its end: the byte count, or the error that stopped it. */
+static long drain_count(int fd) {
+    char b[16384];
+    long total = 0;
+    ssize_t n;
+    while ((n = co_read(fd, b, sizeof b, co_deadline_after(10000 * MS))) > 0) total += n;
+    return n < 0 ? n : total;
+}
+
 /* A listening TCP socket on 127.0.0.1, ephemeral port. */
 static int listen_tcp(int *port) {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -409,7 +418,14 @@ static void close_case(int mode, bool waiter_is_thread, bool closer_is_thread) {
     if (closer_is_thread)
         pthread_join(tc, NULL);
     co_waitgroup_wait(&wg);
-    CHECK_EQ(w.rc, CO_ECLOSED);
+    if (mode == 1) {
+        /* a write cut by the close says how much went out: the peer gets
+         * exactly that, then the end of the stream */
+        CHECK(w.rc > 0 && w.rc < (16 << 20));
+        CHECK_EQ(drain_count(sp[1]), w.rc);
+    } else {
+        CHECK_EQ(w.rc, CO_ECLOSED);
+    }
     CHECK(!fd_open(fd) || fd == sp[1]);
     if (sp[1] >= 0)
         CHECK_EQ(co_close(sp[1]), 0);
@@ -1060,7 +1076,8 @@ static void test_whole_writes(void) {
 
 /* Waiting for the write lock: a deadline that passes first gives
  * CO_ETIMEDOUT with nothing written, a co_close gives CO_ECLOSED. A
- * writer holds the lock, stuck: nobody reads the other end. */
+ * writer holds the lock, stuck: nobody reads the other end; the close
+ * cuts its write, which returns how much went out. */
 static void wl_holder(void *arg) {
     wf_t *w = arg;
     char *b = calloc(1, 4 << 20);
@@ -1085,16 +1102,456 @@ static void test_write_lock_wait(void) {
     CHECK_EQ(co_write(sp[0], "x", 1, 0), CO_ETIMEDOUT); /* a try */
     CHECK_EQ(co_close(sp[0]), 0);
     co_waitgroup_wait(&wg);
-    CHECK_EQ(h.rc, CO_ECLOSED);
-    /* nothing of the refused writes went out: only zero bytes, the holder's */
+    CHECK(h.rc > 0 && h.rc < (4 << 20));
+    /* nothing of the refused writes went out: only zero bytes, the
+     * holder's, as many as it said */
     char b[4096];
     ssize_t n;
-    long nonzero = 0;
-    while ((n = co_read(sp[1], b, sizeof b, co_deadline_after(5000 * MS))) > 0)
+    long nonzero = 0, total = 0;
+    while ((n = co_read(sp[1], b, sizeof b, co_deadline_after(5000 * MS))) > 0) {
+        total += n;
         for (ssize_t i = 0; i < n; i++) nonzero += b[i] != 0;
+    }
     CHECK_EQ(n, 0);
     CHECK_EQ(nonzero, 0);
+    CHECK_EQ(total, h.rc);
     co_close(sp[1]);
+    CHECK_EQ(count_fds(), before);
+}
+
+/* ---- co_close against co_write's lock ---------------------------------------- */
+
+/* A connected TCP pair on 127.0.0.1 with small buffers (the writer's send
+ * buffer, the reader's receive buffer), so that a writer fills them soon. */
+static int tcp_pair(int *wfd, int *rfd, int buf) {
+    int port;
+    int l = listen_tcp(&port);
+    if (l < 0)
+        return -1;
+    setsockopt(l, SOL_SOCKET, SO_RCVBUF, &buf, sizeof buf); /* the accepted one inherits it */
+    int c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (c < 0) {
+        co_close(l);
+        return -1;
+    }
+    setsockopt(c, SOL_SOCKET, SO_SNDBUF, &buf, sizeof buf);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    int rc = co_connect(c, (struct sockaddr *)&a, sizeof a, co_deadline_after(5000 * MS));
+    int s = rc == 0 ? co_accept(l, NULL, NULL, co_deadline_after(5000 * MS)) : -1;
+    co_close(l);
+    if (s < 0) {
+        co_close(c);
+        return -1;
+    }
+    *wfd = c;
+    *rfd = s;
+    return 0;
+}
+
+/* Reads fd until `limit` bytes came (to its end if limit < 0): the count
+ * (or the error that stopped it); *other counts the bytes other than
+ * `expect`. */
+static long read_counting(int fd, long limit, char expect, long *other) {
+    char b[16384];
+    long total = 0;
+    while (limit < 0 || total < limit) {
+        size_t want = sizeof b;
+        if (limit >= 0 && (size_t)(limit - total) < want)
+            want = (size_t)(limit - total);
+        ssize_t n = co_read(fd, b, want, co_deadline_after(20000 * MS));
+        if (n < 0)
+            return n;
+        if (n == 0)
+            break;
+        for (ssize_t i = 0; i < n; i++) *other += b[i] != expect;
+        total += n;
+    }
+    return total;
+}
+
+/* Until cond() holds (10 s at most: the CHECK after it tells). */
+#define WAIT_FOR(cond)                                                                        \
+    do {                                                                                      \
+        for (int wf_i_ = 0; wf_i_ < 10000 && !(cond); wf_i_++) usleep(1000);                  \
+    } while (0)
+
+typedef struct {
+    int fd;
+    char byte;
+    size_t len;
+    bool close_after; /* co_close(fd) once the write returned */
+    ssize_t rc;
+    int close_rc;
+    int64_t t_ret;   /* co_now() when co_write returned */
+    int64_t t_close; /* co_now() just before the co_close */
+    co_waitgroup_t *wg;
+} cw_t;
+static void cw_write(cw_t *c) {
+    char *b = malloc(c->len);
+    memset(b, c->byte, c->len);
+    c->rc = co_write(c->fd, b, c->len, co_deadline_after(30000 * MS));
+    c->t_ret = co_now();
+    if (c->close_after) {
+        c->t_close = co_now();
+        c->close_rc = co_close(c->fd);
+    }
+    free(b);
+}
+static void cw_co(void *arg) {
+    cw_t *c = arg;
+    cw_write(c);
+    co_waitgroup_done(c->wg);
+}
+static void *cw_thread(void *arg) {
+    cw_write(arg);
+    return NULL;
+}
+
+/* A writer holds the lock, parked on a full socket (the peer does not
+ * read); another is queued on the lock; co_close. The queued one sends
+ * nothing (CO_ECLOSED); the cut one returns how many bytes went out, and
+ * the peer gets exactly those, then the end of the stream. It used to get
+ * CO_ECLOSED, with a part of its buffer sent and no count. */
+static void test_close_cuts_write(void) {
+    int before = count_fds();
+    for (int a_thread = 0; a_thread < 2; a_thread++) {
+        int w, r;
+        CHECK_EQ(tcp_pair(&w, &r, 32 * 1024), 0);
+        co_waitgroup_t wg = CO_WAITGROUP_INIT;
+        cw_t a = {.fd = w, .byte = 'a', .len = 1 << 20, .wg = &wg};
+        cw_t b = {.fd = w, .byte = 'b', .len = 1000, .wg = &wg};
+        pthread_t th;
+        if (a_thread) {
+            CHECK_EQ(pthread_create(&th, NULL, cw_thread, &a), 0);
+        } else {
+            co_waitgroup_add(&wg, 1);
+            CHECK_EQ(co_go(cw_co, &a), 0);
+        }
+        bool on = false;
+        WAIT_FOR((on = co__netpoll_has_waiters())); /* a: parked, the buffers full */
+        CHECK(on);
+        co_waitgroup_add(&wg, 1);
+        CHECK_EQ(co_go(cw_co, &b), 0);
+        int want = a_thread ? 1 : 2, parked = 0; /* co_dump shows coroutines only */
+        WAIT_FOR((parked = io_waiting()) == want); /* b: queued on the lock */
+        CHECK_EQ(parked, want);
+        CHECK_EQ(co_close(w), 0);
+        if (a_thread)
+            pthread_join(th, NULL);
+        co_waitgroup_wait(&wg);
+        CHECK(a.rc > 0 && a.rc < (ssize_t)a.len);
+        CHECK_EQ(b.rc, CO_ECLOSED);
+        long other = 0;
+        CHECK_EQ(read_counting(r, -1, 'a', &other), a.rc);
+        CHECK_EQ(other, 0);
+        CHECK_EQ(co_close(r), 0);
+        if (t_cur_failed) {
+            fprintf(stderr, "   (cut writer: %s)\n", a_thread ? "thread" : "coroutine");
+            break;
+        }
+    }
+    CHECK_EQ(count_fds(), before);
+}
+
+/* The unlock's wake against co_close. On one P: writer A holds the lock,
+ * parked on a full socket; writer B is queued on the lock. The peer takes
+ * A's bytes; A's write ends, its unlock wakes B (or an edge woke it), and
+ * A closes the fd at once, before B runs (the one P is A's). B must not
+ * send now: it used to take the lock and send its whole buffer after
+ * co_close had returned. (B may run first only if sysmon lends A's queue
+ * to another M while A's thread is descheduled; then its write ends
+ * before the close begins, and is whole.) */
+static void test_close_after_unlock(void) {
+    int before = count_fds();
+    CHECK_EQ(T_SHUTDOWN(), 0);
+    CHECK_EQ(co_init(&(co_config_t){.procs = 1}), 0);
+    CHECK_EQ(co_procs(), 1);
+    for (int round = 0; round < 3 && !t_cur_failed; round++) {
+        int w, r;
+        CHECK_EQ(tcp_pair(&w, &r, 32 * 1024), 0);
+        co_waitgroup_t wg = CO_WAITGROUP_INIT;
+        cw_t a = {.fd = w, .byte = 'a', .len = 1 << 20, .close_after = true, .wg = &wg};
+        cw_t b = {.fd = w, .byte = 'b', .len = 1000, .wg = &wg};
+        co_waitgroup_add(&wg, 2);
+        CHECK_EQ(co_go(cw_co, &a), 0);
+        bool on = false;
+        WAIT_FOR((on = co__netpoll_has_waiters()));
+        CHECK(on);
+        CHECK_EQ(co_go(cw_co, &b), 0);
+        int parked = 0;
+        WAIT_FOR((parked = io_waiting()) == 2);
+        CHECK_EQ(parked, 2);
+        long other = 0;
+        CHECK_EQ(read_counting(r, (long)a.len, 'a', &other), (long)a.len);
+        CHECK_EQ(other, 0);
+        co_waitgroup_wait(&wg);
+        CHECK_EQ(a.rc, (ssize_t)a.len);
+        CHECK_EQ(a.close_rc, 0);
+        long rest = read_counting(r, -1, 'b', &other);
+        bool b_first = b.rc == (ssize_t)b.len && b.t_ret < a.t_close;
+        if (b_first) {
+            CHECK_EQ(rest, (long)b.len);
+        } else {
+            CHECK_EQ(b.rc, CO_ECLOSED);
+            CHECK_EQ(rest, 0);
+        }
+        CHECK_EQ(other, 0);
+        CHECK_EQ(co_close(r), 0);
+    }
+    CHECK_EQ(T_SHUTDOWN(), 0);
+    CHECK_EQ(co_init(NULL), 0);
+    CHECK_EQ(count_fds(), before);
+}
+
+/* A storm of framed writes and a co_close: 3 coroutines and 3 threads
+ * write frames (header with writer, sequence number and length; payload;
+ * checksum) to one TCP socket with small buffers until a call fails; a
+ * closer (coroutine or thread) closes it once the peer has read a random
+ * amount; the peer reads to the end of the stream. Every frame that
+ * arrived is whole, in its writer's order, and was reported written;
+ * every write reported whole arrived; the only bytes after the last whole
+ * frame are the start of the one write the close cut, as many as its
+ * writer was told; no write begun after co_close returned sent a byte. */
+#define SF_NW 6
+#define SF_MAGIC 0x53464d31u
+static uint64_t sf_mix(uint64_t x) {
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+/* Frame seq of writer id into f (fmax bytes): its length. Deterministic,
+ * so the reader rebuilds any frame to compare. */
+static size_t sf_build(char *f, int id, uint32_t seq, size_t fmax) {
+    uint64_t s = sf_mix(((uint64_t)(uint32_t)id << 32) | seq);
+    size_t len = 20 + (size_t)(s % (fmax - 20 + 1));
+    uint32_t h[4] = {SF_MAGIC, (uint32_t)id, seq, (uint32_t)len};
+    memcpy(f, h, sizeof h);
+    for (size_t i = 16; i < len - 4; i += 8) {
+        s = sf_mix(s);
+        memcpy(f + i, &s, len - 4 - i < 8 ? len - 4 - i : 8);
+    }
+    uint32_t c = 2166136261u;
+    for (size_t i = 0; i < len - 4; i++) c = (c ^ (uint8_t)f[i]) * 16777619u;
+    memcpy(f + len - 4, &c, 4);
+    return len;
+}
+typedef struct {
+    int fd, id;
+    size_t fmax;
+    _Atomic int *stop;
+    uint32_t ok;          /* frames written whole: sequence numbers 0 to ok - 1 */
+    int64_t ok_start;     /* co_now() before the last of them */
+    bool ended;           /* a call failed or came back short: */
+    ssize_t end_rc;       /* its result, */
+    size_t end_len;       /* its frame's length (sequence number ok), */
+    int64_t end_start;    /* co_now() before it */
+    co_waitgroup_t *wg;
+} sf_writer_t;
+static void sf_write(sf_writer_t *w) {
+    char *f = malloc(w->fmax);
+    for (uint32_t seq = 0; !atomic_load(w->stop); seq++) {
+        size_t len = sf_build(f, w->id, seq, w->fmax);
+        int64_t t = co_now();
+        ssize_t rc = co_write(w->fd, f, len, co_deadline_after(30000 * MS));
+        if (rc == (ssize_t)len) {
+            w->ok++;
+            w->ok_start = t;
+            continue;
+        }
+        w->ended = true;
+        w->end_rc = rc;
+        w->end_len = len;
+        w->end_start = t;
+        break;
+    }
+    free(f);
+}
+static void sf_write_co(void *arg) {
+    sf_writer_t *w = arg;
+    sf_write(w);
+    co_waitgroup_done(w->wg);
+}
+static void *sf_write_thread(void *arg) {
+    sf_write(arg);
+    return NULL;
+}
+typedef struct {
+    int fd;
+    char *buf;
+    size_t len, cap;
+    _Atomic long progress;
+    ssize_t end; /* what stopped it: 0 at the end of the stream */
+    uint64_t rng;
+} sf_reader_t;
+static void *sf_read(void *arg) {
+    sf_reader_t *rd = arg;
+    for (int i = 0;; i++) {
+        if (rd->cap - rd->len < 8192) {
+            rd->cap *= 2;
+            rd->buf = realloc(rd->buf, rd->cap);
+        }
+        rd->rng = sf_mix(rd->rng);
+        ssize_t n = co_read(rd->fd, rd->buf + rd->len, 1 + rd->rng % 8192,
+                            co_deadline_after(30000 * MS));
+        if (n <= 0) {
+            rd->end = n;
+            break;
+        }
+        rd->len += (size_t)n;
+        atomic_store(&rd->progress, (long)rd->len);
+        if (i % 8 == 7)
+            usleep(200); /* a slow peer: the writers fill the buffers and park */
+    }
+    return NULL;
+}
+typedef struct {
+    int fd;
+    long target;
+    sf_reader_t *rd;
+    _Atomic int *stop;
+    int rc;
+    int64_t t_closed; /* co_now() once co_close returned */
+    co_waitgroup_t *wg;
+} sf_closer_t;
+static void sf_close(sf_closer_t *c, bool co) {
+    while (atomic_load(&c->rd->progress) < c->target) {
+        if (co)
+            co_sleep(100 * 1000);
+        else
+            usleep(100);
+    }
+    atomic_store(c->stop, 1);
+    c->rc = co_close(c->fd);
+    c->t_closed = co_now();
+}
+static void sf_close_co(void *arg) {
+    sf_closer_t *c = arg;
+    sf_close(c, true);
+    co_waitgroup_done(c->wg);
+}
+static void *sf_close_thread(void *arg) {
+    sf_close(arg, false);
+    return NULL;
+}
+static void sf_check(const sf_reader_t *rd, const sf_writer_t *w, size_t fmax, int64_t t_closed) {
+    char *f = malloc(fmax);
+    uint32_t next[SF_NW] = {0};
+    size_t off = 0;
+    bool bad = false;
+    while (rd->len - off >= 16) {
+        uint32_t h[4];
+        memcpy(h, rd->buf + off, sizeof h);
+        if (h[0] != SF_MAGIC || h[1] >= SF_NW) {
+            bad = true;
+            break;
+        }
+        int id = (int)h[1];
+        size_t len = sf_build(f, id, next[id], fmax);
+        if (h[2] != next[id] || h[3] != len) {
+            bad = true;
+            break;
+        }
+        if (rd->len - off < len)
+            break; /* the cut one, if it is the last */
+        if (memcmp(rd->buf + off, f, len) != 0) {
+            bad = true;
+            break;
+        }
+        next[id]++;
+        off += len;
+    }
+    if (bad)
+        fprintf(stderr, "   stream broken at byte %zu of %zu\n", off, rd->len);
+    CHECK(!bad);
+    int cut = -1, ncut = 0;
+    for (int i = 0; i < SF_NW; i++) {
+        /* every write reported whole arrived whole, and before the close returned */
+        CHECK_EQ(next[i], w[i].ok);
+        CHECK(w[i].ok == 0 || w[i].ok_start <= t_closed);
+        if (!w[i].ended)
+            continue;
+        if (w[i].end_rc >= 0) {
+            /* cut by the close: how much went out */
+            CHECK(w[i].end_rc > 0 && w[i].end_rc < (ssize_t)w[i].end_len);
+            CHECK(w[i].end_start <= t_closed);
+            cut = i;
+            ncut++;
+        } else {
+            /* refused: by the close, or begun once the fd was gone */
+            CHECK(w[i].end_rc == CO_ECLOSED || w[i].end_rc == -EBADF);
+        }
+    }
+    CHECK(ncut <= 1);
+    size_t tail = rd->len - off;
+    if (!bad && tail > 0) {
+        /* the bytes after the last whole frame: the cut write's, as many as it said */
+        CHECK_EQ(ncut, 1);
+        if (cut >= 0) {
+            CHECK_EQ((ssize_t)tail, w[cut].end_rc);
+            size_t len = sf_build(f, cut, w[cut].ok, fmax);
+            CHECK(tail <= len && memcmp(rd->buf + off, f, tail) == 0);
+        }
+    } else if (!bad) {
+        CHECK_EQ(ncut, 0);
+    }
+    free(f);
+}
+static void test_close_write_storm(void) {
+    int before = count_fds();
+    bool small = t_small();
+    int rounds = small ? 6 : 20;
+    size_t fmax = small ? 16 * 1024 : 64 * 1024;
+    long tmax = small ? 256 * 1024 : 2 << 20;
+    uint64_t rng = 0x5eed;
+    int cuts = 0;
+    for (int round = 0; round < rounds && !t_cur_failed; round++) {
+        int wfd, rfd;
+        CHECK_EQ(tcp_pair(&wfd, &rfd, 16 * 1024), 0);
+        _Atomic int stop = 0;
+        co_waitgroup_t wg = CO_WAITGROUP_INIT;
+        sf_writer_t w[SF_NW];
+        pthread_t th[SF_NW], rth, cth;
+        rng = sf_mix(rng);
+        sf_reader_t rd = {.fd = rfd, .cap = 1 << 20, .rng = rng};
+        rd.buf = malloc(rd.cap);
+        CHECK_EQ(pthread_create(&rth, NULL, sf_read, &rd), 0);
+        for (int i = 0; i < SF_NW; i++) {
+            w[i] = (sf_writer_t){.fd = wfd, .id = i, .fmax = fmax, .stop = &stop, .wg = &wg};
+            if (i % 2) {
+                CHECK_EQ(pthread_create(&th[i], NULL, sf_write_thread, &w[i]), 0);
+            } else {
+                co_waitgroup_add(&wg, 1);
+                CHECK_EQ(co_go(sf_write_co, &w[i]), 0);
+            }
+        }
+        rng = sf_mix(rng);
+        sf_closer_t cl = {.fd = wfd, .target = (long)(rng % (uint64_t)tmax), .rd = &rd,
+                          .stop = &stop, .rc = 1, .wg = &wg};
+        bool co_closer = round % 2 == 0;
+        if (co_closer) {
+            co_waitgroup_add(&wg, 1);
+            CHECK_EQ(co_go(sf_close_co, &cl), 0);
+        } else {
+            CHECK_EQ(pthread_create(&cth, NULL, sf_close_thread, &cl), 0);
+        }
+        for (int i = 1; i < SF_NW; i += 2) pthread_join(th[i], NULL);
+        if (!co_closer)
+            pthread_join(cth, NULL);
+        co_waitgroup_wait(&wg);
+        pthread_join(rth, NULL);
+        CHECK_EQ(cl.rc, 0);
+        CHECK_EQ(rd.end, 0);
+        sf_check(&rd, w, fmax, cl.t_closed);
+        for (int i = 0; i < SF_NW; i++) cuts += w[i].ended && w[i].end_rc > 0;
+        if (t_cur_failed)
+            fprintf(stderr, "   (round %d, closer %s, target %ld, read %zu)\n", round,
+                    co_closer ? "coroutine" : "thread", cl.target, rd.len);
+        free(rd.buf);
+        CHECK_EQ(co_close(rfd), 0);
+    }
+    fprintf(stderr, "   %d of %d closes cut a write\n", cuts, rounds);
     CHECK_EQ(count_fds(), before);
 }
 
@@ -1119,8 +1576,11 @@ int main(void) {
     T_RUN(test_shutdown_while_thread_waits);
     T_RUN(test_whole_writes);
     T_RUN(test_write_lock_wait);
+    T_RUN(test_close_cuts_write);
+    T_RUN(test_close_write_storm);
     T_RUN(test_thread_server);
     T_RUN(test_thread_coroutine_mix);
     T_RUN(test_1000_connections);
+    T_RUN(test_close_after_unlock); /* last: it restarts the runtime on one P */
     return t_end();
 }

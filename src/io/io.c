@@ -9,12 +9,21 @@
  * which parks only if no edge arrived since (see runtime/netpoll.c).
  *
  * Close (Go's fdMutex, reduced): every operation holds a reference on the
- * descriptor while it runs. co_close sets CLOSING, wakes every parked
- * waiter with CO_ECLOSED and drops its reference; whoever drops the last
- * reference (co_close itself, or the last operation on its way out)
- * performs close(2). Operations that start while CLOSING is set fail with
+ * descriptor while it runs. co_close sets CLOSING, refuses co_write's lock
+ * from then on (CO__PD_WL_CLOSED), wakes every parked waiter with
+ * CO_ECLOSED and drops its reference; whoever drops the last reference
+ * (co_close itself, or the last operation on its way out) performs
+ * close(2). Operations that start while CLOSING is set fail with
  * CO_ECLOSED; so nobody stays parked on a closed fd, and the fd number is
  * not reused while an operation still uses it.
+ *
+ * What a close does to writes: a co_write that has not taken the write
+ * lock when the close begins sends nothing (CO_ECLOSED), wherever it is:
+ * starting, queued on the lock, or woken for the lock and not yet run.
+ * The one that holds the lock makes no further system call once it sees
+ * the flag (between two of its own) and returns how many bytes went out
+ * (CO_ECLOSED if none): the peer gets whole frames and at most one cut
+ * one, the last, whose writer knows where it was cut.
  */
 #include "runtime/runtime.h"
 
@@ -44,7 +53,8 @@ static bool pd_try_finalize(co__pd_t *pd, int *rc) {
     __atomic_store_n(&pd->stream, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&pd->rdrained, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&pd->hup, 0, __ATOMIC_RELAXED);
-    __atomic_store_n(&pd->wlock, 0, __ATOMIC_RELAXED); /* a stray WAIT of a writer gone */
+    /* the close's CLOSED, and a stray WAIT of a writer gone */
+    __atomic_store_n(&pd->wlock, 0, __ATOMIC_RELAXED);
     /* A stale edge for the old file just costs a retry. */
     __atomic_add_fetch(&pd->rseq, 1, __ATOMIC_RELEASE);
     __atomic_add_fetch(&pd->wseq, 1, __ATOMIC_RELEASE);
@@ -197,6 +207,10 @@ static int close_pd(co__pd_t *pd) {
         pd_exit(pd);
         return -EBADF; /* already being closed */
     }
+    /* Refuse the write lock before waking its waiters: one woken earlier
+     * (by the last holder's unlock, or an edge) and not yet run must not
+     * take it and start a write now. */
+    __atomic_fetch_or(&pd->wlock, CO__PD_WL_CLOSED, __ATOMIC_RELAXED);
     co__pd_wake(pd, CO__PD_READ | CO__PD_WRITE, CO_ECLOSED);
     prev = __atomic_fetch_sub(&pd->state, 1, __ATOMIC_ACQ_REL);
     int rc = 0;
@@ -341,10 +355,8 @@ ssize_t co_read(int fd, void *buf, size_t len, int64_t deadline) {
 static int wlock_wait(co__pd_t *pd, int64_t deadline) {
     if (deadline_passed(deadline))
         return CO_ETIMEDOUT;
-    co__parker_t pk;
-    co__parker_init(&pk, CO__WR_IO);
-    co__waiter_t ww = {0};
-    ww.pk = &pk;
+    co__pkw_t pw;
+    co__wait_prepare(&pw, CO__WR_IO);
     co__lock(&pd->lock);
     if (__atomic_load_n(&pd->state, __ATOMIC_RELAXED) & CO__PD_CLOSING) {
         co__unlock(&pd->lock);
@@ -360,35 +372,49 @@ static int wlock_wait(co__pd_t *pd, int64_t deadline) {
         co__unlock(&pd->lock);
         return 0;
     }
-    co__waitq_push(&pd->wq, &ww);
-    int rc = co__park_lock(&pk, deadline, &pd->lock);
-    if (rc == CO_ETIMEDOUT) {
-        co__lock(&pd->lock);
-        co__waitq_remove(&ww);
-        co__unlock(&pd->lock);
+    co__waitq_push(&pd->wq, &pw.w);
+    if (co__wait(&pw.w, &pd->lock, deadline, 0) == CO_ETIMEDOUT)
         return CO_ETIMEDOUT;
-    }
-    return ((co__waiter_t *)pk.winner)->result;
-}
-
-static int wlock_take(co__pd_t *pd, int64_t deadline) {
-    for (;;) {
-        /* acquire: the previous writer's writes come first */
-        if (CO_LIKELY(!(__atomic_fetch_or(&pd->wlock, CO__PD_WL_HELD, __ATOMIC_ACQUIRE) &
-                        CO__PD_WL_HELD)))
-            return 0;
-        int rc = wlock_wait(pd, deadline);
-        if (rc < 0)
-            return rc;
-    }
+    return pw.w.result; /* 0 (the unlock, an edge: retry) or CO_ECLOSED */
 }
 
 static void wlock_give(co__pd_t *pd) {
-    /* release: pairs with the next writer's acquire */
+    /* release: pairs with the next writer's acquire. CLOSED stays. */
     uint8_t w = __atomic_fetch_and(&pd->wlock, (uint8_t) ~(CO__PD_WL_HELD | CO__PD_WL_WAIT),
                                    __ATOMIC_RELEASE);
     if (CO_UNLIKELY(w & CO__PD_WL_WAIT))
         co__pd_wake(pd, CO__PD_WRITE, 0);
+}
+
+/* co_close has begun (it sets CLOSED before waking anyone), for the lock's
+ * holder between two system calls. Relaxed is enough: the holder took the
+ * lock with an RMW on this byte, a later load of it sees that RMW's value
+ * or a newer one, and CLOSED, once set, stays until the close(2) (with
+ * nobody inside). */
+static bool wlock_closed(co__pd_t *pd) {
+    return __atomic_load_n(&pd->wlock, __ATOMIC_RELAXED) & CO__PD_WL_CLOSED;
+}
+
+static int wlock_take(co__pd_t *pd, int64_t deadline) {
+    for (;;) {
+        /* acquire: the previous writer's writes come first. The old value
+         * says both whether it was free and whether the fd is closing: a
+         * writer woken for the lock before a close and run after it lands
+         * here, as does one that entered before the close and got here
+         * after it. The RMW returns the whole byte: two bits cost what
+         * one does. */
+        uint8_t wl = __atomic_fetch_or(&pd->wlock, CO__PD_WL_HELD, __ATOMIC_ACQUIRE);
+        if (CO_LIKELY(!(wl & (CO__PD_WL_HELD | CO__PD_WL_CLOSED))))
+            return 0;
+        if (wl & CO__PD_WL_CLOSED) {
+            if (!(wl & CO__PD_WL_HELD))
+                wlock_give(pd); /* we took it: give it back */
+            return CO_ECLOSED;
+        }
+        int rc = wlock_wait(pd, deadline);
+        if (rc < 0)
+            return rc;
+    }
 }
 
 ssize_t co_write(int fd, const void *buf, size_t len, int64_t deadline) {
@@ -409,32 +435,40 @@ ssize_t co_write(int fd, const void *buf, size_t len, int64_t deadline) {
     const char *p = buf;
     size_t off = 0;
     ssize_t res = (ssize_t)len;
-    do {
+    for (;;) {
         uint32_t seq = __atomic_load_n(&pd->wseq, __ATOMIC_ACQUIRE);
         ssize_t n = sys_write(fd, off ? p + off : p, len - off, sock); /* NULL + 0 is UB */
         if (n >= 0) {
             off += (size_t)n;
-            continue;
-        }
-        if (n == -EINTR)
-            continue;
-        if (CO_UNLIKELY(n == -ENOTSOCK) && sock) {
+            if (off >= len)
+                break;
+        } else if (n == -EINTR) {
+        } else if (CO_UNLIKELY(n == -ENOTSOCK) && sock) {
             /* A number closed with close(2) behind our back (see co_close)
              * and reused by a file that is no socket: write(2) it is. */
             __atomic_store_n(&pd->is_sock, 0, __ATOMIC_RELAXED);
             sock = false;
-            continue;
-        }
-        if (!again(n) || pd_plain(pd)) {
+        } else if (!again(n) || pd_plain(pd)) {
             res = n;
             break;
+        } else {
+            int w = co__pd_wait(pd, CO__PD_WRITE, 0, seq, deadline);
+            if (w < 0) {
+                res = w;
+                break;
+            }
         }
-        int w = co__pd_wait(pd, CO__PD_WRITE, 0, seq, deadline);
-        if (w < 0) {
-            res = w;
+        /* Another system call for this write: none once co_close has begun
+         * (a short write, or a wake that came before the close). */
+        if (CO_UNLIKELY(wlock_closed(pd))) {
+            res = CO_ECLOSED;
             break;
         }
-    } while (off < len);
+    }
+    /* Cut by co_close: how much went out, if anything did (the fd is done
+     * for, so a short count cannot be taken for a place to resume at). */
+    if (res == CO_ECLOSED && off > 0)
+        res = (ssize_t)off;
     if (len > 0)
         wlock_give(pd);
     op_exit(pd, held);

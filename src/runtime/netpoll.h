@@ -54,6 +54,7 @@ enum {
 #define CO__PD_REFMASK 0x3fffffffu
 #define CO__PD_WL_HELD 1u
 #define CO__PD_WL_WAIT 2u
+#define CO__PD_WL_CLOSED 4u
 
 /* fd numbers with a descriptor: 0 to CO__PD_NFD - 1 (64 Mi: above any
  * RLIMIT_NOFILE in practice). */
@@ -76,7 +77,10 @@ typedef struct co__pd {
                           writer (fetch_or acquire / fetch_and release);
                           CO__PD_WL_WAIT set under lock by a writer about to park
                           on wq for it, cleared with HELD by the unlock, which then
-                          wakes wq */
+                          wakes wq; CO__PD_WL_CLOSED set by co_close before it wakes
+                          anyone (the lock is refused from then on, as Go's
+                          fdMutex refuses it once closing), cleared with the rest
+                          by the close(2) */
     uint32_t rdrained; /* atomic relaxed, a hint: rseq + 1 when a read of a stream came
                           back short (the kernel buffer was empty then); 0: none */
     uint8_t hup;       /* atomic: a hang-up, an error or urgent data was reported (never
