@@ -16,6 +16,24 @@
  *  - Every blocking call works from a coroutine (it parks the coroutine) and
  *    from a plain OS thread (it blocks the thread).
  *  - The first call of anything starts the runtime with defaults.
+ *  - NULL, for an object or a required pointer argument:
+ *      a call that returns int (or ssize_t) answers CO_EINVAL and does
+ *        nothing (co_mutex_trylock, co_chan_send, co_ctx_err, ...);
+ *      a call that cannot answer an error -- a void one, or
+ *        co_sem_try_acquire, whose false means only "not now" -- prints
+ *        "colony: fatal: <call>(NULL...): ..." and aborts, as Go's nil
+ *        pointer dereference panics (co_mutex_lock/unlock, the
+ *        co_waitgroup_* calls but wait_until, co_cond_signal, co_ctx_cancel,
+ *        co_group_limit, co_sched_stats, ...);
+ *      a free or destroy of NULL does nothing, as free(NULL) (co_chan_free,
+ *        co_ticker_stop, co_ctx_free, co_group_free);
+ *      a getter that returns a value gives the one documented for NULL
+ *        (co_chan_len/cap: 0; co_ticker_chan, co_ctx_done, co_ctx_value,
+ *        co_group_ctx: NULL).
+ *    Optional pointers are documented as such: co_init's cfg and
+ *    co_go_with's attr (NULL: the defaults), co_group_new's parent (the
+ *    background), co_dump's out (stderr), a receive's elem (the value is
+ *    dropped), a select case's ch (never ready), co_recover's value.
  */
 #ifndef COLONY_H
 #define COLONY_H

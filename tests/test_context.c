@@ -84,8 +84,7 @@ static void test_einval(void) {
     CHECK_EQ(co_ctx_err(NULL), CO_EINVAL);
     CHECK(co_ctx_done(NULL) == NULL);
     CHECK(co_ctx_value(NULL, "k") == NULL);
-    co_ctx_cancel(NULL);
-    co_ctx_free(NULL);
+    co_ctx_free(NULL); /* co_ctx_cancel(NULL) aborts: test_null */
 }
 
 /* ---- cancel ---------------------------------------------------------------- */

@@ -236,7 +236,10 @@ int co_ctx_with_value(co_ctx_t **out, co_ctx_t *parent, const void *key, void *v
 }
 
 void co_ctx_cancel(co_ctx_t *c) {
-    if (c == NULL || c->is_background) return;
+    /* void: it cannot answer CO_EINVAL (colony.h's NULL rule); Go's nil
+     * CancelFunc panics too */
+    if (c == NULL) co__fatal("co_ctx_cancel(NULL): NULL context");
+    if (c->is_background) return;
     cancel_tree(c, CO_ECANCELED);
     disarm_timer(c);
 }
