@@ -16,6 +16,24 @@
  *  - Every blocking call works from a coroutine (it parks the coroutine) and
  *    from a plain OS thread (it blocks the thread).
  *  - The first call of anything starts the runtime with defaults.
+ *  - NULL, for an object or a required pointer argument:
+ *      a call that returns int (or ssize_t) answers CO_EINVAL and does
+ *        nothing (co_mutex_trylock, co_chan_send, co_ctx_err, ...);
+ *      a call that cannot answer an error -- a void one, or
+ *        co_sem_try_acquire, whose false means only "not now" -- prints
+ *        "colony: fatal: <call>(NULL...): ..." and aborts, as Go's nil
+ *        pointer dereference panics (co_mutex_lock/unlock, the
+ *        co_waitgroup_* calls but wait_until, co_cond_signal, co_ctx_cancel,
+ *        co_group_limit, co_sched_stats, ...);
+ *      a free or destroy of NULL does nothing, as free(NULL) (co_chan_free,
+ *        co_ticker_stop, co_ctx_free, co_group_free);
+ *      a getter that returns a value gives the one documented for NULL
+ *        (co_chan_len/cap: 0; co_ticker_chan, co_ctx_done, co_ctx_value,
+ *        co_group_ctx: NULL).
+ *    Optional pointers are documented as such: co_init's cfg and
+ *    co_go_with's attr (NULL: the defaults), co_group_new's parent (the
+ *    background), co_dump's out (stderr), a receive's elem (the value is
+ *    dropped), a select case's ch (never ready), co_recover's value.
  */
 #ifndef COLONY_H
 #define COLONY_H
@@ -59,7 +77,7 @@ extern "C" {
 #define CO_ECANCELED (-10006) /* context canceled                           */
 #define CO_EBUSY (-10007)     /* in use: co_shutdown with something alive, a trylock of a held lock */
 #define CO_EDEADLK (-10008)   /* operation would deadlock (submit to own full pool) */
-#define CO_EPERM (-10009)     /* not allowed from this context             */
+#define CO_EPERM (-10009)     /* not allowed from this context; a send or close on a receive-only channel */
 CO_EXTERN const char *co_strerror(int err);
 
 /* ---- time -------------------------------------------------------------- */
@@ -150,7 +168,7 @@ typedef struct co_case {
     co_chan_t *ch; /* NULL: never ready */
     int op;        /* CO_SEND or CO_RECV */
     void *elem;    /* value to send / where to receive */
-    int result;    /* set on the case that fired: 0 or CO_ECLOSED */
+    int result;    /* set on the case that fired: 0, CO_ECLOSED, or CO_EPERM (a send on a receive-only channel) */
 } co_case_t;
 CO_EXTERN int co_select(co_case_t *cases, int n, int64_t deadline);
 
@@ -167,6 +185,9 @@ CO_EXTERN int co_ctx_with_deadline(co_ctx_t **out, co_ctx_t *parent, int64_t dea
 CO_EXTERN int co_ctx_with_timeout(co_ctx_t **out, co_ctx_t *parent, int64_t ns);
 CO_EXTERN int co_ctx_with_value(co_ctx_t **out, co_ctx_t *parent, const void *key, void *value);
 CO_EXTERN void co_ctx_cancel(co_ctx_t *ctx);
+/* Receive-only (Go's <-chan struct{}): co_chan_send/co_chan_close on it
+ * answer CO_EPERM, co_chan_free of it aborts; it closes when ctx is
+ * canceled. NULL for the background context and for NULL. */
 CO_EXTERN co_chan_t *co_ctx_done(co_ctx_t *ctx);
 CO_EXTERN int co_ctx_err(co_ctx_t *ctx);
 CO_EXTERN void *co_ctx_value(co_ctx_t *ctx, const void *key);

@@ -32,13 +32,17 @@ static int run_misuse(const char *name) {
     co_ctx_t *p, *c, *d;
     if (co_ctx_with_cancel(&p, co_ctx_background()) != 0) return 3;
     if (co_ctx_with_cancel(&c, p) != 0) return 3; /* keeps p's memory alive */
-    fprintf(stderr, "obj=%p\n", (void *)p);
+    /* the object the fatal line must name */
+    void *obj = !strcmp(name, "free_done") ? (void *)co_ctx_done(p) : (void *)p;
+    fprintf(stderr, "obj=%p\n", obj);
     if (!strcmp(name, "double_free")) {
         co_ctx_free(p);
         co_ctx_free(p);
     } else if (!strcmp(name, "child_of_freed")) {
         co_ctx_free(p);
         co_ctx_with_value(&d, p, "k", NULL);
+    } else if (!strcmp(name, "free_done")) {
+        co_chan_free(co_ctx_done(p)); /* the context owns it */
     } else {
         return 2;
     }
@@ -48,6 +52,7 @@ static int run_misuse(const char *name) {
 static void test_misuse(void) {
     expect_abort("double_free", "co_ctx_free");
     expect_abort("child_of_freed", "co_ctx_with_value");
+    expect_abort("free_done", "co_chan_free");
 }
 
 /* ---- background and errors ----------------------------------------------- */
@@ -79,8 +84,7 @@ static void test_einval(void) {
     CHECK_EQ(co_ctx_err(NULL), CO_EINVAL);
     CHECK(co_ctx_done(NULL) == NULL);
     CHECK(co_ctx_value(NULL, "k") == NULL);
-    co_ctx_cancel(NULL);
-    co_ctx_free(NULL);
+    co_ctx_free(NULL); /* co_ctx_cancel(NULL) aborts: test_null */
 }
 
 /* ---- cancel ---------------------------------------------------------------- */
@@ -255,6 +259,80 @@ static void test_select_on_done(void) {
     CHECK_EQ(co_select(cb, 1, co_deadline_after(MS)), CO_ETIMEDOUT);
     co_ctx_free(c);
     co_chan_free(work);
+}
+
+/* ---- done is receive-only to users ------------------------------------------ */
+static void done_recv_co(void *a) {
+    co_ctx_t *c = a;
+    char x = 'x';
+    int rc = co_chan_recv(co_ctx_done(c), &x, CO_FOREVER);
+    CHECK_EQ(rc, CO_ECLOSED);
+    CHECK(x == 'x'); /* nothing was delivered */
+    CHECK(co_ctx_err(c) != 0); /* released only by the context's cancellation */
+    co_waitgroup_done(&dw_wg);
+}
+
+/* Waits (1 s at most) until n receivers are queued on ch. */
+static void wait_receivers(co_chan_t *ch, int n) {
+    for (int i = 0; i < 1000 && co__test_chan_receivers(ch) < n; i++) co_sleep(MS);
+    CHECK_EQ(co__test_chan_receivers(ch), n);
+}
+
+/* A user's close of, or send on, a context's done channel is refused with
+ * CO_EPERM: it neither closes it nor hands a value to a receiver, so done
+ * is closed only by a cancellation, with co_ctx_err set. */
+static void test_done_is_receive_only(void) {
+    co_ctx_t *c;
+    CHECK_EQ(co_ctx_with_cancel(&c, co_ctx_background()), 0);
+    co_chan_t *d = co_ctx_done(c);
+    char b = 1;
+    /* with nobody waiting */
+    CHECK_EQ(co_chan_close(d), CO_EPERM);
+    CHECK_EQ(co_chan_send(d, &b, 0), CO_EPERM);
+    CHECK_EQ(co_chan_send(d, &b, co_deadline_after(MS)), CO_EPERM);
+    CHECK_EQ(co_ctx_err(c), 0);
+    CHECK(!is_done(c));
+    /* with receivers blocked on it: they stay blocked */
+    co_waitgroup_add(&dw_wg, 3);
+    for (int i = 0; i < 3; i++) CHECK_EQ(co_go(done_recv_co, c), 0);
+    wait_receivers(d, 3);
+    CHECK_EQ(co_chan_close(d), CO_EPERM);
+    CHECK_EQ(co_chan_send(d, &b, CO_FOREVER), CO_EPERM); /* returns: never blocks */
+    CHECK_EQ(co_chan_send(d, &b, 0), CO_EPERM);
+    co_sleep(5 * MS);
+    CHECK_EQ(co__test_chan_receivers(d), 3);
+    CHECK_EQ(co_ctx_err(c), 0);
+    /* a send case in a select fires at once with CO_EPERM */
+    co_case_t cs[1] = {{d, CO_SEND, &b, 0}};
+    CHECK_EQ(co_select(cs, 1, CO_FOREVER), 0);
+    CHECK_EQ(cs[0].result, CO_EPERM);
+    cs[0].result = 0;
+    CHECK_EQ(co_select(cs, 1, 0), 0);
+    CHECK_EQ(cs[0].result, CO_EPERM);
+    CHECK_EQ(co__test_chan_receivers(d), 3);
+    /* len and cap still answer */
+    CHECK_EQ(co_chan_len(d), 0);
+    CHECK_EQ(co_chan_cap(d), 0);
+    /* the context's own cancellation closes it and releases them */
+    co_ctx_cancel(c);
+    co_waitgroup_wait(&dw_wg);
+    CHECK_EQ(co_ctx_err(c), CO_ECANCELED);
+    CHECK(is_done(c));
+    /* once closed by its context: still refused, not CO_ECLOSED */
+    CHECK_EQ(co_chan_close(d), CO_EPERM);
+    CHECK_EQ(co_chan_send(d, &b, 0), CO_EPERM);
+    co_ctx_free(c);
+
+    /* a deadline's and a parent's cancellation close it too */
+    co_ctx_t *t, *child;
+    CHECK_EQ(co_ctx_with_timeout(&t, co_ctx_background(), 5 * MS), 0);
+    CHECK_EQ(co_ctx_with_cancel(&child, t), 0);
+    CHECK_EQ(co_chan_close(co_ctx_done(child)), CO_EPERM);
+    char x;
+    CHECK_EQ(co_chan_recv(co_ctx_done(child), &x, CO_FOREVER), CO_ECLOSED);
+    CHECK_EQ(co_ctx_err(child), CO_ETIMEDOUT);
+    co_ctx_free(child);
+    co_ctx_free(t);
 }
 
 /* ---- values ----------------------------------------------------------------- */
@@ -510,6 +588,7 @@ int main(int argc, char **argv) {
     T_RUN(test_deadline_past);
     T_RUN(test_deadline_earlier_wins);
     T_RUN(test_select_on_done);
+    T_RUN(test_done_is_receive_only);
     T_RUN(test_free_while_select_waits);
     T_RUN(test_values);
     T_RUN(test_free_parent_first);

@@ -59,8 +59,7 @@ static void test_einval(void) {
     CHECK_EQ(co_group_go(NULL, add_one, NULL), CO_EINVAL);
     CHECK_EQ(co_group_wait(NULL), CO_EINVAL);
     CHECK(co_group_ctx(NULL) == NULL);
-    co_group_limit(NULL, 3);
-    co_group_free(NULL);
+    co_group_free(NULL); /* co_group_limit(NULL, n) aborts: test_null */
     CHECK_EQ(co_group_new(&g, NULL), 0);
     CHECK_EQ(co_group_go(g, NULL, NULL), CO_EINVAL);
     CHECK_EQ(co_group_wait(g), 0); /* nothing ran */

@@ -1241,10 +1241,10 @@ static void test_init_no_fds(void) {
     CHECK_EQ(WEXITSTATUS(st), 0);
 }
 
-/* co_sched_stats and co_sched_runq_lens: bad input is ignored, good input
- * gives figures within their ranges. */
+/* co_sched_stats and co_sched_runq_lens: bad input is refused (a NULL
+ * co_sched_stats aborts: test_null), good input gives figures within
+ * their ranges. */
 static void test_sched_stats(void) {
-    co_sched_stats(NULL); /* ignored */
     co_sched_stats_t st;
     co_sched_stats(&st);
     CHECK_EQ(st.procs, co_procs());
@@ -1252,7 +1252,8 @@ static void test_sched_stats(void) {
     CHECK(st.threads >= 1 && st.spinning_threads >= 0 && st.idle_threads >= 0);
     CHECK(st.global_runq >= 0 && st.coroutines >= 0);
     int lens[64];
-    CHECK_EQ(co_sched_runq_lens(NULL, 64), 0);
+    CHECK_EQ(co_sched_runq_lens(NULL, 64), CO_EINVAL);
+    CHECK_EQ(co_sched_runq_lens(NULL, 0), 0);
     CHECK_EQ(co_sched_runq_lens(lens, 0), 0);
     CHECK_EQ(co_sched_runq_lens(lens, -1), 0);
     int n = co_sched_runq_lens(lens, 64);

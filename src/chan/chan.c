@@ -11,10 +11,17 @@
  * close: mark closed, claim every waiter on both queues (CO_ECLOSED), wake
  *        them after unlocking. Receivers still drain the ring afterwards.
  *
+ * A receive-only channel (CHAN_RECV_ONLY, made by co__chan_new_recv_only
+ * for a layer above: a context's done channel) refuses the user's send
+ * and close with CO_EPERM and aborts on the user's free; its owner closes
+ * and frees it through chan/chan.h.
+ *
  * Non-blocking fast paths (deadline already past, cheaply known: <= 0 and
  * not CO_FOREVER), decided without the lock as chan.go does:
- *  - send: read closed, then full (cap 0: no receiver waits); open and
- *    full -> CO_ETIMEDOUT. If a close came between the two reads, the
+ *  - send: read state, then full (cap 0: no receiver waits); open (state
+ *    0: neither closed nor receive-only, which is set before the channel
+ *    is published) and full -> CO_ETIMEDOUT. If a close came between the
+ *    two reads, the
  *    channel was full when it closed (a closed channel never becomes full,
  *    nothing can be sent to it), so just before the close it was open and
  *    full: the result is right at that instant (Go's argument).
@@ -27,6 +34,7 @@
  */
 #include "runtime/runtime.h"
 
+#include "chan/chan.h"
 #include "chan/chan_impl.h"
 
 #include <stdlib.h>
@@ -53,8 +61,15 @@ int co_chan_new(co_chan_t **out, size_t elem_size, size_t cap) {
     return 0;
 }
 
-void co_chan_free(co_chan_t *ch) {
-    if (!ch) return;
+int co__chan_new_recv_only(co_chan_t **out, size_t elem_size, size_t cap) {
+    int rc = co_chan_new(out, elem_size, cap);
+    /* before anyone else can see it: no lock needed, and a lock-free
+     * reader never sees the channel without the bit */
+    if (rc == 0) (*out)->state = CHAN_RECV_ONLY;
+    return rc;
+}
+
+static void chan_free(co_chan_t *ch) {
     chan_lock(ch);
     /* Misuse check: with correct use nobody is blocked on ch now. */
     const char *busy = ch->recvq.head ? "receivers" : ch->sendq.head ? "senders" : NULL;
@@ -73,6 +88,20 @@ void co_chan_free(co_chan_t *ch) {
     }
     chan_unlock(ch);
     free(ch);
+}
+
+void co_chan_free(co_chan_t *ch) {
+    if (!ch) return;
+    /* state's CHAN_RECV_ONLY is immutable after co__chan_new_recv_only */
+    if (CO_UNLIKELY(__atomic_load_n(&ch->state, __ATOMIC_RELAXED) & CHAN_RECV_ONLY))
+        co__fatal("co_chan_free(%p): the channel is receive-only (a context's done channel): "
+                  "its owner frees it",
+                  (void *)ch);
+    chan_free(ch);
+}
+
+void co__chan_free_by_owner(co_chan_t *ch) {
+    if (ch) chan_free(ch);
 }
 
 size_t co_chan_len(const co_chan_t *ch) {
@@ -143,7 +172,7 @@ static int chan_block(co_chan_t *ch, co__waitq_t *q, void *data, int64_t deadlin
 
 int co_chan_send(co_chan_t *ch, const void *elem, int64_t deadline) {
     if (CO_UNLIKELY(!ch || (!elem && ch->elem_size))) return CO_EINVAL;
-    if (chan_dl_cheap_past(deadline) && !chan_closed_acq(ch) && chan_full(ch))
+    if (chan_dl_cheap_past(deadline) && !chan_nosend_acq(ch) && chan_full(ch))
         return CO_ETIMEDOUT; /* Go's select-with-default fast path, no lock */
 
     chan_lock(ch);
@@ -183,15 +212,17 @@ int co_chan_recv(co_chan_t *ch, void *elem, int64_t deadline) {
     return chan_block(ch, &ch->recvq, elem, deadline, CO__WR_CHAN_RECV);
 }
 
-int co_chan_close(co_chan_t *ch) {
-    if (!ch) return CO_EINVAL;
+/* deny: the state bits that refuse this close besides CHAN_CLOSED
+ * (CHAN_RECV_ONLY for a user's close, none for the owner's). */
+static int chan_close(co_chan_t *ch, uint32_t deny) {
     chan_lock(ch);
-    if (ch->closed) {
+    uint32_t st = ch->state;
+    if (st & (CHAN_CLOSED | deny)) {
         chan_unlock(ch);
-        return CO_ECLOSED;
+        return (st & deny) ? CO_EPERM : CO_ECLOSED;
     }
     /* store-release; pairs with the acquire loads of the fast paths */
-    __atomic_store_n(&ch->closed, 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&ch->state, st | CHAN_CLOSED, __ATOMIC_RELEASE);
     /* Claim every waiter, receivers first, in queue order; collect them on
      * a private list (their links are ours once claimed) and wake them
      * after unlocking, as Go's closechan does with its glist. */
@@ -215,3 +246,10 @@ int co_chan_close(co_chan_t *ch) {
     }
     return 0;
 }
+
+int co_chan_close(co_chan_t *ch) {
+    if (!ch) return CO_EINVAL;
+    return chan_close(ch, CHAN_RECV_ONLY);
+}
+
+int co__chan_close_by_owner(co_chan_t *ch) { return chan_close(ch, 0); }

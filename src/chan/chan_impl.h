@@ -14,8 +14,8 @@
  *    empty; a live sender waits in sendq only while the buffer is full (for
  *    cap == 0: always "full" and "empty"). A waker therefore serves waiters
  *    before the buffer, which keeps FIFO order.
- *  - once `closed` is set, both queues stay empty of live waiters (close
- *    claims every waiter; later callers see `closed` before queueing).
+ *  - once CHAN_CLOSED is set, both queues stay empty of live waiters
+ *    (close claims every waiter; later callers see it before queueing).
  *  - the queues may hold *stale* waiters: their parker was already claimed
  *    by a deadline or by another case of their select, and their owner will
  *    re-lock the channel to unlink them. A waker that pops a stale waiter
@@ -29,7 +29,7 @@
  *
  * Lock-free reads (the non-blocking fast paths of chan.go, and select's
  * snapshot of several channels):
- *  - qcount, closed, recvq.head, sendq.head are only ever *written* under
+ *  - qcount, state, recvq.head, sendq.head are only ever *written* under
  *    `lock`, with __atomic stores (the wait layer's queues store head so);
  *    lock-free readers use __atomic loads.
  *  - ver is a sequence counter: chan_lock() makes it odd before the locked
@@ -55,12 +55,13 @@
 struct co_chan {
     /* lock protects: buf contents, sendx, recvx, the queue links of every
      * waiter in recvq/sendq (next, prev, q), and the writes of qcount,
-     * closed, recvq, sendq, ver. Never held across a park (co__park's
+     * state, recvq, sendq, ver. Never held across a park (co__park's
      * unlock callback releases it after the caller stopped running). */
     co__lock_t lock;
     uint32_t ver;      /* atomic seq counter: odd while `lock` is held (see above) */
     size_t qcount;     /* atomic: elements in buf; written under lock (relaxed), read lock-free (acquire) */
-    uint32_t closed;   /* atomic: 0/1; set once under lock (release), read lock-free (acquire) */
+    uint32_t state;    /* atomic: CHAN_* bits below; set under lock (release), read
+                          lock-free (acquire) */
     uint32_t linger;   /* stale waiters popped, whose owners will still lock the
                           channel (see above); under lock */
     co__waitq_t recvq; /* blocked receivers; head also read lock-free */
@@ -72,6 +73,16 @@ struct co_chan {
     size_t cap;
     char *buf;         /* cap * elem_size bytes right after the struct (never NULL) */
 };
+
+/* state. CHAN_CLOSED is set once, by close. CHAN_RECV_ONLY is set at birth
+ * on a channel that a layer above owns and users may only receive from (a
+ * context's done channel, chan/chan.h): their send and close answer
+ * CO_EPERM, only the owner closes or frees it. Both live in one word so
+ * that the send paths, which already test "closed", test "closed or
+ * receive-only" with the same instructions (state != 0), and only the
+ * failing branch tells the two apart; the receive paths test CHAN_CLOSED
+ * alone, also at no extra cost. */
+enum { CHAN_CLOSED = 1u, CHAN_RECV_ONLY = 2u };
 
 /* ---- the lock and its sequence counter ---------------------------------- */
 
@@ -96,7 +107,17 @@ static inline void chan_unlock(co_chan_t *ch) {
  * as "not ready at some instant during the call", see chan.c) ------------- */
 
 static inline bool chan_closed_acq(const co_chan_t *ch) {
-    return __atomic_load_n(&ch->closed, __ATOMIC_ACQUIRE) != 0;
+    return (__atomic_load_n(&ch->state, __ATOMIC_ACQUIRE) & CHAN_CLOSED) != 0;
+}
+/* A send cannot wait here: the channel is closed, or receive-only to
+ * users (the send fails at once either way). */
+static inline bool chan_nosend_acq(const co_chan_t *ch) {
+    return __atomic_load_n(&ch->state, __ATOMIC_ACQUIRE) != 0;
+}
+/* What a send on a channel with state != 0 answers. Out of the way of the
+ * hot paths: they test state != 0 only. */
+static inline int chan_send_refused(const co_chan_t *ch) {
+    return (ch->state & CHAN_RECV_ONLY) ? CO_EPERM : CO_ECLOSED;
 }
 /* Go's full(): a send would block (ignoring close). */
 static inline bool chan_full(const co_chan_t *ch) {
@@ -177,14 +198,15 @@ static inline char *chan_slot(const co_chan_t *ch, size_t i) { return ch->buf + 
 
 /* ---- the two halves of every operation, under ch->lock -----------------
  * Each returns 1 if the operation completed, 0 if it would block, or
- * CO_ECLOSED. *wake is set to a claimed waiter the caller must co__unpark()
- * after unlocking (NULL if none). `elem` may be NULL for a receive (the value
- * is dropped); for a send it is NULL only when elem_size == 0. */
+ * CO_ECLOSED (a send on a receive-only channel: CO_EPERM). *wake is set to
+ * a claimed waiter the caller must co__unpark() after unlocking (NULL if
+ * none). `elem` may be NULL for a receive (the value is dropped); for a
+ * send it is NULL only when elem_size == 0. */
 
 static inline __attribute__((always_inline)) int chan_send_locked(co_chan_t *ch, const void *elem,
                                                                  co__waiter_t **wake) {
     *wake = NULL;
-    if (ch->closed) return CO_ECLOSED;
+    if (ch->state) return chan_send_refused(ch);
     co__waiter_t *w = chq_claim(ch, &ch->recvq);
     if (w) { /* a receiver waits: the buffer is empty; copy straight into it (sendDirect) */
         if (w->data) chan_copy(w->data, elem, ch->elem_size);
@@ -230,7 +252,7 @@ static inline __attribute__((always_inline)) int chan_recv_locked(co_chan_t *ch,
         __atomic_store_n(&ch->qcount, qc - 1, __ATOMIC_RELAXED); /* under lock */
         return 1;
     }
-    if (ch->closed) return CO_ECLOSED;
+    if (ch->state & CHAN_CLOSED) return CO_ECLOSED;
     return 0;
 }
 

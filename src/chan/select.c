@@ -24,7 +24,8 @@
  *     under all locks, the first case in pollorder that can proceed
  *     fires (the same per-channel code as send/recv). A receive on a closed
  *     channel fires with result CO_ECLOSED; so does a send on a closed
- *     channel (Go would panic).
+ *     channel (Go would panic), and a send on a receive-only one (a
+ *     context's done channel) fires with CO_EPERM.
  *  3. pass 2: one waiter per case, in lockorder, all sharing one parker;
  *     park, releasing every lock once we can no longer run.
  *  4. the waker of any case claims the shared parker with co__claim(pk, w),
@@ -181,7 +182,7 @@ static bool sel_needs(const sel_t *s, const co__waiter_t *ws, const co__waiter_t
 static inline bool case_ready_nolock(const co_case_t *k) {
     const co_chan_t *c = k->ch;
     if (k->op == CO_RECV) return !chan_empty(c) || chan_closed_acq(c);
-    return !chan_full(c) || chan_closed_acq(c);
+    return !chan_full(c) || chan_nosend_acq(c);
 }
 
 /* True if no case was ready at one instant during the call. n <= SEL_STACK. */

@@ -2,7 +2,8 @@
  * Go's context: a tree of cancelable contexts.
  *
  * Every context made by co_ctx_with_* is a node with its own `done` channel
- * (closed exactly once, when the node is canceled) and a list of children.
+ * (closed exactly once, when the node is canceled; receive-only to users,
+ * chan/chan.h, so nobody else closes it) and a list of children.
  * Canceling a node cancels its whole subtree with the same error. A value
  * node is a cancelable node that also carries one key/value pair (Go's
  * valueCtx shares its parent's Done; here it has its own, closed when the
@@ -30,6 +31,7 @@
  * which waits for a running callback to return.
  */
 #include "runtime/runtime.h"
+#include "chan/chan.h"
 
 #include <stdlib.h>
 
@@ -64,7 +66,7 @@ co_ctx_t *co_ctx_background(void) { return &background; }
 static bool mark_canceled(co_ctx_t *c, int err) {
     if (c->canceled) return false;
     c->canceled = true;
-    co_chan_close(c->done);
+    co__chan_close_by_owner(c->done); /* users may not close it (CO_EPERM) */
     /* release: a reader that sees err != 0 also sees done closed */
     __atomic_store_n(&c->err, err, __ATOMIC_RELEASE);
     return true;
@@ -137,7 +139,7 @@ static void ctx_unref(co_ctx_t *c) {
             if (c->next_sib) c->next_sib->prev_sib = c->prev_sib;
             co__unlock(&par->lock);
         }
-        co_chan_free(c->done);
+        co__chan_free_by_owner(c->done);
         free(c);
         c = par;
     }
@@ -159,7 +161,9 @@ static int ctx_new(co_ctx_t **out, co_ctx_t *parent, int64_t deadline, bool has_
     if (rc < 0) return rc;
     co_ctx_t *c = calloc(1, sizeof *c);
     if (c == NULL) return CO_ENOMEM;
-    rc = co_chan_new(&c->done, 1, 0);
+    /* receive-only to users (Go's Done() is a <-chan): their send and
+     * close answer CO_EPERM, so done closes only with err set */
+    rc = co__chan_new_recv_only(&c->done, 1, 0);
     if (rc < 0) {
         free(c);
         return rc;
@@ -232,7 +236,10 @@ int co_ctx_with_value(co_ctx_t **out, co_ctx_t *parent, const void *key, void *v
 }
 
 void co_ctx_cancel(co_ctx_t *c) {
-    if (c == NULL || c->is_background) return;
+    /* void: it cannot answer CO_EINVAL (colony.h's NULL rule); Go's nil
+     * CancelFunc panics too */
+    if (c == NULL) co__fatal("co_ctx_cancel(NULL): NULL context");
+    if (c->is_background) return;
     cancel_tree(c, CO_ECANCELED);
     disarm_timer(c);
 }

@@ -45,7 +45,8 @@ int co_group_new(co_group_t **out, co_ctx_t *parent) {
 }
 
 void co_group_limit(co_group_t *g, int n) {
-    if (g == NULL) return;
+    /* void: it cannot answer CO_EINVAL (colony.h's NULL rule) */
+    if (g == NULL) co__fatal("co_group_limit(NULL): NULL group");
     co__lock(&g->lock);
     if (g->active > 0 || !co__waitq_empty(&g->slotq)) {
         int active = g->active;

@@ -28,7 +28,8 @@ void co__debug_parse_env(void) {
 }
 
 void co_sched_stats(co_sched_stats_t *out) {
-    if (!out) return;
+    /* void: it cannot answer CO_EINVAL (colony.h's NULL rule) */
+    if (!out) co__fatal("co_sched_stats(NULL): NULL stats");
     memset(out, 0, sizeof *out);
     co_sched_t *s = &co__sched;
     if (!co__stats_enter()) return; /* not running: zeros */
@@ -46,7 +47,9 @@ void co_sched_stats(co_sched_stats_t *out) {
 
 int co_sched_runq_lens(int *lens, int max) {
     co_sched_t *s = &co__sched;
-    if (!lens || max <= 0 || !co__stats_enter()) return 0;
+    if (max <= 0) return 0; /* nothing to write: lens may be NULL */
+    if (!lens) return CO_EINVAL;
+    if (!co__stats_enter()) return 0;
     /* under sched.lock, which holds allp still (a lent P is swapped in
      * under it) */
     co__lock(&s->lock);

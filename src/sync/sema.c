@@ -12,6 +12,9 @@
  *  - A negative n, a negative size, and releasing more than is held are
  *    misuse: co__fatal names the semaphore and aborts (x/sync panics on the
  *    last one and silently corrupts its count on the first).
+ *  - A NULL semaphore: co_sem_acquire answers CO_EINVAL; the calls that
+ *    cannot answer an error (void, and try_acquire, whose false means
+ *    only "not now") abort naming the call, as colony.h's rule says.
  */
 #include "runtime/runtime.h"
 
@@ -27,6 +30,7 @@ CO_STATIC_ASSERT(sizeof(sem_t_) <= sizeof(co_sem_t), "co_sem_t too small");
 CO_STATIC_ASSERT(_Alignof(sem_t_) <= _Alignof(co_sem_t), "co_sem_t misaligned");
 
 void co_sem_init(co_sem_t *pub, int64_t size) {
+    if (pub == NULL) co__fatal("co_sem_init(NULL): NULL semaphore");
     if (size < 0) co__fatal("co_sem_init(%p): negative size %lld", (void *)pub, (long long)size);
     memset(pub, 0, sizeof *pub);
     ((sem_t_ *)pub)->size = size;
@@ -65,6 +69,7 @@ static bool deadline_past(int64_t deadline) {
 }
 
 int co_sem_acquire(co_sem_t *pub, int64_t n, int64_t deadline) {
+    if (pub == NULL) return CO_EINVAL;
     sem_t_ *s = (sem_t_ *)pub;
     if (n < 0) co__fatal("co_sem_acquire(%p): negative count %lld", (void *)pub, (long long)n);
     co__lock(&s->lock);
@@ -102,6 +107,7 @@ int co_sem_acquire(co_sem_t *pub, int64_t n, int64_t deadline) {
 }
 
 bool co_sem_try_acquire(co_sem_t *pub, int64_t n) {
+    if (pub == NULL) co__fatal("co_sem_try_acquire(NULL): NULL semaphore");
     sem_t_ *s = (sem_t_ *)pub;
     if (n < 0) co__fatal("co_sem_try_acquire(%p): negative count %lld", (void *)pub, (long long)n);
     co__lock(&s->lock);
@@ -112,6 +118,7 @@ bool co_sem_try_acquire(co_sem_t *pub, int64_t n) {
 }
 
 void co_sem_release(co_sem_t *pub, int64_t n) {
+    if (pub == NULL) co__fatal("co_sem_release(NULL): NULL semaphore");
     sem_t_ *s = (sem_t_ *)pub;
     if (n < 0) co__fatal("co_sem_release(%p): negative count %lld", (void *)pub, (long long)n);
     co__lock(&s->lock);

@@ -9,12 +9,33 @@
  * Misuse that Go turns into a fatal error (unlocking an unlocked mutex,
  * runlock without rlock, ...) calls co__fatal() with the object's address
  * and the operation, which prints one line and aborts.
+ *
+ * NULL (colony.h's rule): a call that returns int answers CO_EINVAL; a
+ * void one cannot answer, so it aborts with "<call>(NULL): ...", as Go's
+ * nil-pointer dereference panics. The check comes before the first
+ * dereference: on the fast paths it is one test-and-branch, predicted
+ * not taken, whose target is out of line (null_fatal).
  */
 #include "runtime/runtime.h"
 
 #include <sched.h>
 #include <string.h>
 #include <unistd.h>
+
+/* A NULL object's fatal line. Out of line, and reached by a jump: GCC
+ * would see that it never returns and call it, and a call gives the fast
+ * path that tests for NULL a stack frame to set up (it does not
+ * shrink-wrap the frame into the cold paths once there are two of
+ * them); noipa hides that. Not noreturn for the same reason: callers
+ * write `null_fatal(...); return;`. */
+#if defined(__clang__)
+#define NULL_FATAL_ATTR __attribute__((noinline, cold))
+#else
+#define NULL_FATAL_ATTR __attribute__((noinline, noipa, cold))
+#endif
+static NULL_FATAL_ATTR void null_fatal(const char *call, const char *what) {
+    co__fatal("%s(NULL): NULL %s", call, what);
+}
 
 /* ---- sema_t: a counting semaphore with direct handoff ------------------ */
 /*
@@ -149,7 +170,10 @@ CO_STATIC_ASSERT(_Alignof(mutex_t) <= _Alignof(co_mutex_t), "co_mutex_t misalign
 /* Times any mutex entered starvation mode (read by tests/test_mutex_stress.c). */
 CO_HIDDEN uint64_t co__mutex_starvation_count; /* atomic relaxed counter */
 
-static void mutex_lock_slow(mutex_t *m, co_mutex_t *pub) {
+/* Out of line: co_mutex_lock's fast path then needs no frame (GCC does not
+ * shrink-wrap it when the NULL test adds a second way in). */
+static __attribute__((noinline)) void mutex_lock_slow(mutex_t *m, co_mutex_t *pub) {
+    if (pub == NULL) co__fatal("co_mutex_lock(NULL): NULL mutex");
     int64_t wait_start = 0;
     bool starving = false, awoke = false;
     int iter = 0;
@@ -210,14 +234,18 @@ static void mutex_lock_slow(mutex_t *m, co_mutex_t *pub) {
 void co_mutex_lock(co_mutex_t *pub) {
     mutex_t *m = (mutex_t *)pub;
     uint32_t z = 0;
-    /* acquire: pairs with the release subtraction in unlock */
-    if (CO_LIKELY(__atomic_compare_exchange_n(&m->state, &z, M_LOCKED, false, __ATOMIC_ACQUIRE,
+    /* acquire: pairs with the release subtraction in unlock. A NULL mutex
+     * goes to the slow path, which reports it (a fatal call here would
+     * give this path a frame). */
+    if (CO_LIKELY(pub != NULL &&
+                  __atomic_compare_exchange_n(&m->state, &z, M_LOCKED, false, __ATOMIC_ACQUIRE,
                                               __ATOMIC_RELAXED)))
         return;
     mutex_lock_slow(m, pub);
 }
 
 int co_mutex_trylock(co_mutex_t *pub) {
+    if (CO_UNLIKELY(pub == NULL)) return CO_EINVAL;
     mutex_t *m = (mutex_t *)pub;
     uint32_t old = __atomic_load_n(&m->state, __ATOMIC_RELAXED);
     if (old & (M_LOCKED | M_STARVING)) return CO_EBUSY;
@@ -242,7 +270,9 @@ int co_mutex_trylock(co_mutex_t *pub) {
  * unlocker to wake a waiter: until that waiter is woken (by this very
  * call; sema_release's own last touches come before the wake-up) it is
  * inside co_mutex_lock, so the mutex cannot have been freed. */
-static void mutex_unlock(mutex_t *m, const void *pub, const char *op, bool may_yield) {
+static inline __attribute__((always_inline)) void mutex_unlock_inl(mutex_t *m, const void *pub,
+                                                                   const char *op,
+                                                                   bool may_yield) {
     /* A look first: under contention the state seldom reads LOCKED alone,
      * and a CAS that fails costs as much as one that succeeds. */
     uint32_t old = __atomic_load_n(&m->state, __ATOMIC_RELAXED);
@@ -270,8 +300,20 @@ static void mutex_unlock(mutex_t *m, const void *pub, const char *op, bool may_y
     }
 }
 
+/* The other unlockers' copy (rwmutex, cond, once); co_mutex_unlock has
+ * its own, which saves the call it would otherwise jump through: that
+ * pays for its NULL test. */
+static __attribute__((noinline)) void mutex_unlock(mutex_t *m, const void *pub, const char *op,
+                                                   bool may_yield) {
+    mutex_unlock_inl(m, pub, op, may_yield);
+}
+
 void co_mutex_unlock(co_mutex_t *pub) {
-    mutex_unlock((mutex_t *)pub, pub, "co_mutex_unlock", true);
+    if (CO_UNLIKELY(pub == NULL)) {
+        null_fatal("co_mutex_unlock", "mutex");
+        return;
+    }
+    mutex_unlock_inl((mutex_t *)pub, pub, "co_mutex_unlock", true);
 }
 
 /* ---- RWMutex ------------------------------------------------------------ */
@@ -304,12 +346,20 @@ CO_STATIC_ASSERT(sizeof(rwmutex_t) <= sizeof(co_rwmutex_t), "co_rwmutex_t too sm
 CO_STATIC_ASSERT(_Alignof(rwmutex_t) <= _Alignof(co_rwmutex_t), "co_rwmutex_t misaligned");
 
 void co_rwmutex_rlock(co_rwmutex_t *pub) {
+    if (CO_UNLIKELY(pub == NULL)) {
+        null_fatal("co_rwmutex_rlock", "rwmutex");
+        return;
+    }
     rwmutex_t *rw = (rwmutex_t *)pub;
     if (__atomic_add_fetch(&rw->reader_count, 1, __ATOMIC_ACQ_REL) < 0)
         sema_acquire(&rw->reader_sem, false, CO__WR_RWMUTEX); /* a writer is pending */
 }
 
 void co_rwmutex_runlock(co_rwmutex_t *pub) {
+    if (CO_UNLIKELY(pub == NULL)) {
+        null_fatal("co_rwmutex_runlock", "rwmutex");
+        return;
+    }
     rwmutex_t *rw = (rwmutex_t *)pub;
     int32_t r = __atomic_sub_fetch(&rw->reader_count, 1, __ATOMIC_ACQ_REL);
     if (CO_LIKELY(r >= 0)) return;
@@ -321,6 +371,10 @@ void co_rwmutex_runlock(co_rwmutex_t *pub) {
 }
 
 void co_rwmutex_lock(co_rwmutex_t *pub) {
+    if (CO_UNLIKELY(pub == NULL)) {
+        null_fatal("co_rwmutex_lock", "rwmutex");
+        return;
+    }
     rwmutex_t *rw = (rwmutex_t *)pub;
     co_mutex_lock((co_mutex_t *)&rw->w);
     int32_t r = __atomic_sub_fetch(&rw->reader_count, MAX_READERS, __ATOMIC_ACQ_REL) + MAX_READERS;
@@ -330,6 +384,10 @@ void co_rwmutex_lock(co_rwmutex_t *pub) {
 }
 
 void co_rwmutex_unlock(co_rwmutex_t *pub) {
+    if (CO_UNLIKELY(pub == NULL)) {
+        null_fatal("co_rwmutex_unlock", "rwmutex");
+        return;
+    }
     rwmutex_t *rw = (rwmutex_t *)pub;
     if (!__atomic_load_n(&rw->wlocked, __ATOMIC_RELAXED))
         co__fatal("co_rwmutex_unlock(%p): unlock of unlocked rwmutex", (void *)pub);
@@ -358,7 +416,7 @@ typedef struct cond {
 CO_STATIC_ASSERT(sizeof(cond_t) <= sizeof(co_cond_t), "co_cond_t too small");
 CO_STATIC_ASSERT(_Alignof(cond_t) <= _Alignof(co_cond_t), "co_cond_t misaligned");
 
-int co_cond_wait_until(co_cond_t *pub, co_mutex_t *m, int64_t deadline) {
+static int cond_wait(co_cond_t *pub, co_mutex_t *m, int64_t deadline) {
     cond_t *c = (cond_t *)pub;
     co__pkw_t pw;
     co__wait_prepare(&pw, CO__WR_COND);
@@ -382,8 +440,15 @@ int co_cond_wait_until(co_cond_t *pub, co_mutex_t *m, int64_t deadline) {
     return rc == CO_ETIMEDOUT ? CO_ETIMEDOUT : 0;
 }
 
+int co_cond_wait_until(co_cond_t *c, co_mutex_t *m, int64_t deadline) {
+    if (c == NULL || m == NULL) return CO_EINVAL;
+    return cond_wait(c, m, deadline);
+}
+
 void co_cond_wait(co_cond_t *c, co_mutex_t *m) {
-    (void)co_cond_wait_until(c, m, CO_FOREVER);
+    if (c == NULL) co__fatal("co_cond_wait(NULL, %p): NULL cond", (void *)m);
+    if (m == NULL) co__fatal("co_cond_wait(%p, NULL): NULL mutex", (void *)c);
+    (void)cond_wait(c, m, CO_FOREVER);
 }
 
 /* Wake up to `n` waiters (n < 0: all). The claimed waiters are ours: link
@@ -410,6 +475,10 @@ static void cond_wake(cond_t *c, int n) {
 }
 
 void co_cond_signal(co_cond_t *c) {
+    if (CO_UNLIKELY(c == NULL)) {
+        null_fatal("co_cond_signal", "cond");
+        return;
+    }
     cond_t *cc = (cond_t *)c;
     /* Cheap exit when nobody waits. A waiter counts itself before it
      * releases the user's mutex, so a signaller that took that mutex after it
@@ -420,6 +489,10 @@ void co_cond_signal(co_cond_t *c) {
 }
 
 void co_cond_broadcast(co_cond_t *c) {
+    if (CO_UNLIKELY(c == NULL)) {
+        null_fatal("co_cond_broadcast", "cond");
+        return;
+    }
     cond_t *cc = (cond_t *)c;
     if (__atomic_load_n(&cc->nwait, __ATOMIC_RELAXED) == 0) return;
     cond_wake(cc, -1);
@@ -448,10 +521,12 @@ static uintptr_t self_token(void) {
     return g ? (uintptr_t)g : (uintptr_t)&thread_token;
 }
 
-void co_once(co_once_t *pub, void (*fn)(void *arg), void *arg) {
+/* The first calls: run fn once, or wait for the caller running it. Out of
+ * line, so that co_once's fast path needs no frame. */
+static __attribute__((noinline)) void once_slow(co_once_t *pub, void (*fn)(void *arg),
+                                                void *arg) {
+    if (pub == NULL) co__fatal("co_once(NULL): NULL once");
     once_t *o = (once_t *)pub;
-    /* acquire: pairs with the release store below; fn's effects are visible */
-    if (CO_LIKELY(__atomic_load_n(&o->done, __ATOMIC_ACQUIRE))) return;
     if (fn == NULL) co__fatal("co_once(%p): fn is NULL", (void *)pub);
     uintptr_t me = self_token();
     if (__atomic_load_n(&o->owner, __ATOMIC_RELAXED) == me)
@@ -470,6 +545,14 @@ void co_once(co_once_t *pub, void (*fn)(void *arg), void *arg) {
         return;
     }
     mutex_unlock(&o->m, pub, "co_once", true);
+}
+
+void co_once(co_once_t *pub, void (*fn)(void *arg), void *arg) {
+    once_t *o = (once_t *)pub;
+    /* acquire: pairs with the release store in once_slow; fn's effects
+     * are visible. A NULL once goes to once_slow, which reports it. */
+    if (CO_LIKELY(pub != NULL && __atomic_load_n(&o->done, __ATOMIC_ACQUIRE))) return;
+    once_slow(pub, fn, arg);
 }
 
 /* ---- test hooks (hidden; declared by the tests) ------------------------- */

@@ -108,19 +108,53 @@ static __attribute__((noinline)) void wg_release(wg_impl_t *wg, uint64_t s) {
     wg_release_run(&r);
 }
 
-void co_waitgroup_add(co_waitgroup_t *wg_, int delta) {
+/* The fatal lines of add and done, out of line and reached by a jump: a
+ * call from the fast path would give it a stack frame to set up. GCC
+ * would see that they never return and call them: noipa hides that. */
+#if defined(__clang__)
+#define WG_FATAL __attribute__((noinline, cold))
+#else
+#define WG_FATAL __attribute__((noinline, noipa, cold))
+#endif
+static WG_FATAL void wg_fatal_null(const char *call) {
+    co__fatal("%s(NULL): NULL waitgroup", call);
+}
+static WG_FATAL void wg_fatal_negative(co_waitgroup_t *wg, int32_t v) {
+    co__fatal("co_waitgroup %p: negative counter (%d)", (void *)wg, v);
+}
+
+static inline __attribute__((always_inline)) void wg_add(co_waitgroup_t *wg_, int delta) {
     wg_impl_t *wg = (wg_impl_t *)wg_;
     /* acq_rel: Done's writes happen before a waiter's return */
     uint64_t s = __atomic_add_fetch(&wg->state, (uint64_t)(int64_t)delta << 32, __ATOMIC_ACQ_REL);
     int32_t v = WG_COUNT(s);
-    if (CO_UNLIKELY(v < 0)) co__fatal("co_waitgroup %p: negative counter (%d)", (void *)wg_, v);
+    if (CO_UNLIKELY(v < 0)) {
+        wg_fatal_negative(wg_, v);
+        return;
+    }
     if (v != 0 || WG_WAITERS(s) == 0 || delta == 0) return;
     wg_release(wg, s);
 }
 
-void co_waitgroup_done(co_waitgroup_t *wg) { co_waitgroup_add(wg, -1); }
+/* A NULL waitgroup: the void calls abort naming themselves (they cannot
+ * answer), wait_until answers CO_EINVAL (colony.h's rule). */
+void co_waitgroup_add(co_waitgroup_t *wg, int delta) {
+    if (CO_UNLIKELY(wg == NULL)) {
+        wg_fatal_null("co_waitgroup_add");
+        return;
+    }
+    wg_add(wg, delta);
+}
 
-int co_waitgroup_wait_until(co_waitgroup_t *wg_, int64_t deadline) {
+void co_waitgroup_done(co_waitgroup_t *wg) {
+    if (CO_UNLIKELY(wg == NULL)) {
+        wg_fatal_null("co_waitgroup_done");
+        return;
+    }
+    wg_add(wg, -1);
+}
+
+static int wg_wait(co_waitgroup_t *wg_, int64_t deadline) {
     wg_impl_t *wg = (wg_impl_t *)wg_;
     uint64_t s = __atomic_load_n(&wg->state, __ATOMIC_ACQUIRE);
     if (WG_COUNT(s) == 0) return 0;
@@ -162,4 +196,12 @@ int co_waitgroup_wait_until(co_waitgroup_t *wg_, int64_t deadline) {
     return 0;
 }
 
-void co_waitgroup_wait(co_waitgroup_t *wg) { (void)co_waitgroup_wait_until(wg, CO_FOREVER); }
+int co_waitgroup_wait_until(co_waitgroup_t *wg, int64_t deadline) {
+    if (wg == NULL) return CO_EINVAL;
+    return wg_wait(wg, deadline);
+}
+
+void co_waitgroup_wait(co_waitgroup_t *wg) {
+    if (wg == NULL) co__fatal("co_waitgroup_wait(NULL): NULL waitgroup");
+    (void)wg_wait(wg, CO_FOREVER);
+}
