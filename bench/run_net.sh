@@ -19,12 +19,22 @@
 #          served / refused / reset / connect error / timeout; the server's
 #          peak RSS (VmHWM) is read before it is stopped, and it must still
 #          answer afterwards.
+#   slowloris  examples/http_server (pool 1000) vs the Go net/http peer,
+#          examples/slowloris -s 1000 -c 50 -d 10: 1,000 slow connections
+#          (each trickles a header line a second and never ends its head;
+#          one the server closes is reopened) held open while 50 clients
+#          send normal keep-alive requests: requests/s answered 200, other
+#          answers (503), failures, timeouts, p99; and the same 50 clients
+#          with no slow connections, for the ratio.
 # Writes bench/results/net.md (BENCH_QUICK=1: <builddir>/bench-net-quick.md).
 #
 # Environment: BENCH_RUNS (default 5: single runs of these spread by tens of
 # per cent on a shared machine), BENCH_QUICK=1 (2 s runs, a flood of
-# 1,000 at a pool of 100), BENCH_GO_CACHE (GOCACHE/GOPATH root, default
-# $TMPDIR/colony-bench-go).
+# 1,000 at a pool of 100), BENCH_GO_CACHE
+# (GOCACHE/GOPATH root, default $TMPDIR/colony-bench-go),
+# BENCH_HTTP_BASELINE (another build's http_server, e.g. one from before a
+# change: the slowloris rows are measured for it too, as "colony
+# (baseline)").
 set -u
 
 BUILD=${1:-build}
@@ -36,12 +46,17 @@ QUICK=${BENCH_QUICK:-0}
 RUNS=${BENCH_RUNS:-5}
 [ "$RUNS" -lt 1 ] && RUNS=1
 if [ "$QUICK" = 1 ]; then
-    DUR=2 FLOOD=1000 FPOOL=100 RUNS=${BENCH_RUNS:-1}
+    DUR=2 FLOOD=1000 FPOOL=100 SLOW=1000 RUNS=${BENCH_RUNS:-1}
 else
-    DUR=10 FLOOD=10000 FPOOL=1000
+    DUR=10 FLOOD=10000 FPOOL=1000 SLOW=1000
+fi
+BASELINE=${BENCH_HTTP_BASELINE:-}
+if [ -n "$BASELINE" ] && [ ! -x "$BASELINE" ]; then
+    echo "bench/run_net.sh: BENCH_HTTP_BASELINE=$BASELINE is not an executable: ignored" >&2
+    BASELINE=""
 fi
 
-for b in http_server echo_server echo_client; do
+for b in http_server echo_server echo_client slowloris; do
     if [ ! -x "$BUILD/$b" ]; then
         echo "bench/run_net.sh: $BUILD/$b is missing: build first (make BUILD=...)" >&2
         exit 1
@@ -84,6 +99,9 @@ PORT=""
 start_server() {
     name=$1
     shift
+    # emptied here, not only by the child's redirection: the loop below
+    # could otherwise read the previous run's file, and its port
+    : >"$OUT/$name.out"
     "$@" >"$OUT/$name.out" 2>&1 &
     SPID=$!
     PORT=""
@@ -194,6 +212,52 @@ run_flood() { # impl run
     fi
 }
 
+run_slow() { # impl run slow-connections
+    impl=$1 run=$2 nslow=$3
+    case "$impl" in
+    colony) start_server "slow-$impl" "$BUILD/http_server" 0 1000 || return ;;
+    baseline) start_server "slow-$impl" "$BASELINE" 0 1000 || return ;;
+    go)
+        [ "$GO_OK" = 1 ] || return
+        start_server "slow-$impl" "$GOBIN_DIR/net-http" 0 || return
+        ;;
+    esac
+    res=$("$BUILD/slowloris" -p "$PORT" -s "$nslow" -c 50 -d "$DUR" 2>&1)
+    stop_server
+    printf '%s\n' "$res" >>"$LOG"
+    line=$(printf '%s\n' "$res" | grep '^slowloris:')
+    if [ -z "$line" ]; then
+        echo "id=slow impl=$impl slow=$nslow run=$run status=failed" >>"$RAW"
+        echo "  slowloris #$run $impl $nslow: FAILED" >&2
+        return
+    fi
+    g() { printf '%s\n' "$line" | sed -n "s/$1/\\1/p"; }
+    ok=$(g '.* \([0-9]*\) answered 200.*')
+    rps=$(g '.* answered 200 (\([0-9.]*\)\/s).*')
+    other=$(g '.* \([0-9]*\) other status.*')
+    failed=$(g '.* \([0-9]*\) failed.*')
+    tmo=$(g '.* \([0-9]*\) timed out.*')
+    p99=$(g '.* p99 \([0-9]*\) us.*')
+    closed=$(g '.* \([0-9]*\) closed by the server.*')
+    echo "id=slow impl=$impl slow=$nslow run=$run ok=$ok rps=$rps other=$other failed=$failed timeout=$tmo p99_us=$p99 closed=$closed rss_kib=$HWM" >>"$RAW"
+    echo "  slowloris #$run $impl, $nslow slow: $rps req/s answered 200, $other other, $failed failed, $tmo timed out; p99 $p99 us; $closed slow closed by the server; peak RSS $HWM KiB" >&2
+}
+
+# slow_pairs: RUNS rounds of colony and Go, with and without the slow
+# connections, alternating the order (and the baseline build's, if any).
+slow_pairs() {
+    pr=1
+    while [ "$pr" -le "$RUNS" ]; do
+        if [ $((pr % 2)) -eq 1 ]; then order="colony go"; else order="go colony"; fi
+        [ -n "$BASELINE" ] && order="$order baseline"
+        for im in $order; do
+            run_slow "$im" "$pr" 0
+            run_slow "$im" "$pr" "$SLOW"
+        done
+        pr=$((pr + 1))
+    done
+}
+
 # pair KIND: RUNS runs of each implementation, alternating the order.
 pair() {
     kind=$1
@@ -225,6 +289,7 @@ echo "bench/run_net.sh: $MACHINE; load $LOAD_BEFORE; $RUNS runs each" >&2
 command -v wrk >/dev/null 2>&1 && pair http
 pair echo
 pair flood
+slow_pairs
 LOAD_AFTER=$(loadavg)
 ELAPSED=$(( $(date +%s) - T0 ))
 REV=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
@@ -244,11 +309,12 @@ fi
 awk -v date="$DATE" -v machine="$MACHINE" -v lb="$LOAD_BEFORE" -v la="$LOAD_AFTER" \
     -v runs="$RUNS" -v rev="$REV" -v goversion="$GO_VERSION" -v wrkv="$WRK_VERSION" \
     -v elapsed="$ELAPSED" -v btype="$BUILD_TYPE" -v quick="$QUICK" -v dur="$DUR" \
-    -v flood="$FLOOD" -v fpool="$FPOOL" '
+    -v base="$([ -n "$BASELINE" ] && echo 1 || echo 0)" \
+    -v flood="$FLOOD" -v fpool="$FPOOL" -v slow="$SLOW" '
 function sortv(a, n,    i, j, t) { for (i = 2; i <= n; i++) { t = a[i]; for (j = i - 1; j >= 1 && a[j] > t; j--) a[j + 1] = a[j]; a[j + 1] = t } }
-function med(id, impl, key,    a, n, k) {
+function med(id, impl, key, nslow,    a, n, k) {
     n = 0
-    for (k = 1; k <= nl; k++) if (I[k] == id && M[k] == impl && (k, key) in V) a[++n] = V[k, key] + 0
+    for (k = 1; k <= nl; k++) if (I[k] == id && M[k] == impl && (k, key) in V && (nslow == "" || V[k, "slow"] == nslow)) a[++n] = V[k, key] + 0
     N = n
     if (n == 0) return ""
     sortv(a, n); MIN = a[1]; MAX = a[n]
@@ -272,7 +338,7 @@ END {
     print ""
     print "- Date: " date "; commit " rev "; build " btype
     print "- Machine: " machine "; load average before " lb ", after " la "; " elapsed " s in all"
-    print "- Go: " goversion "; load generator: " wrkv " and examples/echo_client (colony)"
+    print "- Go: " goversion "; load generators: " wrkv ", examples/echo_client and examples/slowloris (colony)"
     print "- Everything on 127.0.0.1; client and server share the same CPUs."
     print ""
     print "**Noise.** This machine is shared by several engineers building and testing at the"
@@ -281,6 +347,10 @@ END {
     print "before quoting a figure."
     print ""
     print "## Throughput and latency"
+    print ""
+    print "Since the slowloris change (examples/pooled_server.h) a colony connection reads its"
+    print "requests on a coroutine of its own and hands each to a pool worker: the rows below"
+    print "include that hand-off (the Go server reads and serves on one goroutine)."
     print ""
     print "| benchmark | colony | Go | colony / Go | target | met |"
     print "|---|---|---|---|---|---|"
@@ -304,9 +374,10 @@ END {
     printf "## Flood: %d connections at once, colony pool of %d\n", flood, fpool
     print ""
     print "Each connection sends 64 bytes, waits for the echo, holds the connection 500 ms,"
-    print "closes. colony: a pool of " fpool " workers plus a queue of " fpool " waiting connections (1 s"
-    print "at most), the rest refused (closed before any echo). Go: a goroutine per connection,"
-    print "no bound (for comparison of memory, not a target)."
+    print "closes. colony: a connection waits for data on a coroutine of its own, at most"
+    print "10,000 at once (the default read cap; beyond it refused: closed before any echo), and"
+    print "is echoed by one of " fpool " workers (data may wait 1 s for one, behind at most " fpool " others)."
+    print "Go: a goroutine per connection, no bound (for comparison of memory, not a target)."
     print ""
     print "| run | server | served | refused | reset | connect error | timeout | other | seconds | server peak RSS (KiB) | answers afterwards |"
     print "|---|---|---|---|---|---|---|---|---|---|---|"
@@ -321,6 +392,41 @@ END {
     }
     print ""
     if (any) printf "colony: every connection served or refused cleanly, server up afterwards: **%s**.\n", ok ? "yes" : "NO"
+    print ""
+    printf "## Slowloris: %d slow connections beside normal requests\n", slow
+    print ""
+    print "examples/slowloris: " slow " connections each send the start of a request head, then a"
+    print "header line a second, never the blank line that ends it; one the server closes is"
+    print "opened again at once. Once all are open, 50 clients send `GET /` (kept alive) for " dur " s;"
+    print "every request is answered 200, answered otherwise (colony: 503), failed, or timed out"
+    print "(5 s). The same clients without slow connections give the ratio. colony: http_server,"
+    print "pool 1000, each head read on a coroutine per connection (first byte 3 s, head 5 s,"
+    print "10,000 reading at once); Go: net/http with no timeouts (it keeps every slow"
+    print "connection, a goroutine each)."
+    if (base == 1) print "colony (baseline): the BENCH_HTTP_BASELINE build, run the same way."
+    print ""
+    print "| server | slow connections | requests/s answered 200 | other answers | failed | timed out | p99 (µs) | slow closed by the server | server peak RSS (KiB) |"
+    print "|---|---|---|---|---|---|---|---|---|"
+    split("colony go baseline", im, " ")
+    for (q = 1; q <= 3; q++) {
+        for (sv = 0; sv <= 1; sv++) {
+            ns = sv ? slow : 0
+            rp = med("slow", im[q], "rps", ns); if (N == 0) continue
+            rr = rngs()
+            ot = med("slow", im[q], "other", ns); otr = rngs()
+            fa = med("slow", im[q], "failed", ns); far = rngs()
+            to = med("slow", im[q], "timeout", ns); tor = rngs()
+            pp = med("slow", im[q], "p99_us", ns)
+            cl = med("slow", im[q], "closed", ns)
+            rs = med("slow", im[q], "rss_kib", ns)
+            label = im[q] == "go" ? "Go" : (im[q] == "baseline" ? "colony (baseline)" : "colony")
+            printf "| %s | %d | %s%s | %s%s | %s%s | %s%s | %s | %s | %s |\n", label, ns, f0(rp), rr, f0(ot), otr, f0(fa), far, f0(to), tor, f0(pp), f0(cl), f0(rs)
+            if (sv == 0) base0[im[q]] = rp
+            else if (base0[im[q]] != "" && base0[im[q]] > 0) ratio[im[q]] = rp / base0[im[q]]
+        }
+    }
+    print ""
+    for (q = 1; q <= 3; q++) if (im[q] in ratio) printf "%s: with %d slow connections, %.0f%% of the requests/s without them.\n", im[q] == "go" ? "Go" : (im[q] == "baseline" ? "colony (baseline)" : "colony"), slow, 100 * ratio[im[q]]
     if (fails) { print ""; printf "%d run(s) failed; see the build directory'"'"'s bench-net/log.txt.\n", fails }
 }' "$RAW" >"$MD"
 echo "bench/run_net.sh: wrote $MD" >&2

@@ -1,8 +1,9 @@
 /*
- * A small HTTP/1.1 server on colony: one coroutine per connection, drawn
- * from a bounded co_pool, as Go's net/http does with goroutines.
+ * A small HTTP/1.1 server on colony: a coroutine of its own for each
+ * connection while it reads a request head, a bounded co_pool of workers
+ * for the work (pooled_server.h).
  *
- *   http_server [port] [pool-size] [file]
+ *   http_server [-r read-cap] [port] [pool-size] [file]
  *
  * port 0 (the default 8080 otherwise) picks a free one; the port is printed.
  * Routes: GET/HEAD /      -> "Hello, World!\n" (fixed)
@@ -13,14 +14,33 @@
  * pipelining, Content-Length on every response, request bodies up to
  * 1 MiB (discarded). 400 for a malformed request, 431 for a request head
  * over 8 KiB, 413/501/505 where they apply; each error closes the
- * connection after a lingering close. A peer silent for the read timeout
- * (10 s) is dropped.
+ * connection after a lingering close.
  *
- * Overload: an accepted connection first tries to get a worker at once;
- * if the pool is full it waits in a bounded queue (a channel as deep as
- * the pool) for up to 1 s; a full queue or a longer wait gets a
- * "503 Service Unavailable" and is closed. So a flood costs at most
- * pool + queue connections of memory, never more.
+ * A connection's phases and their limits:
+ *   reading   the request head, on the connection's own coroutine: no
+ *             worker is held, so slow clients (slowloris) and kept-alive
+ *             connections waiting for their next request cost a parked
+ *             coroutine and an 8 KiB buffer each (about 12 KiB of RSS,
+ *             measured), not a worker. Deadlines, set once per head
+ *             (trickling bytes does not extend them): a new connection's
+ *             first byte within 3 s and its whole head within 5 s of its
+ *             arrival; a kept-alive connection's next request within 10 s,
+ *             its head within 5 s of its first byte.
+ *   waiting   a complete head waits for a worker: at most 1 s, and at most
+ *             pool-size heads wait; beyond either, 503.
+ *   working   a worker (pool-size of them, default 1,000) reads the body
+ *             (10 s per read), writes the answer (10 s per write, /file per
+ *             64 KiB piece) and answers any request pipelined behind it
+ *             that is already buffered; then the connection goes back to
+ *             reading and the worker to the pool. Reading a body holds a
+ *             worker: a client slow to send its body is bounded by the pool
+ *             and the per-read deadline only.
+ * At most read-cap connections (-r, default 10,000) hold no worker
+ * (reading, waiting, or closing after an error: the lingering close runs
+ * on a coroutine too); a new connection beyond that gets a 503 at once,
+ * a kept-alive one is closed. So a flood, slow or fast, costs at most
+ * read-cap + pool-size connections of memory, and slow clients deny
+ * service only once they are read-cap (10,000 within a head timeout).
  *
  * SIGINT/SIGTERM (through a signalfd watched with co_wait_fd): stop
  * accepting, end every connection, wait for the workers, print stats.
@@ -64,13 +84,19 @@ static const char http_hello[] = "Hello, World!\n";
 typedef struct http_config {
     const char *host;         /* listen address; NULL: 127.0.0.1 */
     int port;                 /* 0: any free port */
-    int pool_size;            /* workers (concurrent connections served) */
+    int pool_size;            /* workers: requests worked on at once */
+    int read_cap;             /* connections holding no worker (reading a head, kept
+                               * alive, waiting for a worker) at once; 0: PSRV_READ_CAP */
     const char *file;         /* served at /file; NULL: 404 there */
-    int64_t read_timeout_ns;  /* a request head (or keep-alive idle) must arrive in this */
+    int64_t first_byte_timeout_ns; /* a new connection's first byte must come in this */
+    int64_t head_timeout_ns;  /* a request head must be complete this long after the
+                               * connection arrived (kept alive: after its first byte) */
+    int64_t idle_timeout_ns;  /* a kept-alive connection waits this long for a request */
+    int64_t read_timeout_ns;  /* each read of a request body must return in this */
     int64_t write_timeout_ns; /* each write (a response, a piece of /file) must be taken
                                * by the peer in this */
-    int64_t queue_wait_ns;    /* a connection waits this long for a worker, then 503 */
-    int queue_cap;            /* connections that may wait; 0: pool_size */
+    int64_t queue_wait_ns;    /* a request waits this long for a worker, then 503 */
+    int queue_cap;            /* requests that may wait for a worker; 0: pool_size */
 } http_config_t;
 
 typedef struct http_stats {
@@ -86,6 +112,7 @@ typedef struct http_server {
 
 typedef struct http_conn {
     psrv_conn_t base;         /* first */
+    long head;                /* the buffered head: its length, or -status to refuse it */
     time_t date_sec;
     char date[40];
     size_t have;              /* bytes in buf */
@@ -158,18 +185,6 @@ static int http_respond(http_conn_t *c, int code, const char *ctype, const void 
     if (co_write(c->base.fd, small, (size_t)h, dl) < 0)
         return -1;
     return len && co_write(c->base.fd, body, len, dl) < 0 ? -1 : 0;
-}
-
-/* Close after an error: stop sending, let the peer's pending bytes drain
- * (so our response is not destroyed by a reset), then close. */
-static void http_linger_close(int fd) {
-    shutdown(fd, SHUT_WR);
-    char sink[4096];
-    int64_t dl = co_deadline_after(500 * HTTP_MS);
-    for (int i = 0; i < 64; i++)
-        if (co_read(fd, sink, sizeof sink, dl) <= 0)
-            break;
-    co_close(fd);
 }
 
 /* ---- the file route --------------------------------------------------------- */
@@ -401,32 +416,59 @@ static int http_parse(char *b, size_t head_len, http_req_t *r) {
 
 /* ---- one connection ------------------------------------------------------- */
 
-/* Read until the buffer holds a complete head. Returns its length, 0 on a
- * clean EOF between requests, or -status to refuse, or -1 to just close. */
-static long http_read_head(http_conn_t *c) {
+/* What the buffer holds: the length of a complete head, 0 if the head is
+ * not complete yet (read more), or -status to refuse it (garbage, a bare
+ * LF, too long: waiting would only time out). Empty lines before a
+ * request line are dropped (RFC 9112, 2.2). */
+static long http_head_status(http_conn_t *c) {
+    size_t skip = 0;
+    while (c->have - skip >= 2 && c->buf[skip] == '\r' && c->buf[skip + 1] == '\n')
+        skip += 2;
+    if (skip) {
+        memmove(c->buf, c->buf + skip, c->have - skip);
+        c->have -= skip;
+    }
+    char *e = c->have >= 4 ? memmem(c->buf, c->have, "\r\n\r\n", 4) : NULL;
+    if (e)
+        return (long)(e - c->buf) + 4;
+    int pre = c->have == 1 && c->buf[0] == '\r' ? 0 : http_precheck(c->buf, c->have);
+    if (pre)
+        return -pre;
+    if (http_bare_lf(c->buf, c->have))
+        return -400; /* lines end in CRLF here */
+    if (c->have == sizeof c->buf)
+        return -431;
+    return 0;
+}
+
+/* The reading phase (psrv's `read`, on the connection's own coroutine, no
+ * worker held): read until the buffer holds a head, complete or to be
+ * refused (PSRV_WORK: the worker answers it), or end the connection
+ * (PSRV_CLOSE: EOF, a deadline, a reset, shutdown). The deadlines are set
+ * once, not per read, so a peer that trickles a byte now and then gains
+ * nothing: a new connection has first_byte_timeout for its first byte and
+ * head_timeout for its whole head; a kept-alive one idle_timeout for its
+ * next request's first byte, then head_timeout from that byte. */
+static int http_read(psrv_conn_t *base) {
+    http_conn_t *c = (http_conn_t *)base;
     http_server_t *s = http_srv(c);
-    int64_t dl = co_deadline_after(s->cfg.read_timeout_ns);
+    int64_t now = co_now();
+    bool kept = base->rounds > 0;
+    int64_t head_dl = kept && c->have == 0 ? CO_FOREVER : now + s->cfg.head_timeout_ns;
+    int64_t first_dl = now + (kept ? s->cfg.idle_timeout_ns : s->cfg.first_byte_timeout_ns);
+    if (head_dl != CO_FOREVER && first_dl > head_dl)
+        first_dl = head_dl;
     for (;;) {
-        /* empty lines before a request line are ignored (RFC 9112, 2.2) */
-        size_t skip = 0;
-        while (c->have - skip >= 2 && c->buf[skip] == '\r' && c->buf[skip + 1] == '\n')
-            skip += 2;
-        if (skip) {
-            memmove(c->buf, c->buf + skip, c->have - skip);
-            c->have -= skip;
+        long hl = http_head_status(c);
+        if (hl != 0) {
+            c->head = hl;
+            return PSRV_WORK;
         }
-        char *e = c->have >= 4 ? memmem(c->buf, c->have, "\r\n\r\n", 4) : NULL;
-        if (e)
-            return (long)(e - c->buf) + 4;
-        int pre = c->have == 1 && c->buf[0] == '\r' ? 0 : http_precheck(c->buf, c->have);
-        if (pre)
-            return -pre;
-        if (http_bare_lf(c->buf, c->have))
-            return -400; /* lines end in CRLF here; waiting would only time out */
-        if (c->have == sizeof c->buf)
-            return -431;
-        ssize_t n = co_read(c->base.fd, c->buf + c->have, sizeof c->buf - c->have, dl);
+        ssize_t n = co_read(base->fd, c->buf + c->have, sizeof c->buf - c->have,
+                            c->have ? head_dl : first_dl);
         if (n > 0) {
+            if (head_dl == CO_FOREVER) /* a kept-alive connection's next request begins */
+                head_dl = co_now() + s->cfg.head_timeout_ns;
             c->have += (size_t)n;
             continue;
         }
@@ -434,9 +476,7 @@ static long http_read_head(http_conn_t *c) {
             HTTP_INC(s, timeouts);
         else if (n == -ECONNRESET)
             HTTP_INC(s, resets);
-        if (n == 0 && c->have == 0)
-            return 0;
-        return -1; /* EOF mid-request, timeout, reset, shutdown */
+        return PSRV_CLOSE; /* EOF (between requests or not), deadline, reset, shutdown */
     }
 }
 
@@ -464,35 +504,28 @@ static int http_skip_body(http_conn_t *c, size_t head_len, long long len) {
     return 0;
 }
 
-static void http_conn_main(void *arg) {
-    http_conn_t *c = arg;
+/* The work (psrv's `serve`, on a pool worker): answer the buffered head,
+ * and the requests pipelined behind it that are already buffered too.
+ * PSRV_KEEP once the buffer holds no complete request (the connection goes
+ * back to reading, the worker is free), PSRV_CLOSE to end the connection. */
+static int http_serve(psrv_conn_t *base) {
+    http_conn_t *c = (http_conn_t *)base;
     http_server_t *s = http_srv(c);
-    HTTP_INC(s, served);
-    if (!psrv_register(&c->base)) {
-        co_close(c->base.fd);
-        free(c);
-        return;
-    }
-    int one = 1;
-    setsockopt(c->base.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    bool linger = false;
     for (;;) {
-        long hl = http_read_head(c);
-        if (hl == 0 || hl == -1)
-            break;
+        long hl = c->head;
         if (hl < 0) { /* refuse a bad request */
             http_respond(c, (int)-hl, "text/plain; charset=utf-8", http_reason((int)-hl),
                          strlen(http_reason((int)-hl)), false, 1, NULL);
-            linger = true;
-            break;
+            base->linger = true;
+            return PSRV_CLOSE;
         }
         http_req_t r;
         int bad = http_parse(c->buf, (size_t)hl, &r);
         if (bad) {
             http_respond(c, bad, "text/plain; charset=utf-8", http_reason(bad),
                          strlen(http_reason(bad)), false, 1, NULL);
-            linger = true;
-            break;
+            base->linger = true;
+            return PSRV_CLOSE;
         }
         HTTP_INC(s, requests);
         bool keep = r.minor >= 1 ? !r.conn_close : r.conn_keep && !r.conn_close;
@@ -511,7 +544,7 @@ static void http_conn_main(void *arg) {
         target[tl] = 0;
         bool target_fits = path_len < sizeof target - 1;
         if (http_skip_body(c, r.head_len, r.body_len) < 0)
-            break;
+            return PSRV_CLOSE;
         int rc;
         if (!is_get && !is_head) {
             rc = http_respond(c, 405, "text/plain; charset=utf-8", "Method Not Allowed\n", 19,
@@ -526,14 +559,11 @@ static void http_conn_main(void *arg) {
                               conn_hdr, NULL);
         }
         if (rc < 0 || !keep)
-            break;
+            return PSRV_CLOSE;
+        /* pipelined: the next head may be buffered already */
+        if ((c->head = http_head_status(c)) == 0)
+            return PSRV_KEEP;
     }
-    psrv_unregister(&c->base);
-    if (linger)
-        http_linger_close(c->base.fd);
-    else
-        co_close(c->base.fd);
-    free(c);
 }
 
 /* ---- the library face ---------------------------------------------------------- */
@@ -548,14 +578,20 @@ static int http_server_start(http_server_t **out, const http_config_t *cfg) {
     if (!s)
         return CO_ENOMEM;
     s->cfg = *cfg;
+    if (s->cfg.first_byte_timeout_ns <= 0)
+        s->cfg.first_byte_timeout_ns = 3000 * HTTP_MS;
+    if (s->cfg.head_timeout_ns <= 0)
+        s->cfg.head_timeout_ns = 5000 * HTTP_MS;
+    if (s->cfg.idle_timeout_ns <= 0)
+        s->cfg.idle_timeout_ns = 10000 * HTTP_MS;
     if (s->cfg.read_timeout_ns <= 0)
         s->cfg.read_timeout_ns = 10000 * HTTP_MS;
     if (s->cfg.write_timeout_ns <= 0)
         s->cfg.write_timeout_ns = 10000 * HTTP_MS;
     psrv_config_t pc = {.host = s->cfg.host, .port = s->cfg.port, .pool_size = s->cfg.pool_size,
-                        .queue_wait_ns = s->cfg.queue_wait_ns, .queue_cap = s->cfg.queue_cap,
-                        .conn_size = sizeof(http_conn_t), .serve = http_conn_main,
-                        .refuse_msg = http_busy};
+                        .read_cap = s->cfg.read_cap, .queue_wait_ns = s->cfg.queue_wait_ns,
+                        .queue_cap = s->cfg.queue_cap, .conn_size = sizeof(http_conn_t),
+                        .read = http_read, .serve = http_serve, .refuse_msg = http_busy};
     int rc = psrv_start(&s->front, &pc);
     if (rc < 0) {
         free(s);
@@ -581,6 +617,7 @@ static void http_server_wait(http_server_t *s, http_stats_t *stats) {
     if (stats) {
         *stats = s->st;
         stats->accepted = s->front.accepted;
+        stats->served = s->front.admitted;
         stats->refused = s->front.refused;
     }
     free(s);
@@ -614,9 +651,9 @@ static int http_run(void *arg) {
         fprintf(stderr, "http_server: cannot start: %s\n", co_strerror(rc));
         return 1;
     }
-    printf("http_server: listening on http://%s:%d/ (pool %d, %d Ps)\n",
+    printf("http_server: listening on http://%s:%d/ (pool %d, read cap %d, %d Ps)\n",
            m->cfg.host ? m->cfg.host : "127.0.0.1", http_server_port(s), s->front.cfg.pool_size,
-           co_procs());
+           s->front.cfg.read_cap, co_procs());
     fflush(stdout);
     psrv_wait_signal(m->sigfd); /* SIGINT or SIGTERM */
     printf("http_server: shutting down\n");
@@ -631,14 +668,22 @@ static int http_run(void *arg) {
 int main(int argc, char **argv) {
     http_main_t m = {.cfg = {.port = 8080, .pool_size = 1000}};
     bool help = argc > 1 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"));
-    if (help || argc > 4 || (argc > 1 && !psrv_arg_int(argv[1], 0, 65535, &m.cfg.port)) ||
-        (argc > 2 && !psrv_arg_int(argv[2], 1, 1 << 24, &m.cfg.pool_size))) {
-        fprintf(help ? stdout : stderr, "usage: %s [port (0: any)] [pool-size] [file served at /file]\n",
+    int a = 1;
+    bool bad = false;
+    if (!help && argc > 2 && !strcmp(argv[1], "-r")) {
+        bad = !psrv_arg_int(argv[2], 1, 1 << 24, &m.cfg.read_cap);
+        a = 3;
+    }
+    int npos = argc - a;
+    if (help || bad || npos > 3 || (npos > 0 && !psrv_arg_int(argv[a], 0, 65535, &m.cfg.port)) ||
+        (npos > 1 && !psrv_arg_int(argv[a + 1], 1, 1 << 24, &m.cfg.pool_size))) {
+        fprintf(help ? stdout : stderr,
+                "usage: %s [-r read-cap] [port (0: any)] [pool-size] [file served at /file]\n",
                 argv[0]);
         return help ? 0 : 2;
     }
-    if (argc > 3)
-        m.cfg.file = argv[3];
+    if (npos > 2)
+        m.cfg.file = argv[a + 2];
     const char *h = getenv("HTTP_HOST");
     if (h)
         m.cfg.host = h;

@@ -1,24 +1,45 @@
 /*
  * The front end shared by the example servers (echo_server.c,
- * http_server.c): a TCP listener whose connections are served by a colony
- * pool, one pool task per connection.
+ * http_server.c): a TCP listener; for each connection a plain coroutine
+ * of its own while it reads its request, and a bounded colony pool for
+ * the work. A connection goes round three phases:
  *
- *   accept loop  -> a free worker?  hand the connection to the pool
- *                -> else the waiting room (a channel of queue_cap
- *                   connections) -> the dispatcher waits for a worker until
- *                   the connection's queue_wait_ns is up, then refuses it
- *                -> the waiting room is full too: refuse at once
+ *   reading  its coroutine (co_go) runs the server's `read` until a request
+ *            is complete, under the server's own deadlines. It holds no
+ *            worker: a client slow to send its request (slowloris), or a
+ *            kept-alive connection waiting for its next one, costs a
+ *            parked coroutine and the connection's buffer, not a worker.
+ *   waiting  the request is handed to the pool (co_pool_submit_until): a
+ *            free worker takes it at once, else it waits, at most
+ *            queue_wait_ns and behind at most queue_cap others (the pool's
+ *            max_blocking); beyond either it is refused.
+ *   working  a worker runs the server's `serve`: the work and the answer.
+ *            PSRV_KEEP sends the connection back to reading (on a new
+ *            coroutine: the worker is free as soon as it has answered),
+ *            PSRV_CLOSE ends it (a lingering close, too, goes to a
+ *            coroutine of its own).
  *
- * Refusing drains what the peer sent (so the close is a FIN, not a reset),
- * writes the server's refusal message if it has one (one non-blocking try:
- * the acceptor never stalls), and closes. Every accepted connection is
- * served or refused; none is dropped.
+ * Limits: at most read_cap connections hold no worker (reading, waiting
+ * for one, being refused or closing), at most pool_size hold one. A new
+ * connection beyond read_cap is refused at once; a kept-alive one that
+ * finds no room is closed (lingering: a request it had already sent is
+ * drained, not reset). So read_cap + pool_size bounds the connections open
+ * at once, and with them the memory; slow clients deny service only once
+ * they are read_cap.
+ *
+ * Refusing: a connection refused when it arrives is refused by the accept
+ * loop, which never waits: what the peer sent is drained (so that the
+ * close is a FIN, not a reset), the server's refusal message written if it
+ * has one (one non-blocking try) and the connection closed. A request that
+ * got no worker in time is refused by its connection's coroutine, which
+ * may wait a little: the message gets 1 s, and the close lingers. Every
+ * accepted connection is served or refused; none is dropped.
  *
  * A server embeds psrv_t as the first member of its own struct and
- * psrv_conn_t as the first member of its connection struct. Its `serve`
- * task calls psrv_register() first (false: shutting down, close at once)
- * and psrv_unregister() before it closes the connection, so that
- * psrv_wait() can end the connections still being served.
+ * psrv_conn_t as the first member of its connection struct (zeroed when
+ * the connection arrives, then the server's own until it ends: the front
+ * end keeps it across phases and frees it). Shutdown (psrv_stop,
+ * psrv_wait) ends every connection in whatever phase it is.
  *
  * Header-only (static functions), so that tests can #include both servers
  * in one program.
@@ -31,6 +52,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -43,43 +65,53 @@
 #include <unistd.h>
 
 #define PSRV_MS 1000000LL
+#define PSRV_READ_CAP 10000 /* default read_cap */
+
+/* what `read` and `serve` return */
+enum { PSRV_CLOSE = 0, PSRV_WORK = 1, PSRV_KEEP = 1 };
 
 typedef struct psrv psrv_t;
 
 typedef struct psrv_conn {
     psrv_t *srv;
     int fd;
+    bool linger;           /* close lingering (shutdown, drain, close): set by the server */
+    bool off_pool;         /* it counts in srv->off_pool (it holds no worker) */
+    int64_t rounds;        /* how many times a worker has served it (0: a new connection) */
     struct psrv_conn *prev, *next; /* in srv->active, under srv->mu */
 } psrv_conn_t;
 
 typedef struct psrv_config {
     const char *host;      /* listen address; NULL: 127.0.0.1 */
     int port;              /* 0: any free port */
-    int pool_size;         /* workers: connections served at once */
-    int64_t queue_wait_ns; /* how long a connection may wait for a worker */
-    int queue_cap;         /* connections that may wait */
+    int pool_size;         /* workers: requests worked on at once */
+    int read_cap;          /* connections holding no worker (reading, waiting...) at once */
+    int64_t queue_wait_ns; /* how long a request may wait for a worker */
+    int queue_cap;         /* requests that may wait for a worker */
     size_t conn_size;      /* bytes of the server's connection struct */
-    void (*serve)(void *conn);   /* the pool task, given the new connection */
-    const char *refuse_msg;      /* written to a refused connection; NULL: none */
+    /* The reading phase, on the connection's own coroutine: read until a
+     * request is ready (PSRV_WORK) or the connection is to end (PSRV_CLOSE:
+     * EOF, a deadline, an error). */
+    int (*read)(psrv_conn_t *c);
+    /* The work, on a pool worker: answer what was read; PSRV_KEEP (read
+     * the next request) or PSRV_CLOSE. */
+    int (*serve)(psrv_conn_t *c);
+    const char *refuse_msg; /* written to a refused connection; NULL: none */
 } psrv_config_t;
 
 struct psrv {
     psrv_config_t cfg;
     int lfd, port;
     co_pool_t *pool;
-    co_chan_t *queue;      /* of psrv_pending_t: connections waiting for a worker */
-    co_waitgroup_t loops;  /* the accept loop and the dispatcher */
+    co_waitgroup_t loop;   /* the accept loop */
+    co_waitgroup_t conns;  /* the connections admitted and not ended yet */
     int stopping;          /* atomic: set once by psrv_stop */
+    int off_pool;          /* atomic: connections holding no worker (<= read_cap) */
     co_mutex_t mu;         /* protects active, closing */
-    psrv_conn_t *active;   /* connections being served (for shutdown) */
+    psrv_conn_t *active;   /* admitted connections (for shutdown) */
     bool closing;          /* under mu: no new connection may register */
-    int64_t accepted, refused; /* atomic counters */
+    int64_t accepted, admitted, refused; /* atomic counters */
 };
-
-typedef struct psrv_pending {
-    int fd;
-    int64_t since;
-} psrv_pending_t;
 
 static inline bool psrv_stopping(const psrv_t *s) {
     return __atomic_load_n(&s->stopping, __ATOMIC_ACQUIRE) != 0;
@@ -112,6 +144,22 @@ static void psrv_unregister(psrv_conn_t *c) {
     co_mutex_unlock(&s->mu);
 }
 
+/* A place among the connections that hold no worker, if there is one. */
+static bool psrv_take_place(psrv_t *s) {
+    int n = __atomic_load_n(&s->off_pool, __ATOMIC_RELAXED);
+    do {
+        if (n >= s->cfg.read_cap)
+            return false;
+    } while (!__atomic_compare_exchange_n(&s->off_pool, &n, n + 1, true, __ATOMIC_RELAXED,
+                                          __ATOMIC_RELAXED));
+    return true;
+}
+
+static void psrv_leave_place(psrv_t *s) {
+    __atomic_sub_fetch(&s->off_pool, 1, __ATOMIC_RELAXED);
+}
+
+/* Refuse a connection as it arrives (the accept loop: never wait). */
 static void psrv_refuse(psrv_t *s, int fd) {
     __atomic_add_fetch(&s->refused, 1, __ATOMIC_RELAXED);
     char sink[1024];
@@ -125,30 +173,117 @@ static void psrv_refuse(psrv_t *s, int fd) {
     co_close(fd);
 }
 
-/* A zeroed connection of cfg.conn_size bytes, handed to a worker by the
- * deadline (0: only if one is free now). */
-static int psrv_hand_to_pool(psrv_t *s, int fd, int64_t deadline) {
-    psrv_conn_t *c = calloc(1, s->cfg.conn_size);
-    if (!c)
-        return CO_ENOMEM;
-    c->srv = s;
-    c->fd = fd;
-    int rc = co_pool_submit_until(s->pool, s->cfg.serve, c, deadline);
-    if (rc < 0)
-        free(c);
-    return rc;
+/* Close after an error or a refusal: stop sending, let the peer's pending
+ * bytes drain (so that what we sent last is not destroyed by a reset),
+ * then close. At most 500 ms and 256 KiB. */
+static void psrv_linger_close(int fd) {
+    shutdown(fd, SHUT_WR);
+    char sink[4096];
+    int64_t dl = co_deadline_after(500 * PSRV_MS);
+    for (int i = 0; i < 64; i++)
+        if (co_read(fd, sink, sizeof sink, dl) <= 0)
+            break;
+    co_close(fd);
 }
 
-/* Takes waiting connections off the queue and waits (until each one's
- * own deadline) for a worker. */
-static void psrv_dispatcher(void *arg) {
-    psrv_t *s = arg;
-    psrv_pending_t p;
-    while (co_chan_recv(s->queue, &p, CO_FOREVER) == 0) {
-        if (psrv_stopping(s) || psrv_hand_to_pool(s, p.fd, p.since + s->cfg.queue_wait_ns) < 0)
-            psrv_refuse(s, p.fd);
+/* The connection's end, in whatever phase: after this, neither c nor its
+ * server may be touched (psrv_wait may be about to free the server). */
+static void psrv_end(psrv_conn_t *c) {
+    psrv_t *s = c->srv;
+    psrv_unregister(c);
+    if (c->linger)
+        psrv_linger_close(c->fd);
+    else
+        co_close(c->fd);
+    if (c->off_pool)
+        psrv_leave_place(s);
+    free(c);
+    co_waitgroup_done(&s->conns);
+}
+
+static void psrv_reader(void *arg);
+
+static void psrv_closer(void *arg) {
+    psrv_end(arg);
+}
+
+/* The work phase: a pool task. */
+static void psrv_worker(void *arg) {
+    psrv_conn_t *c = arg;
+    psrv_t *s = c->srv;
+    c->off_pool = false; /* it holds a worker now */
+    psrv_leave_place(s);
+    int r = s->cfg.serve(c);
+    c->rounds++;
+    bool keep = r == PSRV_KEEP && !psrv_stopping(s);
+    if (keep || c->linger) { /* off the worker: back to reading, or a lingering close */
+        if (psrv_take_place(s)) {
+            c->off_pool = true;
+            if (co_go(keep ? psrv_reader : psrv_closer, c) == 0)
+                return; /* the connection's new coroutine has it */
+            c->off_pool = false;
+            psrv_leave_place(s);
+        }
+        if (keep) { /* no room: end it, as an idle keep-alive connection may be */
+            __atomic_add_fetch(&s->refused, 1, __ATOMIC_RELAXED);
+            c->linger = true;
+        }
     }
-    co_waitgroup_done(&s->loops);
+    psrv_end(c); /* (lingering on the worker only when there was no room) */
+}
+
+/* The reading phase, and the wait for a worker: the connection's own
+ * coroutine. */
+static void psrv_reader(void *arg) {
+    psrv_conn_t *c = arg;
+    psrv_t *s = c->srv;
+    if (s->cfg.read(c) == PSRV_WORK) {
+        /* a free worker first (no clock read), else wait for one */
+        int rc = psrv_stopping(s) ? CO_ECLOSED : co_pool_submit_until(s->pool, psrv_worker, c, 0);
+        if (rc == CO_ETIMEDOUT)
+            rc = co_pool_submit_until(s->pool, psrv_worker, c,
+                                      co_deadline_after(s->cfg.queue_wait_ns));
+        if (rc == 0)
+            return; /* a worker has it */
+        /* no worker in time, too many waiting, or shutting down */
+        __atomic_add_fetch(&s->refused, 1, __ATOMIC_RELAXED);
+        if (s->cfg.refuse_msg)
+            (void)co_write(c->fd, s->cfg.refuse_msg, strlen(s->cfg.refuse_msg),
+                           co_deadline_after(1000 * PSRV_MS));
+        c->linger = true;
+    }
+    psrv_end(c);
+}
+
+/* A new connection: into the reading phase, or refused. */
+static void psrv_admit(psrv_t *s, int fd) {
+    psrv_conn_t *c = NULL;
+    if (psrv_take_place(s)) {
+        c = calloc(1, s->cfg.conn_size);
+        if (!c)
+            psrv_leave_place(s);
+    }
+    if (!c) {
+        psrv_refuse(s, fd);
+        return;
+    }
+    c->srv = s;
+    c->fd = fd;
+    c->off_pool = true;
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    co_waitgroup_add(&s->conns, 1);
+    bool registered = psrv_register(c); /* (false only once psrv_wait has begun) */
+    if (!registered || co_go(psrv_reader, c) < 0) {
+        if (registered)
+            psrv_unregister(c);
+        psrv_leave_place(s);
+        free(c);
+        co_waitgroup_done(&s->conns);
+        psrv_refuse(s, fd);
+        return;
+    }
+    __atomic_add_fetch(&s->admitted, 1, __ATOMIC_RELAXED);
 }
 
 static void psrv_accept_loop(void *arg) {
@@ -167,14 +302,9 @@ static void psrv_accept_loop(void *arg) {
         }
         backoff = 0;
         __atomic_add_fetch(&s->accepted, 1, __ATOMIC_RELAXED);
-        if (psrv_hand_to_pool(s, fd, 0) == 0)
-            continue; /* a worker took it */
-        psrv_pending_t p = {.fd = fd, .since = co_now()};
-        if (co_chan_send(s->queue, &p, 0) < 0)
-            psrv_refuse(s, fd); /* the waiting room is full too */
+        psrv_admit(s, fd);
     }
-    co_chan_close(s->queue); /* the dispatcher refuses what is left, then ends */
-    co_waitgroup_done(&s->loops);
+    co_waitgroup_done(&s->loop);
 }
 
 static int psrv_listen(const char *host, int port, int *bound) {
@@ -200,12 +330,14 @@ static int psrv_listen(const char *host, int port, int *bound) {
 }
 
 /* Start serving into s (zeroed by the caller). pool_size <= 0 means 1000,
- * queue_wait_ns <= 0 one second, queue_cap <= 0 pool_size. 0 or a negative
- * code (then nothing is left running). */
+ * read_cap <= 0 PSRV_READ_CAP, queue_wait_ns <= 0 one second, queue_cap
+ * <= 0 pool_size. 0 or a negative code (then nothing is left running). */
 static int psrv_start(psrv_t *s, const psrv_config_t *cfg) {
     s->cfg = *cfg;
     if (s->cfg.pool_size <= 0)
         s->cfg.pool_size = 1000;
+    if (s->cfg.read_cap <= 0)
+        s->cfg.read_cap = PSRV_READ_CAP;
     if (s->cfg.queue_wait_ns <= 0)
         s->cfg.queue_wait_ns = 1000 * PSRV_MS;
     if (s->cfg.queue_cap <= 0)
@@ -214,25 +346,17 @@ static int psrv_start(psrv_t *s, const psrv_config_t *cfg) {
     if (rc < 0)
         return rc;
     s->lfd = rc;
-    co_pool_opts_t po = {.stack_size = 64 * 1024};
+    /* default-size stacks: the runtime caches those, and a worker per
+     * request starts on a warm one */
+    co_pool_opts_t po = {.max_blocking = s->cfg.queue_cap};
     if ((rc = co_pool_new(&s->pool, s->cfg.pool_size, &po)) < 0)
         goto fail_lfd;
-    if ((rc = co_chan_new(&s->queue, sizeof(psrv_pending_t), (size_t)s->cfg.queue_cap)) < 0)
-        goto fail_pool;
-    co_waitgroup_add(&s->loops, 2);
-    if ((rc = co_go(psrv_dispatcher, s)) < 0) {
-        co_waitgroup_add(&s->loops, -2);
-        goto fail_chan;
-    }
+    co_waitgroup_add(&s->loop, 1);
     if ((rc = co_go(psrv_accept_loop, s)) < 0) {
-        co_waitgroup_done(&s->loops);
-        co_chan_close(s->queue);
-        co_waitgroup_wait(&s->loops);
-        goto fail_chan;
+        co_waitgroup_done(&s->loop);
+        goto fail_pool;
     }
     return 0;
-fail_chan:
-    co_chan_free(s->queue);
 fail_pool:
     co_pool_destroy(s->pool);
 fail_lfd:
@@ -247,25 +371,23 @@ static void psrv_stop(psrv_t *s) {
     co_close(s->lfd); /* wakes the accept loop with CO_ECLOSED */
 }
 
-/* Wait for the shutdown begun by psrv_stop to finish: the connections still
- * served are ended (their reads see EOF), every worker returned. */
+/* Wait for the shutdown begun by psrv_stop to finish: every connection is
+ * ended, in whatever phase (reads see EOF, a request waiting for a worker
+ * is refused), every worker returned. */
 static void psrv_wait(psrv_t *s) {
-    co_waitgroup_wait(&s->loops);
+    co_waitgroup_wait(&s->loop);
     co_mutex_lock(&s->mu);
     s->closing = true;
     for (psrv_conn_t *c = s->active; c; c = c->next)
         shutdown(c->fd, SHUT_RDWR);
     co_mutex_unlock(&s->mu);
-    co_pool_destroy(s->pool); /* waits for the workers */
-    co_chan_free(s->queue);
+    co_pool_release(s->pool); /* requests waiting for a worker: CO_ECLOSED */
+    co_waitgroup_wait(&s->conns);
+    co_pool_destroy(s->pool); /* waits for the workers' last steps */
 }
 
 /* ---- for a server's main() ---------------------------------------------- */
 
-/* Before co_main: lets the process use its whole fd allowance, blocks
- * SIGINT and SIGTERM (before the runtime's threads exist: they inherit the
- * mask) and returns a signalfd that receives them (or -1, errno set).
- * SIGPIPE is ignored: a write to a closed peer returns EPIPE. */
 /* A command-line integer in [lo, hi], all of the string ("80x" is not
  * 80, "--help" not 0); false otherwise. */
 static inline bool psrv_arg_int(const char *s, long lo, long hi, int *out) {
@@ -277,6 +399,10 @@ static inline bool psrv_arg_int(const char *s, long lo, long hi, int *out) {
     return true;
 }
 
+/* Before co_main: lets the process use its whole fd allowance, blocks
+ * SIGINT and SIGTERM (before the runtime's threads exist: they inherit the
+ * mask) and returns a signalfd that receives them (or -1, errno set).
+ * SIGPIPE is ignored: a write to a closed peer returns EPIPE. */
 static inline int psrv_main_signals(void) {
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {

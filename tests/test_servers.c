@@ -98,10 +98,14 @@ static int http_exchange(int port, const char *raw, size_t len, char *out, size_
     return status_of(out);
 }
 
+/* read_to: every read deadline (first byte, head, keep-alive idle, each
+ * read of a body) */
 static http_server_t *start_http(int pool, int queue, int64_t read_to, int64_t qwait,
                                  const char *file) {
-    http_config_t cfg = {.pool_size = pool, .queue_cap = queue, .read_timeout_ns = read_to,
-                         .write_timeout_ns = 500 * MS, .queue_wait_ns = qwait, .file = file};
+    http_config_t cfg = {.pool_size = pool, .queue_cap = queue, .first_byte_timeout_ns = read_to,
+                         .head_timeout_ns = read_to, .idle_timeout_ns = read_to,
+                         .read_timeout_ns = read_to, .write_timeout_ns = 500 * MS,
+                         .queue_wait_ns = qwait, .file = file};
     http_server_t *s = NULL;
     int rc = http_server_start(&s, &cfg);
     CHECK_EQ(rc, 0);
@@ -392,31 +396,52 @@ static void test_http_faults(void) {
 
 /* ---- HTTP: overload ----------------------------------------------------------- */
 
+/* Wait (up to 10 s) until the server has accepted n connections. */
+static void wait_accepted(const psrv_t *s, int64_t n) {
+    for (int i = 0; i < 1000 && __atomic_load_n(&s->accepted, __ATOMIC_RELAXED) < n; i++)
+        co_sleep(10 * MS);
+}
+
+static int64_t pool_busy(const co_pool_t *p) {
+    co_pool_stats_t ps;
+    co_pool_stats(p, &ps);
+    return ps.busy;
+}
+
 static void test_http_overload(void) {
     int cos0 = settled_count(0), fds0 = count_fds();
-    /* 2 workers, 2 waiting places, 200 ms of waiting. The 30 s read
-     * timeout keeps the two busy keep-alive connections on their workers
-     * for the whole 503 phase, however slowly it runs; nothing waits for
-     * it: the busy connections are closed by us below. */
-    http_server_t *s = start_http(2, 2, 30000 * MS, 200 * MS, NULL);
+    /* 2 workers, 2 waiting places, 200 ms of waiting, 16 connections
+     * without a worker at once. The 30 s read timeout keeps the two uploads
+     * below on their workers for the whole 503 phase, however slowly it
+     * runs; nothing waits for it: they are finished by us below. */
+    enum { CAP = 16 };
+    http_config_t cfg = {.pool_size = 2, .queue_cap = 2, .queue_wait_ns = 200 * MS,
+                         .read_cap = CAP, .read_timeout_ns = 30000 * MS,
+                         .write_timeout_ns = 500 * MS};
+    http_server_t *s = NULL;
+    CHECK_EQ(http_server_start(&s, &cfg), 0);
     int port = http_server_port(s);
     char b[4096];
-    /* two keep-alive connections occupy both workers */
+    /* two uploads that stop after the head occupy both workers (reading a
+     * body is the work's: only the head is read outside the pool) */
     int busy[2];
+    const char up[] = "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\n";
     for (int i = 0; i < 2; i++) {
         busy[i] = dial(port);
-        const char rq[] = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
-        co_write(busy[i], rq, sizeof rq - 1, CO_FOREVER);
-        size_t have = 0;
-        CHECK(read_response(busy[i], b, sizeof b, &have, co_deadline_after(5000 * MS)) > 0);
+        co_write(busy[i], up, sizeof up - 1, CO_FOREVER);
     }
-    /* further connections wait, then get 503 */
+    for (int i = 0; i < 100 && pool_busy(s->front.pool) < 2; i++)
+        co_sleep(10 * MS);
+    /* a request waits for a worker, then gets 503 */
     int64_t t0 = co_now();
     CHECK_EQ(http_exchange(port, "GET / HTTP/1.1\r\nHost: x\r\n\r\n", 27, b, sizeof b), 503);
-    CHECK(co_now() - t0 >= 150 * MS); /* it did wait in the queue first */
+    CHECK(co_now() - t0 >= 150 * MS); /* it did wait for a worker first */
+    /* 8 at once: 2 wait, 6 find the waiting places taken; all get 503 */
     int many[8];
-    for (int i = 0; i < 8; i++)
+    for (int i = 0; i < 8; i++) {
         many[i] = dial(port);
+        co_write(many[i], "GET / HTTP/1.1\r\nHost: x\r\n\r\n", 27, CO_FOREVER);
+    }
     int refused = 0;
     for (int i = 0; i < 8; i++) {
         size_t have = 0;
@@ -425,12 +450,34 @@ static void test_http_overload(void) {
         co_close(many[i]);
     }
     CHECK_EQ(refused, 8);
-    /* free the workers: new connections are served again */
-    co_close(busy[0]);
-    co_close(busy[1]);
-    /* Workers free again: served. (Their workers must first see the two
-     * connections end; a machine that holds them up past the 200 ms
-     * waiting time still answers 503, so ask again, for up to 10 s.) */
+    /* CAP silent connections fill the places of connections without a
+     * worker (once the refused ones have closed): one more is refused as
+     * it arrives, before it has said anything */
+    for (int i = 0; i < 500 && __atomic_load_n(&s->front.off_pool, __ATOMIC_RELAXED) > 0; i++)
+        co_sleep(10 * MS);
+    int64_t acc = __atomic_load_n(&s->front.accepted, __ATOMIC_RELAXED);
+    int silent[CAP];
+    for (int i = 0; i < CAP; i++)
+        silent[i] = dial(port);
+    wait_accepted(&s->front, acc + CAP);
+    int extra = dial(port);
+    size_t have = 0;
+    long n = read_response(extra, b, sizeof b, &have, co_deadline_after(5000 * MS));
+    CHECK(n > 0 && status_of(b) == 503);
+    co_close(extra);
+    for (int i = 0; i < CAP; i++)
+        co_close(silent[i]);
+    /* the uploads end: the workers answer them (405) and are free again */
+    for (int i = 0; i < 2; i++) {
+        co_write(busy[i], "abcd", 4, CO_FOREVER);
+        have = 0;
+        n = read_response(busy[i], b, sizeof b, &have, co_deadline_after(5000 * MS));
+        CHECK(n > 0 && status_of(b) == 405);
+        co_close(busy[i]);
+    }
+    /* Served again. (The silent ones' readers must first see their EOF; a
+     * machine that holds them up still answers 503, so ask again, for up
+     * to 10 s.) */
     int code = 0;
     for (int i = 0; i < 50; i++) {
         code = http_exchange(port, "GET / HTTP/1.1\r\nHost: x\r\n\r\n", 27, b, sizeof b);
@@ -441,7 +488,96 @@ static void test_http_overload(void) {
     http_server_stop(s);
     http_stats_t st;
     http_server_wait(s, &st);
-    CHECK(st.refused >= 9);
+    CHECK(st.refused >= 10);
+    CHECK_EQ(count_fds(), fds0);
+    CHECK_EQ(settled_count(cos0), cos0);
+}
+
+/* ---- HTTP: slowloris ------------------------------------------------------------- */
+
+/* 50 slow connections against a pool of 8 workers and 8 waiting places:
+ * half connect and say nothing, half send part of a head and never finish.
+ * Reading a head holds no worker, and neither does waiting for the next
+ * request on a kept-alive connection: 12 kept-alive connections are each
+ * answered, a normal request made while all 50 slow ones are open is
+ * answered 200, and so is each kept-alive connection's next request. The
+ * server ends the slow ones itself (its first-byte and head timeouts: they
+ * read EOF, within the test's 20 s). Before, the first 8 connections sat on
+ * the 8 workers and the next 8 in the waiting places, and every other
+ * connection was answered 503. */
+static void test_http_slowloris(void) {
+    int cos0 = settled_count(0), fds0 = count_fds();
+    enum { SLOW = 50, KA = 12 };
+    /* 3 s to send a first byte, and a whole head: the 200s below come in
+     * milliseconds, long before; the slow ones end soon after */
+    http_config_t cfg = {.pool_size = 8, .queue_cap = 8, .queue_wait_ns = 200 * MS,
+                         .first_byte_timeout_ns = 3000 * MS, .head_timeout_ns = 3000 * MS,
+                         .write_timeout_ns = 500 * MS};
+    http_server_t *s = NULL;
+    CHECK_EQ(http_server_start(&s, &cfg), 0);
+    int port = http_server_port(s);
+    char b[4096];
+    /* kept-alive connections, more than the workers, answered once each */
+    const char rq[] = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+    int ka[KA], code;
+    for (int i = 0; i < KA; i++) {
+        ka[i] = dial(port);
+        CHECK(ka[i] >= 0);
+        size_t have = 0;
+        CHECK_EQ(co_write(ka[i], rq, sizeof rq - 1, co_deadline_after(5000 * MS)),
+                 (ssize_t)sizeof rq - 1);
+        long n = read_response(ka[i], b, sizeof b, &have, co_deadline_after(5000 * MS));
+        code = n > 0 ? status_of(b) : (int)n;
+        if (code != 200)
+            fprintf(stderr, "   kept-alive connection %d, first request: %d, want 200\n", i, code);
+        CHECK_EQ(code, 200);
+    }
+    int slow[SLOW];
+    for (int i = 0; i < SLOW; i++) {
+        slow[i] = dial(port);
+        CHECK(slow[i] >= 0);
+        if (i % 2 && slow[i] >= 0)
+            CHECK_EQ(co_write(slow[i], "GET / HTTP/1.1\r\nHost: x\r\nX-Slow: ", 33,
+                              co_deadline_after(5000 * MS)), 33);
+    }
+    wait_accepted(&s->front, KA + SLOW);
+    /* a new connection is served... */
+    code = http_exchange(port, rq, sizeof rq - 1, b, sizeof b);
+    if (code != 200)
+        fprintf(stderr, "   new connection under slowloris: %d, want 200\n", code);
+    CHECK_EQ(code, 200);
+    /* ...and so is each kept-alive connection's next request */
+    for (int i = 0; i < KA; i++) {
+        size_t have = 0;
+        CHECK_EQ(co_write(ka[i], rq, sizeof rq - 1, co_deadline_after(5000 * MS)),
+                 (ssize_t)sizeof rq - 1);
+        long n = read_response(ka[i], b, sizeof b, &have, co_deadline_after(5000 * MS));
+        code = n > 0 ? status_of(b) : (int)n;
+        if (code != 200)
+            fprintf(stderr, "   kept-alive connection %d under slowloris: %d, want 200\n", i, code);
+        CHECK_EQ(code, 200);
+        co_close(ka[i]);
+    }
+    /* the slow ones were still open then (no answer, no EOF yet: their 3 s
+     * are far from up)... */
+    int open = 0;
+    for (int i = 0; i < SLOW; i++)
+        open += co_read(slow[i], b, sizeof b, 0) == CO_ETIMEDOUT;
+    if (open != SLOW)
+        fprintf(stderr, "   %d of %d slow connections still open after the 200s\n", open, SLOW);
+    CHECK_EQ(open, SLOW);
+    /* ...and the server ends them: EOF, no response */
+    int eof = 0;
+    for (int i = 0; i < SLOW; i++) {
+        ssize_t k = co_read(slow[i], b, sizeof b, co_deadline_after(20000 * MS));
+        eof += k == 0;
+        co_close(slow[i]);
+    }
+    CHECK_EQ(eof, SLOW);
+    http_server_stop(s);
+    http_stats_t st;
+    http_server_wait(s, &st);
+    CHECK(st.timeouts >= SLOW);
     CHECK_EQ(count_fds(), fds0);
     CHECK_EQ(settled_count(cos0), cos0);
 }
@@ -572,14 +708,24 @@ static void test_echo(void) {
     CHECK_EQ(settled_count(cos0), cos0);
 }
 
+/* 4 workers, 8 connections without a worker at once: of 30 connections
+ * the first 8 are served (twice as many as the workers: a connection
+ * waiting for data holds none), the other 22 refused as they arrive
+ * (closed: EOF before any echo). Then shutdown with the 8 still open and
+ * idle. */
 static void test_echo_overload_and_shutdown(void) {
     int cos0 = settled_count(0), fds0 = count_fds();
-    echo_server_t *s = start_echo(4, 4, 30000 * MS, 100 * MS);
+    echo_config_t cfg = {.pool_size = 4, .queue_cap = 4, .read_cap = 8,
+                         .idle_timeout_ns = 30000 * MS, .write_timeout_ns = 500 * MS,
+                         .queue_wait_ns = 100 * MS};
+    echo_server_t *s = NULL;
+    CHECK_EQ(echo_server_start(&s, &cfg), 0);
     int port = echo_server_port(s);
-    enum { N = 30 };
+    enum { N = 30, READERS = 8 };
     int fd[N];
     for (int i = 0; i < N; i++)
         fd[i] = dial(port);
+    wait_accepted(&s->front, N);
     int served = 0, refused = 0;
     for (int i = 0; i < N; i++) {
         char b[4];
@@ -593,14 +739,14 @@ static void test_echo_overload_and_shutdown(void) {
         else if (n == 0 || n == -ECONNRESET)
             refused++;
     }
-    CHECK_EQ(served, 4);
+    CHECK_EQ(served, READERS);
     CHECK_EQ(served + refused, N);
-    /* shut down with the four served connections still open and idle */
+    /* shut down with the served connections still open and idle */
     echo_server_stop(s);
     echo_stats_t st;
     echo_server_wait(s, &st);
-    CHECK_EQ(st.served, 4);
-    CHECK_EQ(st.refused, N - 4);
+    CHECK_EQ(st.served, READERS);
+    CHECK_EQ(st.refused, N - READERS);
     for (int i = 0; i < N; i++)
         co_close(fd[i]);
     CHECK_EQ(count_fds(), fds0);
@@ -691,6 +837,7 @@ static void test_binaries_arguments(void) {
         CHECK_EQ(run_quick(bins[i], "--help"), 0);
         CHECK_EQ(run_quick(bins[i], "80x"), 2);
         CHECK_EQ(run_quick(bins[i], "70000"), 2);
+        CHECK_EQ(run_quick(bins[i], "-r"), 2); /* -r wants a read cap */
     }
 }
 
@@ -731,6 +878,7 @@ int main(void) {
     T_RUN(test_http_slow_upload);
     T_RUN(test_http_faults);
     T_RUN(test_http_overload);
+    T_RUN(test_http_slowloris);
     T_RUN(test_http_shutdown_with_clients);
     T_RUN(test_echo);
     T_RUN(test_echo_overload_and_shutdown);
