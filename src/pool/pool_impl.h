@@ -312,6 +312,9 @@ CO_HIDDEN int co__pool_release_begin(co_pool_t *p);
 /* Wait until every worker that was busy at the last release has exited.
  * 0 / CO_ETIMEDOUT. */
 CO_HIDDEN int co__pool_drain_until(co_pool_t *p, int64_t deadline);
+/* co_pool_destroy's first step (default_pool.c): if p is the default pool,
+ * it stops being it; the next use makes a new one. */
+CO_HIDDEN void co__default_pool_detach(co_pool_t *p);
 /* Invoke on a function pool with a deadline (co_pool_invoke's engine). */
 CO_HIDDEN int co__pool_invoke_until(co_pool_t *p, void *arg, int64_t deadline);
 
