@@ -201,6 +201,79 @@ static void default_pool_races_shutdown(void) {
     fprintf(stderr, "   (co_shutdown returned 0 %d times meanwhile)\n", stopped);
 }
 
+/* co_pool_destroy(co_default_pool()): the default pool stops being the
+ * default one; its tasks finish (the destroy waits for them, as for any
+ * pool), and the next use makes a fresh pool. It used to stay published:
+ * co_submit then read the freed pool (ASan: heap-use-after-free in
+ * co_pool_submit_until), co_default_pool() returned it, and co_shutdown
+ * returned CO_EBUSY for ever (the freed pool's hold, given back, was
+ * still expected from the shutdown hook). */
+static void slow_count(void *arg) {
+    (void)arg;
+    co_sleep(20 * MS);
+    atomic_fetch_add(&ran, 1);
+}
+static void destroy_default_pool(void) {
+    atomic_store(&ran, 0);
+    CHECK_EQ(co_submit(count, NULL), 0);
+    CHECK_EQ(co_submit(slow_count, NULL), 0);
+    co_pool_t *p = co_default_pool();
+    CHECK(p != NULL);
+    co_pool_destroy(p); /* waits for both tasks */
+    CHECK_EQ(atomic_load(&ran), 2);
+    /* A fresh pool: open, unlimited, with nothing submitted yet. */
+    co_pool_t *q = co_default_pool();
+    CHECK(q != NULL);
+    CHECK(!co_pool_is_closed(q));
+    CHECK_EQ(co_pool_cap(q), -1);
+    co_pool_stats_t st;
+    co_pool_stats(q, &st);
+    CHECK_EQ(st.submitted, 0);
+    CHECK_EQ(co_submit(count, NULL), 0);
+    CHECK_EQ(co_pool_wait_idle(co_default_pool(), co_deadline_after(10000 * MS)), 0);
+    CHECK_EQ(atomic_load(&ran), 3);
+    co_pool_stats(co_default_pool(), &st);
+    CHECK_EQ(st.submitted, 1);
+    CHECK_EQ(co_shutdown(), 0);
+    /* Destroyed with no use after it: the shutdown has nothing to wait
+     * for; and co_submit made the first pool itself. */
+    CHECK_EQ(co_submit(count, NULL), 0);
+    co_pool_destroy(co_default_pool());
+    CHECK_EQ(atomic_load(&ran), 4);
+    CHECK_EQ(co_shutdown(), 0);
+}
+
+/* The same while plain threads co_submit: every submit that returned 0
+ * runs its task exactly once, on the pool being destroyed (which waits for
+ * it) or on the next one, and none touches a freed pool (ASan). */
+#define DD_SUBMITTERS 3
+#define DD_PER_SUBMITTER 4000
+static atomic_int dd_done;
+static void *dd_submitter(void *arg) {
+    (void)arg;
+    start_many(co_submit, DD_PER_SUBMITTER, &dd_done);
+    return NULL;
+}
+static void destroy_default_pool_races_submit(void) {
+    atomic_store(&ran, 0);
+    atomic_store(&accepted, 0);
+    atomic_store(&dd_done, 0);
+    pthread_t th[DD_SUBMITTERS];
+    for (int i = 0; i < DD_SUBMITTERS; i++)
+        CHECK_EQ(pthread_create(&th[i], NULL, dd_submitter, NULL), 0);
+    int destroyed = 0;
+    while (atomic_load(&dd_done) < DD_SUBMITTERS) {
+        co_pool_destroy(co_default_pool());
+        destroyed++;
+    }
+    for (int i = 0; i < DD_SUBMITTERS; i++) pthread_join(th[i], NULL);
+    CHECK_EQ(atomic_load(&accepted), DD_SUBMITTERS * DD_PER_SUBMITTER);
+    co_pool_destroy(co_default_pool()); /* the last one: waits for its tasks */
+    CHECK_EQ(atomic_load(&ran), DD_SUBMITTERS * DD_PER_SUBMITTER);
+    CHECK_EQ(co_shutdown(), 0);
+    fprintf(stderr, "   (%d default pools destroyed meanwhile)\n", destroyed);
+}
+
 int main(void) {
     t_begin(110);
     T_RUN(pool_holds_runtime);
@@ -208,5 +281,7 @@ int main(void) {
     T_RUN(timers_hold_runtime);
     T_RUN(spawn_races_shutdown);
     T_RUN(default_pool_races_shutdown);
+    T_RUN(destroy_default_pool);
+    T_RUN(destroy_default_pool_races_submit);
     return t_end();
 }

@@ -29,11 +29,17 @@ struct co_multipool {
     uint32_t state;    /* [life] writes; atomic acquire reads: CO__POOL_OPEN / CLOSED */
 };
 
+/* The most sub-pools a multipool may have. Sub-pools spread the lock of
+ * one pool over several; past a few per CPU they only cost memory (a
+ * sub-pool is a few hundred bytes, made at once), and an n such as
+ * INT_MAX made sub-pools until the OOM killer came. */
+#define MP_MAX_POOLS 65536
+
 static int mp_create(co_multipool_t **out, int n, int cap_each, void (*fn)(void *), int lb,
                      const co_pool_opts_t *opts) {
     if (!out) return CO_EINVAL;
     *out = NULL;
-    if (n <= 0) return CO_EINVAL;                                      /* ErrInvalidMultiPoolSize */
+    if (n <= 0 || n > MP_MAX_POOLS) return CO_EINVAL;                  /* ErrInvalidMultiPoolSize */
     if (lb != CO_LB_ROUND_ROBIN && lb != CO_LB_LEAST_TASKS) return CO_EINVAL; /* ErrInvalidLoadBalancingStrategy */
     co_multipool_t *mp = calloc(1, sizeof *mp);
     if (!mp) return CO_ENOMEM;

@@ -258,6 +258,7 @@ void co_pool_destroy(co_pool_t *p) {
     if (!p) return;
     if (co__recover_has_tag(p))
         co__fatal("co_pool_destroy(%p) called from one of its own tasks", (void *)p);
+    co__default_pool_detach(p); /* the default pool: the next use makes a new one */
     (void)co__pool_release_begin(p);
     (void)co__pool_drain_until(p, CO_FOREVER);
     /* Submitters that timed out while being released still re-lock the

@@ -18,6 +18,7 @@
 
 #include "runtime/runtime.h"
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -85,6 +86,12 @@ static inline int co__wq_init(co__wq_t *q, bool ring, int size) {
     }
     return 0;
 }
+/* The ring's slot of the i-th entry from the oldest (0 <= i <= len <=
+ * cap): in unsigned arithmetic, since head + i overflows an int once cap
+ * passes INT_MAX / 2. */
+static inline int co__wq_slot(const co__wq_t *q, int i) {
+    return (int)(((unsigned)q->head + (unsigned)i) % (unsigned)q->cap);
+}
 static inline void co__wq_destroy(co__wq_t *q) {
     free(q->items);
     memset(q, 0, sizeof *q);
@@ -93,7 +100,7 @@ static inline int co__wq_len(const co__wq_t *q) { return q->len; }
 static inline bool co__wq_empty(const co__wq_t *q) { return q->len == 0; }
 /* i-th entry counting from the oldest. */
 static inline co__pw_t *co__wq_at(const co__wq_t *q, int i) {
-    return q->ring ? q->items[(q->head + i) % q->cap] : q->items[i];
+    return q->ring ? q->items[co__wq_slot(q, i)] : q->items[i];
 }
 static inline co__pw_t *co__wq_newest(const co__wq_t *q) {
     return q->len ? co__wq_at(q, q->len - 1) : NULL;
@@ -105,12 +112,14 @@ static inline co__pw_t *co__wq_oldest(const co__wq_t *q) { return q->len ? co__w
 static inline int co__wq_insert(co__wq_t *q, co__pw_t *w) {
     if (q->ring) {
         if (q->len == q->cap) return CO_EOVERLOAD;
-        q->items[(q->head + q->len) % q->cap] = w;
+        q->items[co__wq_slot(q, q->len)] = w;
         q->len++;
         return 0;
     }
     if (q->len == q->cap) {
-        int ncap = q->cap ? q->cap * 2 : 64;
+        /* doubling, up to INT_MAX entries (the pool's counts are ints) */
+        if (q->cap == INT_MAX) return CO_ENOMEM;
+        int ncap = q->cap == 0 ? 64 : q->cap > INT_MAX / 2 ? INT_MAX : q->cap * 2;
         co__pw_t **n = (co__pw_t **)realloc(q->items, (size_t)ncap * sizeof *n);
         if (!n) return CO_ENOMEM;
         q->items = n;
@@ -126,7 +135,7 @@ static inline co__pw_t *co__wq_detach(co__wq_t *q) {
     if (q->ring) {
         co__pw_t *w = q->items[q->head];
         q->items[q->head] = NULL;
-        q->head = (q->head + 1) % q->cap;
+        q->head = co__wq_slot(q, 1);
         q->len--;
         return w;
     }
@@ -167,8 +176,8 @@ static inline co__pw_t *co__wq_take_oldest(co__wq_t *q, int k) {
     }
     *tail = NULL;
     if (q->ring) {
-        for (int i = 0; i < k; i++) q->items[(q->head + i) % q->cap] = NULL;
-        q->head = (q->head + k) % q->cap;
+        for (int i = 0; i < k; i++) q->items[co__wq_slot(q, i)] = NULL;
+        q->head = co__wq_slot(q, k);
     } else {
         memmove(q->items, q->items + k, (size_t)(q->len - k) * sizeof *q->items);
     }
@@ -312,6 +321,9 @@ CO_HIDDEN int co__pool_release_begin(co_pool_t *p);
 /* Wait until every worker that was busy at the last release has exited.
  * 0 / CO_ETIMEDOUT. */
 CO_HIDDEN int co__pool_drain_until(co_pool_t *p, int64_t deadline);
+/* co_pool_destroy's first step (default_pool.c): if p is the default pool,
+ * it stops being it; the next use makes a new one. */
+CO_HIDDEN void co__default_pool_detach(co_pool_t *p);
 /* Invoke on a function pool with a deadline (co_pool_invoke's engine). */
 CO_HIDDEN int co__pool_invoke_until(co_pool_t *p, void *arg, int64_t deadline);
 

@@ -191,7 +191,11 @@ static inline co__waiter_t *claim_submitter_locked(co_pool_t *p, wakelist_t *wl,
     return NULL;
 }
 
-static inline bool has_room_locked(const co_pool_t *p) { return p->cap < 0 || p->running < p->cap; }
+/* (an unlimited pool stops at INT32_MAX workers, where `running` would
+ * overflow: full, as a bounded pool is) */
+static inline bool has_room_locked(const co_pool_t *p) {
+    return p->running < (p->cap < 0 ? INT32_MAX : p->cap);
+}
 
 /* Lock held. Let up to `room` blocked submitters go round again. */
 static inline void retry_submitters_locked(co_pool_t *p, int room, wakelist_t *wl) {

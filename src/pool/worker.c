@@ -138,7 +138,7 @@ void co__pool_drain_chute_locked(co_pool_t *p, wakelist_t *wl, co__pw_t **tofree
                 if (rev->last_used < last)
                     rev->last_used = last; /* keep the queue sorted */
                 last = rev->last_used;
-                q->items[q->ring ? (q->head + q->len) % q->cap : q->len] = rev;
+                q->items[q->ring ? co__wq_slot(q, q->len) : q->len] = rev;
                 q->len++;
                 done++;
                 rev = n;

@@ -8,6 +8,21 @@
  * new holds count themselves in before they look at the state, and
  * co_shutdown stores STOPPING before its last look at the counts, so one
  * of the two always sees the other (see live_global).
+ *
+ * fork(): the child has one thread, and none of the runtime's. A
+ * pthread_atfork handler (fork_child) resets the locks and counts a
+ * parent's thread may have held or left half-way. If the runtime was down
+ * that is all: the child may start its own. Otherwise the state becomes
+ * FORKED for good, and every call that would need the parent's threads
+ * is a fatal error rather than a call that returns 0 and whose work never
+ * runs or that waits for ever: starting or spawning (co_init, through
+ * co__ensure_init and the plain-thread counts), anything a thread pushes
+ * for an M to run (a pool's token, a woken coroutine: co__wakep, see
+ * fork_child), and a plain thread's wait (co__forked_check in park.c),
+ * each on a path that is slow anyway. The thread that
+ * called fork() is no M there, even if it forked inside a coroutine: it
+ * goes on as a plain thread, so nothing of the parent's scheduler ever
+ * runs in the child.
  */
 #include "runtime/proc.h"
 #include "runtime/yslot.h"
@@ -64,6 +79,7 @@ static int count_in_up(int64_t *count, bool start) {
         uint32_t st = __atomic_load_n(&co__rt_state, __ATOMIC_SEQ_CST);
         if (CO_LIKELY(st == CO__RT_UP)) return 0;
         __atomic_sub_fetch(count, 1, __ATOMIC_SEQ_CST);
+        if (st == CO__RT_FORKED) co__forked_fatal();
         if (start) {
             int rc = co_init(NULL);
             if (rc < 0) return rc;
@@ -126,7 +142,13 @@ static int default_procs(void) {
     return (int)n;
 }
 
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+static void atfork_register(void);
+
 int co_init(const co_config_t *cfg) {
+    if (__atomic_load_n(&co__rt_state, __ATOMIC_RELAXED) == CO__RT_FORKED) co__forked_fatal();
+    /* before the runtime can first be up: a fork must find the handler */
+    pthread_once(&atfork_once, atfork_register);
     if (cfg && (cfg->procs < 0 || cfg->procs > CO_MAX_PROCS)) return CO_EINVAL;
     if (cfg && cfg->stack_size != 0 &&
         (cfg->stack_size < CO_STACK_MIN || cfg->stack_size > CO_STACK_MAX))
@@ -184,18 +206,68 @@ fail:
     return rc;
 }
 
+/* ---- fork ----------------------------------------------------------------- */
+
+/* One co_shutdown at a time: a second caller waits for the first and then
+ * finds the runtime down (or still up, if the first failed). A plain mutex:
+ * only plain threads get here. */
+static pthread_mutex_t shutdown_mu = PTHREAD_MUTEX_INITIALIZER;
+
+void co__forked_fatal(void) {
+    co__fatal("colony used in a child of fork() (pid %d) while the parent's runtime was "
+              "running: its threads are not here; only exec or _exit in such a child, or "
+              "co_shutdown before fork()",
+              (int)getpid());
+}
+
+/* What a parent's thread may have held or left half-way when it was
+ * copied: locks, reader and user counts. Only this thread exists now. */
+static void forget_locks_and_counts(void) {
+    memset(&init_lock, 0, sizeof init_lock);
+    pthread_mutex_t unlocked = PTHREAD_MUTEX_INITIALIZER;
+    shutdown_mu = unlocked;
+    stat_readers = 0;
+    for (int i = 0; i < nhooks; i++)
+        if (hooks[i]->forget) hooks[i]->forget();
+}
+
+/* The child's pthread_atfork handler (see the top of this file). Cheap, so
+ * that a fork followed by exec stays cheap: plain stores. */
+static void fork_child(void) {
+    forget_locks_and_counts();
+    if (co__rt_state == CO__RT_DOWN) {
+        /* Counts a parent's spawner had taken and was about to give back. */
+        live_global = 0;
+        rt_holds = 0;
+        return;
+    }
+    co__rt_state = CO__RT_FORKED;
+    /* No M is started or woken here (newm and co__wakep look at
+     * `stopping`), and the scheduler looks idle, so that every push from
+     * a thread (a spawn, a pool's token, a wake-up) calls co__wakep,
+     * which finds `stopping` and, in such a child, fails: the check costs
+     * the hot paths nothing. */
+    co__sched.stopping = 1;
+    co__sched.npidle = 1;
+    co__sched.nmspinning = 0;
+    co__tls_m_forget(); /* forked inside a coroutine: a plain thread here */
+}
+
+static void atfork_register(void) {
+    if (pthread_atfork(NULL, NULL, fork_child) != 0)
+        co__fatal("pthread_atfork failed: no memory for colony's fork handler");
+}
+
 /* For tests that fork: forget the parent's runtime (its threads do not
  * exist in the child) and start afresh. Leaks the old state on purpose. */
 CO_HIDDEN int co__test_reset_after_fork(void);
 int co__test_reset_after_fork(void) {
-    __atomic_store_n(&co__rt_state, CO__RT_DOWN, __ATOMIC_RELEASE);
-    memset(&init_lock, 0, sizeof init_lock);
+    forget_locks_and_counts();
     memset(&co__sched, 0, sizeof co__sched);
     live_global = 0; /* the parent's coroutines and pools are not ours */
     rt_holds = 0;
-    for (int i = 0; i < nhooks; i++)
-        if (hooks[i]->forget) hooks[i]->forget();
     co__tls_m_forget();
+    __atomic_store_n(&co__rt_state, CO__RT_DOWN, __ATOMIC_RELEASE);
     return co_init(NULL);
 }
 
@@ -242,10 +314,6 @@ static void free_p(co_p_t *p) {
     free(p);
 }
 
-/* One co_shutdown at a time: a second caller waits for the first and then
- * finds the runtime down (or still up, if the first failed). A plain mutex:
- * only plain threads get here. */
-static pthread_mutex_t shutdown_mu = PTHREAD_MUTEX_INITIALIZER;
 static int shutdown_locked(void);
 
 int co_shutdown(void) {

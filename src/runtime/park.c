@@ -128,6 +128,7 @@ static int park_until(co__parker_t *pk, int64_t deadline, void (*unlockf)(void *
         }
         return timedout ? CO_ETIMEDOUT : 0;
     }
+    co__forked_check(); /* in a forked child, the waker may be a thread not there */
     if (unlockf) unlockf(arg);
     for (;;) {
         /* acquire: pairs with co__unpark's store-release */

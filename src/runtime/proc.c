@@ -139,7 +139,10 @@ void co__startm(co_p_t *p, bool spinning) {
 
 void co__wakep(void) {
     co_sched_t *s = &co__sched;
-    if (CO_UNLIKELY(__atomic_load_n(&s->stopping, __ATOMIC_RELAXED))) return; /* co_shutdown */
+    if (CO_UNLIKELY(__atomic_load_n(&s->stopping, __ATOMIC_RELAXED))) {
+        co__forked_check(); /* a forked child: no M will ever take the work */
+        return;             /* co_shutdown */
+    }
     /* seq_cst loads: the StoreLoad half of the spinning protocol (sched.c) */
     if (__atomic_load_n(&s->npidle, __ATOMIC_SEQ_CST) == 0) return;
     uint32_t z = 0;

@@ -27,9 +27,19 @@
 #include <stdint.h>
 
 /* The runtime as a whole (lifecycle.c): changed only under its init lock;
- * STOPPING while co_shutdown tears it down. */
-enum { CO__RT_DOWN = 0, CO__RT_STOPPING = 1, CO__RT_UP = 2 };
+ * STOPPING while co_shutdown tears it down; FORKED, for good, in the child
+ * of a fork() that the runtime was not down for (its threads are not
+ * there: every use of colony that needs them is a fatal error). */
+enum { CO__RT_DOWN = 0, CO__RT_STOPPING = 1, CO__RT_UP = 2, CO__RT_FORKED = 3 };
 CO_HIDDEN extern uint32_t co__rt_state; /* atomic: CO__RT_* */
+/* A fatal error ("colony used in a child of fork() ...") if this process
+ * is such a child: for slow paths that would need the parent's threads
+ * (a plain thread's wait, a wake-up of an M). One relaxed load. */
+CO_HIDDEN _Noreturn void co__forked_fatal(void);
+static inline void co__forked_check(void) {
+    if (__builtin_expect(__atomic_load_n(&co__rt_state, __ATOMIC_RELAXED) == CO__RT_FORKED, 0))
+        co__forked_fatal();
+}
 
 /* Starts the runtime with defaults if nothing started it yet. Cheap after the
  * first call (one acquire load, inline). Returns 0 or a negative code. */
@@ -59,8 +69,10 @@ CO_HIDDEN bool co__rt_hold_if_up(void);
  *            co_shutdown fails with that at once;
  *  holds     how many holds on the runtime (co__rt_hold) its shutdown
  *            gives back: co_shutdown's first look does not count them;
- *  forget    in a forked child (co__test_reset_after_fork): forget what
- *            the parent's runtime left, which the child does not own.
+ *  forget    in a forked child (its pthread_atfork handler, and
+ *            co__test_reset_after_fork): forget what the parent's runtime
+ *            left, which the child does not own, locks included (plain
+ *            stores only: it runs inside fork()).
  * At most 8 hooks; registering one twice is a no-op. */
 typedef struct co__rt_hook {
     int (*shutdown)(void);

@@ -255,7 +255,8 @@ void co__spawn_token(co__token_t *t) {
          * (inject_append_locked). Nor checked against a shutdown
          * (co__plain_spawn_enter): a pool holds the runtime up (co__rt_hold),
          * and the default pool's shutdown hook waits for its busy
-         * records, this one among them. */
+         * records, this one among them. (In a forked child, queue_new's
+         * wake-up is the fatal error: lifecycle.c.) */
         queue_new(NULL, e, false);
         return;
     }
