@@ -55,6 +55,13 @@ static int run_null(const char *name) {
     CASE("co_ctx_cancel", co_ctx_cancel(NULL))
     CASE("co_group_limit", co_group_limit(NULL, 2))
     CASE("co_sched_stats", co_sched_stats(NULL))
+    CASE("co_pool_tune", co_pool_tune(NULL, 4))
+    CASE("co_pool_reboot", co_pool_reboot(NULL))
+    CASE("co_pool_release", co_pool_release(NULL))
+    CASE("co_pool_stats_p", co_pool_stats(NULL, &(co_pool_stats_t){0}))
+    CASE("co_pool_stats_out", co_pool_stats(co_default_pool(), NULL))
+    CASE("co_multipool_tune", co_multipool_tune(NULL, 4))
+    CASE("co_multipool_reboot", co_multipool_reboot(NULL))
 #undef CASE
     return 2;
 }
@@ -115,6 +122,16 @@ static void test_context_aborts(void) {
 
 static void test_runtime_aborts(void) {
     expect_null_abort("co_sched_stats", "co_sched_stats(NULL)");
+}
+
+static void test_pool_aborts(void) {
+    expect_null_abort("co_pool_tune", "co_pool_tune(NULL)");
+    expect_null_abort("co_pool_reboot", "co_pool_reboot(NULL)");
+    expect_null_abort("co_pool_release", "co_pool_release(NULL)");
+    expect_null_abort("co_pool_stats_p", "co_pool_stats(NULL, out)");
+    expect_null_abort("co_pool_stats_out", "co_pool_stats(p, NULL)");
+    expect_null_abort("co_multipool_tune", "co_multipool_tune(NULL)");
+    expect_null_abort("co_multipool_reboot", "co_multipool_reboot(NULL)");
 }
 
 /* ---- the calls that answer ------------------------------------------------ */
@@ -226,6 +243,7 @@ int main(int argc, char **argv) {
     T_RUN(test_waitgroup_aborts);
     T_RUN(test_context_aborts);
     T_RUN(test_runtime_aborts);
+    T_RUN(test_pool_aborts);
     T_RUN(test_chan_einval);
     T_RUN(test_context_einval);
     T_RUN(test_runtime_einval);

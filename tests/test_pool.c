@@ -466,13 +466,8 @@ static void t12_errors(void) {
     CHECK(co_pool_is_closed(NULL));
     CHECK_EQ(co_pool_release_timeout(NULL, 0), CO_EINVAL);
     CHECK_EQ(co_pool_wait_idle(NULL, 0), CO_EINVAL);
-    co_pool_tune(NULL, 5);
-    co_pool_release(NULL);
-    co_pool_reboot(NULL);
-    co_pool_destroy(NULL);
-    co_pool_stats(NULL, &st);
-    CHECK_EQ(st.running, 0);
-    co_pool_stats(p, NULL);
+    co_pool_destroy(NULL); /* a no-op, as free(NULL); the void calls that
+                            * cannot answer abort on NULL (test_null) */
 
     /* tune up and down on loaded pools, tune no-ops */
     gate_init(&gate);

@@ -175,7 +175,7 @@ int co_multipool_waiting_by_index(const co_multipool_t *mp, int i) {
 }
 
 void co_multipool_tune(co_multipool_t *mp, int cap_each) {
-    if (!mp) return;
+    if (!mp) co__fatal("co_multipool_tune(NULL): no multipool");
     for (int i = 0; i < mp->n; i++) co_pool_tune(mp->pools[i], cap_each);
 }
 
@@ -216,7 +216,7 @@ int co_multipool_release_timeout(co_multipool_t *mp, int64_t ns) {
 }
 
 void co_multipool_reboot(co_multipool_t *mp) {
-    if (!mp) return;
+    if (!mp) co__fatal("co_multipool_reboot(NULL): no multipool");
     co_mutex_lock(&mp->life);
     if (mp->state != CO__POOL_OPEN) {
         __atomic_store_n(&mp->rr, UINT32_MAX, __ATOMIC_RELAXED);

@@ -127,9 +127,8 @@ bool co_pool_is_closed(const co_pool_t *p) {
 }
 
 void co_pool_stats(const co_pool_t *p, co_pool_stats_t *out) {
-    if (!out) return;
+    if (!p || !out) co__fatal("co_pool_stats(%s): no %s", p ? "p, NULL" : "NULL, out", p ? "out" : "pool");
     memset(out, 0, sizeof *out);
-    if (!p) return;
     co_pool_t *mp = (co_pool_t *)p; /* the lock and the chute are not part of the value */
     wakelist_t wl = {NULL};
     co__pw_t *tofree = NULL;
@@ -209,7 +208,8 @@ int co__pool_drain_until(co_pool_t *p, int64_t deadline) {
 }
 
 void co_pool_release(co_pool_t *p) {
-    if (p) (void)co__pool_release_begin(p);
+    if (!p) co__fatal("co_pool_release(NULL): no pool");
+    (void)co__pool_release_begin(p);
 }
 
 int co_pool_release_timeout(co_pool_t *p, int64_t ns) {
@@ -220,7 +220,7 @@ int co_pool_release_timeout(co_pool_t *p, int64_t ns) {
 }
 
 void co_pool_reboot(co_pool_t *p) {
-    if (!p) return;
+    if (!p) co__fatal("co_pool_reboot(NULL): no pool");
     plock(p);
     if (p->state != CO__POOL_OPEN) __atomic_store_n(&p->state, CO__POOL_OPEN, __ATOMIC_RELAXED);
     punlock(p); /* opens the gate */
