@@ -154,7 +154,7 @@ void co_waitgroup_done(co_waitgroup_t *wg) {
     wg_add(wg, -1);
 }
 
-static int wg_wait(co_waitgroup_t *wg_, int64_t deadline) {
+static inline __attribute__((always_inline)) int wg_wait(co_waitgroup_t *wg_, int64_t deadline) {
     wg_impl_t *wg = (wg_impl_t *)wg_;
     uint64_t s = __atomic_load_n(&wg->state, __ATOMIC_ACQUIRE);
     if (WG_COUNT(s) == 0) return 0;
@@ -201,7 +201,9 @@ int co_waitgroup_wait_until(co_waitgroup_t *wg, int64_t deadline) {
     return wg_wait(wg, deadline);
 }
 
+/* Through co_waitgroup_wait_until, which holds the waiting body inline: a
+ * parked waiter's stack then names a public call (gdb, co_dump). */
 void co_waitgroup_wait(co_waitgroup_t *wg) {
     if (wg == NULL) co__fatal("co_waitgroup_wait(NULL): NULL waitgroup");
-    (void)wg_wait(wg, CO_FOREVER);
+    (void)co_waitgroup_wait_until(wg, CO_FOREVER);
 }
