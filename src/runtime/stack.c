@@ -65,14 +65,6 @@
 #define VALGRIND_STACK_DEREGISTER(id) ((void)(id))
 #endif
 
-#if defined(__SANITIZE_ADDRESS__)
-#define CO_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define CO_ASAN 1
-#endif
-#endif
-
 #ifndef MADV_GUARD_INSTALL
 #define MADV_GUARD_INSTALL 102 /* Linux 6.13 uapi; older headers lack it */
 #endif
