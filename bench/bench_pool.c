@@ -1,5 +1,5 @@
 /*
- * bench_pool.c — the pool benchmarks (issue 4), one measurement per process,
+ * bench_pool.c — the pool benchmarks, one measurement per process,
  * printing the bench_util.h line. The Go peers are in bench/go/pool.
  *
  *   bench_pool sleep    [procs=2] [n=1000000] [cap=50000] [ms=10]

@@ -3,7 +3,7 @@
 #
 #   sh bench/run.sh <builddir>
 #
-# Runs the runtime / channel / sync benchmarks (issues 2 and 3) side by side
+# Runs the runtime / channel / sync benchmarks side by side
 # with their Go 1.19 peers (bench/go/*), alternating a colony process and a Go
 # process for every run, then bench/run_pool.sh and bench/run_net.sh if they
 # exist, and assembles bench/RESULTS.md from bench/results/*.md.
@@ -322,7 +322,7 @@ extras() {
     done
 }
 
-SECTION="# Runtime, channels and sync (issues 2 and 3)
+SECTION="# Runtime, channels and sync
 
 Produced by \`${ENVSET}sh bench/run.sh $(basename "$BUILD")\` (\`make bench\`) on $DATE, $RUNS run(s) per
 implementation for each benchmark ($SLOW_RUNS for the 1M-coroutine RSS one),

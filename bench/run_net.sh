@@ -1,5 +1,5 @@
 #!/bin/sh
-# bench/run_net.sh — servers under load (issue 5), side by side with Go 1.19.
+# bench/run_net.sh — servers under load, side by side with Go 1.19.
 #
 #   sh bench/run_net.sh <builddir>
 #
@@ -330,7 +330,7 @@ function rngs() { return N > 1 ? sprintf(" [%.0f–%.0f]", MIN, MAX) : "" }
     if (V[nl, "status"] == "failed") fails++
 }
 END {
-    print "# Servers under load: colony vs Go 1.19 (issue 5)"
+    print "# Servers under load: colony vs Go 1.19"
     print ""
     if (quick == 1) { print "SMOKE RUN (BENCH_QUICK=1): short runs and a small flood; not figures to quote."; print "" }
     print "Command: `sh bench/run_net.sh <builddir>` (also run by `make bench`), " runs " run(s) of each"

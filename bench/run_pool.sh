@@ -1,5 +1,5 @@
 #!/bin/sh
-# bench/run_pool.sh — the pool benchmarks (issue 4), side by side with Go 1.19.
+# bench/run_pool.sh — the pool benchmarks, side by side with Go 1.19.
 #
 #   sh bench/run_pool.sh <builddir>
 #
@@ -190,7 +190,7 @@ function yes(c) { return c ? "**met**" : "not met" }
     ID[N] = V[N, "id"]; IM[N] = V[N, "who"]; FAILED[N] = (V[N, "status"] == "failed")
 }
 END {
-    print "# Pool benchmarks (issue 4)"
+    print "# Pool benchmarks"
     print ""
     if (quick != "") { print quick; print "" }
     print "Command: `" cmd "` (driver: bench/run_pool.sh; C: bench/bench_pool.c; Go: bench/go/pool)."
