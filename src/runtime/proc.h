@@ -81,7 +81,7 @@ typedef struct co_g {
     void *asan_fake;           /* ASan fake stack of this fiber while switched out */
 #endif
 #ifdef CO_TSAN
-    void *tsan_fiber;          /* TSan fiber handle */
+    void *tsan_fiber;          /* TSan fiber of this lifetime (made by g_init) */
 #endif
 } co_g_t;
 #ifndef COLONY_UCONTEXT

@@ -21,9 +21,6 @@ static __attribute__((noinline)) co_g_t *g_new(void) {
      * slow enough to cost more than the line it saves (measured) */
     co_g_t *g = calloc(1, sizeof *g);
     if (!g) return NULL;
-#ifdef CO_TSAN
-    g->tsan_fiber = __tsan_create_fiber(0);
-#endif
     co__lock(&s->allg_lock);
     g->alllink_next = s->allg;
     if (s->allg) s->allg->alllink_prev = g;
@@ -57,6 +54,10 @@ static inline __attribute__((always_inline)) void g_init(co_p_t *p, co_g_t *g,
     } else {
         g->id = __atomic_add_fetch(&s->goidgen, 1, __ATOMIC_RELAXED);
     }
+#ifdef CO_TSAN
+    /* a fiber per coroutine lifetime, not per G record (sched.c's fiber_drop) */
+    g->tsan_fiber = __tsan_create_fiber(0);
+#endif
     if (name) { /* name[] is in a colder line: written only when it changes */
         strncpy(g->name, name, sizeof g->name - 1);
         g->name[sizeof g->name - 1] = 0;
@@ -381,6 +382,10 @@ void *co__take_unstarted(void (*fn)(void *), bool (*accept)(void *arg, void *ctx
     void *arg = g->arg;
     __atomic_store_n(&g->status, CO_G_DEAD, __ATOMIC_RELAXED);
     live_add(p, -1);
+#ifdef CO_TSAN
+    __tsan_destroy_fiber(g->tsan_fiber); /* it never ran */
+    g->tsan_fiber = NULL;
+#endif
     co__gfput(p, g);
     m->curg->arg = arg; /* what it works on now (co__ready_cold) */
     return arg;
