@@ -36,6 +36,7 @@
  * section; pacing the looks leaves it there (docs/perf-notes.md).
  */
 #include "base/lock.h"
+#include "base/san.h"
 #include "arch/ctx.h" /* co__cycles */
 
 #include <errno.h>
@@ -90,7 +91,7 @@ static uint32_t *lock_word(co__lock_t *l) { return (uint32_t *)(void *)l; }
 /* co__lock's first CAS failed. */
 void co__lock_slow(co__lock_t *l) {
     for (int i = 0; i < CO__LOCK_SPINS; i++) {
-        if (co__lock_try_free(l)) return;
+        if (co__lock_try_free(l)) goto acquired;
         for (int k = 0; k < CO__LOCK_PAUSES; k++) co__cpu_relax();
     }
     /* seq_cst: visible before our next look at `locked` (an unlock that
@@ -99,7 +100,7 @@ void co__lock_slow(co__lock_t *l) {
         /* No room to count one more: keep trying without sleeping. */
         __atomic_sub_fetch(&l->sleepers, 1, __ATOMIC_RELAXED);
         while (!co__lock_try_free(l)) sched_yield();
-        return;
+        goto acquired;
     }
     for (;;) {
         /* The re-check (see the top): an unlock that missed our count
@@ -121,6 +122,15 @@ void co__lock_slow(co__lock_t *l) {
     }
 taken:
     __atomic_sub_fetch(&l->sleepers, 1, __ATOMIC_RELAXED);
+acquired:
+#ifdef CO_TSAN
+    /* This file is not instrumented under TSan (CMakeLists.txt): the
+     * runtime's own locks come here too, and contenders for them must not
+     * look synchronised with each other. An upper layer's lock is: its
+     * unlock (inline, instrumented) released here. */
+    __tsan_acquire(l);
+#endif
+    return;
 }
 
 /* co__unlock saw sleepers: wake one. */

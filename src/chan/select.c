@@ -62,7 +62,7 @@ static inline uint64_t wy_mix(uint64_t a, uint64_t b) {
  * starts from a mix of it, never from the counter itself: rng_below steps
  * by the same constant, so a select's later draws would be the next
  * select's first ones, and the choices of consecutive selects correlated. */
-static __attribute__((noinline)) uint64_t sel_seed(void) {
+static __attribute__((noinline)) CO_THREAD_STATE uint64_t sel_seed(void) {
     uint64_t s = sel_rng;
     if (CO_UNLIKELY(s == 0)) s = (uint64_t)(uintptr_t)&sel_rng ^ ((uint64_t)co_now() << 1) ^ 1;
     s += 0xa0761d6478bd642fULL;

@@ -170,6 +170,7 @@ static inline bool chute_ok(const co_pool_t *p, uint64_t gen) {
 /* Chute pushes by this thread (any pool): every DRAIN_EVERY-th drains. */
 #define DRAIN_EVERY 64
 static __thread uint32_t chute_pushes;
+static inline CO_THREAD_STATE uint32_t chute_push_count(void) { return ++chute_pushes; }
 
 /* worker_done after a chute push whose re-check failed: a lock holder
  * changed something after its last drain, so drain for it. Under
@@ -239,7 +240,7 @@ static inline bool worker_done(co_pool_t *p, co__pw_t *w) {
     wakelist_t wl = {NULL};
     co__pw_t *tofree = NULL;
     bool drained = false;
-    if (CO_UNLIKELY(++chute_pushes % DRAIN_EVERY == 0) && ptrylock(p)) {
+    if (CO_UNLIKELY(chute_push_count() % DRAIN_EVERY == 0) && ptrylock(p)) {
         co__pool_drain_chute_locked(p, &wl, &tofree);
         punlock(p);
         drained = true;

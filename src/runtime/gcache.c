@@ -35,6 +35,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef CO_TSAN
+#include <errno.h>
+#include <sys/mman.h>
+#include <unistd.h>
+#endif
 
 /* ---- the two caches ------------------------------------------------------ */
 
@@ -169,9 +174,6 @@ static int cache_trim(const cache_t *c, int keep) {
 void co__g_release(co_g_t *g) {
     co_sched_t *s = &co__sched;
     co__stack_free(&g->stack);
-#ifdef CO_TSAN
-    if (g->tsan_fiber) __tsan_destroy_fiber(g->tsan_fiber);
-#endif
     co__lock(&s->allg_lock);
     if (g->alllink_prev)
         g->alllink_prev->alllink_next = g->alllink_next;
@@ -223,13 +225,63 @@ void co__gfput_slow(co_p_t *p, co_g_t *g) {
  * rest. */
 static bool stack_map_batch(co_p_t *p, co__stack_t *st) {
     co__stack_t batch[CO_STACK_BATCH_MAX];
+#ifdef CO_TSAN
+    /* TSan's mmap marks what it maps as written by the caller (here the
+     * coroutine that switches away) unless it ignores the caller's
+     * accesses, when it clears it instead: the new stacks are no one's. */
+    __tsan_ignore_thread_begin();
+#endif
     int n = co__stack_alloc_n(batch, co__stack_batch(), co__sched.stack_size);
+#ifdef CO_TSAN
+    __tsan_ignore_thread_end();
+#endif
     if (n < 0) return false;
     *st = batch[0];
     cache_t c = scache(p);
     for (int i = 1; i < n; i++) cache_put(&c, &batch[i]);
     return true;
 }
+
+#ifdef CO_TSAN
+/* A cached stack about to host a new coroutine: what TSan recorded of the
+ * accesses of the last one there must go, or the new one's would look like
+ * races with them (its fiber is unrelated, race.c). Those were made on the
+ * pages it touched, still resident (mincore): each run of them is mapped
+ * afresh, under ignore, which makes TSan's mmap clear their shadow (rather
+ * than mark it written by the caller); the pages come back zeroed, the
+ * canary zone included. The rest of the stack was never touched. (A page
+ * swapped out meanwhile keeps its shadow, and a synchronisation object that
+ * lived on the stack keeps its history: both can only hide a race.) Far
+ * cheaper than unmapping every dead coroutine's stack: each munmap also
+ * walks TSan's metadata of the whole stack, and a spawn-heavy test took
+ * five times as long. */
+static void stack_clean(const co__stack_t *st) {
+    enum { CHUNK = 256 };
+    static size_t pg;
+    if (!pg) pg = (size_t)sysconf(_SC_PAGESIZE); /* (a race of equal stores) */
+    unsigned char vec[CHUNK];
+    __tsan_ignore_thread_begin();
+    for (size_t off = 0; off < st->size; off += CHUNK * pg) {
+        size_t len = st->size - off < CHUNK * pg ? st->size - off : CHUNK * pg;
+        char *base = st->lo + off;
+        if (mincore(base, len, vec) != 0) memset(vec, 1, sizeof vec); /* all, then */
+        size_t np = len / pg;
+        for (size_t i = 0; i < np;) {
+            if (!(vec[i] & 1)) {
+                i++;
+                continue;
+            }
+            size_t j = i;
+            while (j < np && (vec[j] & 1)) j++;
+            if (mmap(base + i * pg, (j - i) * pg, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) == MAP_FAILED)
+                co__fatal("TSan: cannot map a cached stack afresh (%s)", strerror(errno));
+            i = j;
+        }
+    }
+    __tsan_ignore_thread_end();
+}
+#endif
 
 bool co__stack_attach(co_m_t *m, co_g_t *g) {
     co_sched_t *s = &co__sched;
@@ -255,7 +307,14 @@ bool co__stack_attach(co_m_t *m, co_g_t *g) {
      * the new one starts on clean memory. */
     __asan_unpoison_memory_region(g->stack.lo, g->stack.size);
 #endif
+#ifdef CO_TSAN
+    stack_clean(&g->stack);
+    __tsan_ignore_thread_begin(); /* its first frame is g's, not the caller's */
+#endif
     co__ctx_make(&g->ctx, g->stack.lo, g->stack.size, g, g->fpenv, g->id);
+#ifdef CO_TSAN
+    __tsan_ignore_thread_end();
+#endif
     return true;
 }
 

@@ -192,6 +192,9 @@ int co_init(const co_config_t *cfg) {
         co__netpoll_fini();
         goto nomem;
     }
+#ifdef CO_TSAN
+    co__race_init(); /* what co_init set up happens before every M's start */
+#endif
     __atomic_store_n(&co__rt_state, CO__RT_UP, __ATOMIC_RELEASE);
     co__unlock(&init_lock);
     return 0;
@@ -437,6 +440,9 @@ static int shutdown_locked(void) {
     free(allp);
     co__globrunq_free();
     co__netpoll_fini();
+#ifdef CO_TSAN
+    co__race_shutdown(); /* every coroutine's exit happens before the return */
+#endif
     __atomic_store_n(&co__rt_state, CO__RT_DOWN, __ATOMIC_RELEASE);
     co__unlock(&init_lock);
     return 0;

@@ -91,6 +91,9 @@ int co__park(co__parker_t *pk, int64_t deadline, void (*unlockf)(void *), void *
         if (rc == 0 && !pk->g) {
             while (__atomic_load_n(&pk->futex, __ATOMIC_ACQUIRE) == 0)
                 co__futex_wait(&pk->futex, 0, CO_FOREVER);
+#ifdef CO_TSAN
+            __tsan_acquire(pk); /* its waker's hand-over (co__race_unpark) */
+#endif
         } else if (rc == 0) {
             /* claimed by a waker before we parked: it will ready us. */
             co__park_current(NULL, NULL, pk->wait_reason);
@@ -132,7 +135,12 @@ static int park_until(co__parker_t *pk, int64_t deadline, void (*unlockf)(void *
     if (unlockf) unlockf(arg);
     for (;;) {
         /* acquire: pairs with co__unpark's store-release */
-        if (__atomic_load_n(&pk->futex, __ATOMIC_ACQUIRE) != 0) return 0;
+        if (__atomic_load_n(&pk->futex, __ATOMIC_ACQUIRE) != 0) {
+#ifdef CO_TSAN
+            __tsan_acquire(pk); /* its waker's hand-over (co__race_unpark) */
+#endif
+            return 0;
+        }
         int r = co__futex_wait(&pk->futex, 0, deadline);
         if (r == CO_ETIMEDOUT) {
             uint32_t w = CO__PK_WAITING;
@@ -144,7 +152,12 @@ static int park_until(co__parker_t *pk, int64_t deadline, void (*unlockf)(void *
     }
 }
 
-static void unlock_lock(void *l) { co__unlock(l); }
+static void unlock_lock(void *l) {
+#ifdef CO_TSAN
+    __tsan_release(l); /* an upper layer's lock, released here unseen (race.c) */
+#endif
+    co__unlock(l);
+}
 
 int co__park_lock(co__parker_t *pk, int64_t deadline, co__lock_t *l) {
     return co__park(pk, deadline, unlock_lock, l);
@@ -153,8 +166,14 @@ int co__park_lock(co__parker_t *pk, int64_t deadline, co__lock_t *l) {
 /* co__wait once the deadline claimed the parker. */
 int co__wait_timedout(co__waiter_t *w, co__lock_t *l, int flags) {
     co__lock(l);
+#ifdef CO_TSAN
+    __tsan_acquire(l); /* the caller's lock, taken here unseen (race.c) */
+#endif
     if (!(flags & CO__WAIT_KEEP_LOCK)) {
         co__waitq_remove(w); /* no-op if a waker already unlinked it */
+#ifdef CO_TSAN
+        __tsan_release(l);
+#endif
         co__unlock(l);
     }
     return CO_ETIMEDOUT;
@@ -212,7 +231,9 @@ void co__waitq_remove(co__waiter_t *w) {
 
 co__pkw_t *co__self_pkw(int wait_reason) {
     co_g_t *g = co__cur_g();
-    if (!g) return NULL;
+    /* (Not under TSan: a G record's waiter would carry the accesses of the
+     * record's earlier lifetimes; a coroutine's stack is its own, race.c) */
+    if (!g || CO_TSAN_ON) return NULL;
     co__pkw_t *pw = &g->wgwait;
     co__parker_init_g(&pw->pk, g, wait_reason);
     memset(&pw->w, 0, sizeof pw->w);

@@ -58,7 +58,16 @@ static bool newm(co_p_t *p, bool spinning) {
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setstacksize(&attr, 1024 * 1024);
+#ifdef CO_TSAN
+    /* The new M inherits nothing from whoever happened to start it (its
+     * coroutine, as TSan sees it); its coroutines acquire its start
+     * (race.c), which would carry that past to all of them. */
+    AnnotateIgnoreSyncBegin(__FILE__, __LINE__);
+#endif
     int rc = pthread_create(&m->thread, &attr, co__mstart, m);
+#ifdef CO_TSAN
+    AnnotateIgnoreSyncEnd(__FILE__, __LINE__);
+#endif
     pthread_attr_destroy(&attr);
     if (rc != 0) {
         co__lock(&s->lock);
@@ -327,6 +336,9 @@ void *co__pin_enter(void) {
 
 void co__pin_exit(void *mv) {
     co_m_t *m = mv;
+#ifdef CO_TSAN
+    if (m) __tsan_release(&m->pin); /* as the store below (race.c) */
+#endif
     /* release: the section's reads happen before a waiter's acquire load */
     if (m) __atomic_store_n(&m->pin, m->pin + 1, __ATOMIC_RELEASE);
 }
@@ -337,10 +349,16 @@ void co__pin_wait(void) {
                          * before it ever ran: never inside a section) */
     for (co_m_t *m = s->allm; m; m = m->alllink) {
         uint32_t v = __atomic_load_n(&m->pin, __ATOMIC_ACQUIRE);
+#ifdef CO_TSAN
+        __tsan_acquire(&m->pin); /* as the loads of m->pin (race.c) */
+#endif
         if (!(v & 1)) continue;
         co__unlock(&s->lock);
         while (__atomic_load_n(&m->pin, __ATOMIC_ACQUIRE) == v)
             co_yield(); /* sched_yield() on a plain thread */
+#ifdef CO_TSAN
+        __tsan_acquire(&m->pin);
+#endif
         co__lock(&s->lock);
     }
     co__unlock(&s->lock);

@@ -81,7 +81,17 @@ typedef struct co_g {
     void *asan_fake;           /* ASan fake stack of this fiber while switched out */
 #endif
 #ifdef CO_TSAN
-    void *tsan_fiber;          /* TSan fiber of this lifetime (made by g_init) */
+    /* This lifetime's TSan fiber (race.c): made at spawn (a token's, when
+     * its G is made), destroyed once it has exited and is off its stack. */
+    void *tsan_fiber;
+    /* This lifetime's happens-before key: a byte of its own on the heap,
+     * freed at its exit (so the key's history goes with it). Every waker
+     * that readies it releases on it, and it acquires it whenever a park
+     * returns; the spawn releases on it too, for a takeover of it unstarted
+     * (its fiber inherits the spawner's past). */
+    void *tsan_key;
+    void *tsan_tok;            /* a token's G: the token, acquired when it starts */
+    uint32_t tsan_on;          /* atomic: its fiber is TSan's current one on some M */
 #endif
 } co_g_t;
 #ifndef COLONY_UCONTEXT
@@ -222,6 +232,9 @@ typedef struct co_p {
 
 typedef struct co_m {
     int id;
+#ifdef CO_TSAN
+    co_g_t *tsan_cur;          /* whose fiber is TSan's current one on this thread (race.c) */
+#endif
     pthread_t thread;
     uint32_t exited;           /* atomic: set (release) by the M's thread as its last act;
                                 * co_shutdown joins it only then */
@@ -504,5 +517,21 @@ CO_HIDDEN void co__sysmon_kick(void);
 /* debug.c */
 CO_HIDDEN void co__schedtrace(FILE *out);
 CO_HIDDEN void co__debug_parse_env(void);
+#ifdef CO_TSAN
+/* race.c: the race detector's edges (docs/hacking.md, "The race detector") */
+CO_HIDDEN void co__race_spawn(co_g_t *g);   /* the spawner: g's fiber and key */
+CO_HIDDEN void co__race_token_g(co_g_t *g, co__token_t *t); /* g made for token t */
+CO_HIDDEN void co__race_start(co_g_t *g);   /* g, first thing: its spawn's past */
+CO_HIDDEN void co__race_exit(co_g_t *g);    /* g, last thing before goexit */
+CO_HIDDEN void co__race_take(co_g_t *g);    /* unstarted g, taken over: its spawn's past is the
+                                             * taker's; its fiber and key go */
+CO_HIDDEN void co__race_ready(co_g_t *g);   /* a waker, readying g: its past is g's */
+CO_HIDDEN void co__race_woken(co_g_t *g);   /* g, back from a park: its wakers' past */
+CO_HIDDEN void co__race_init(void);          /* co_init, before the runtime is up */
+CO_HIDDEN void co__m_race_start(co_m_t *m); /* an M's thread, first thing: its g0's fiber */
+CO_HIDDEN void co__race_enter(co_m_t *m);   /* after a switch: the fiber of whoever runs now */
+CO_HIDDEN void co__race_timers_run(co_m_t *m, co_p_t *p, int64_t now); /* on g0's fiber */
+CO_HIDDEN void co__race_shutdown(void);     /* co_shutdown: every exit's past */
+#endif
 
 #endif

@@ -19,6 +19,7 @@
 #include "colony.h"
 #include "base/base.h"
 #include "base/lock.h"
+#include "base/san.h"
 #include "arch/ctx.h"
 
 #include <stdatomic.h>
@@ -209,7 +210,7 @@ CO_HIDDEN int co__park_lock(co__parker_t *pk, int64_t deadline, co__lock_t *l);
 /* Claim: CAS WAITING->WOKEN; records `winner`. True if this caller now owns
  * the wake-up and must call co__unpark() (after handing over any data).
  * Inline: a release claims each of its waiters in turn. */
-static inline bool co__claim(co__parker_t *pk, void *winner) {
+static inline bool co__claim_cas(co__parker_t *pk, void *winner) {
     uint32_t w = CO__PK_WAITING;
     /* acq_rel: the claimer's hand-over happens before the unpark; pairs
      * with the parked side's acquire load of state after it resumes. */
@@ -218,6 +219,20 @@ static inline bool co__claim(co__parker_t *pk, void *winner) {
         return false;
     pk->winner = winner;
     return true;
+}
+#ifdef CO_TSAN
+/* race.c: co__claim_cas, unseen by TSan, as the rest of the wait layer's
+ * protocol: the edge a program relies on is the unpark's (co__ready), and
+ * the CAS, on a parker that lives on a stack, would tie every claimer to
+ * the claimers of the parkers that lived there before. */
+CO_HIDDEN bool co__race_claim(co__parker_t *pk, void *winner);
+#endif
+static inline bool co__claim(co__parker_t *pk, void *winner) {
+#if defined(CO_TSAN) && !defined(COLONY_TSAN_PLAIN)
+    return co__race_claim(pk, winner);
+#else
+    return co__claim_cas(pk, winner);
+#endif
 }
 /* Make a claimed parker's owner run again: readies the coroutine (into the
  * current P's runnext, like Go's goready) or futex-wakes the thread. The
@@ -234,6 +249,12 @@ CO_HIDDEN void co__ready_many(struct co_g *const *gs, size_t n);
 CO_HIDDEN void co__unpark_thread(co__parker_t *pk); /* park.c */
 static inline void co__unpark_as(co__parker_t *pk, bool cold) {
     struct co_g *g = pk->g; /* read before readying: pk dies once g runs */
+#ifdef CO_TSAN
+    /* The waker's hand-over happens before a plain thread's return from
+     * its park (co__ready does it for a coroutine; a timeout or a network
+     * event hands nothing over: cold). */
+    if (!g && !cold) __tsan_release(pk);
+#endif
     if (!g)
         co__unpark_thread(pk);
     else if (cold)
@@ -280,8 +301,12 @@ CO_HIDDEN co__pkw_t *co__self_pkw(int wait_reason);
 typedef struct co__waitq {
     co__waiter_t *head, *tail;
 } co__waitq_t;
-/* At the tail. Inline, as is pop: a channel's every block and wake. */
-static inline void co__waitq_push(co__waitq_t *q, co__waiter_t *w) {
+/* At the tail. Inline, as is pop: a channel's every block and wake.
+ * (The links are the wait layer's, uninstrumented under TSan as the rest of
+ * the runtime is, race.c: a waiter's node is written by those who queue
+ * behind it, and it may be woken by the network or a deadline, which order
+ * nothing before its next wait.) */
+static inline CO_TSAN_RUNTIME void co__waitq_push(co__waitq_t *q, co__waiter_t *w) {
     w->q = q;
     w->next = NULL;
     w->prev = q->tail;
@@ -292,7 +317,7 @@ static inline void co__waitq_push(co__waitq_t *q, co__waiter_t *w) {
     q->tail = w;
 }
 /* The first waiter, unlinked; NULL if empty. */
-static inline co__waiter_t *co__waitq_pop(co__waitq_t *q) {
+static inline CO_TSAN_RUNTIME co__waiter_t *co__waitq_pop(co__waitq_t *q) {
     co__waiter_t *w = q->head;
     if (!w) return NULL;
     co__waiter_t *n = w->next;

@@ -118,9 +118,35 @@ static void post_yield(co_g_t *g, void *arg);
 static void post_yslot(co_g_t *g, void *arg);
 #endif
 static inline __attribute__((always_inline)) void yield_requeue(co_m_t *m, co_g_t *g);
+#ifdef CO_TSAN
+static void post_gfree(co_g_t *g, void *arg);
+#endif
 
 static inline __attribute__((always_inline)) void run_post(co_m_t *m) {
     void (*f)(co_g_t *, void *) = m->post_fn;
+#ifdef CO_TSAN
+    /* TSan's current fiber is still the switching coroutine's: its
+     * post-switch action is its own doing (the unlock it deferred, say),
+     * and runs as such; then the fiber of whoever runs now (race.c). An
+     * exited coroutine's fiber goes once that switch is done; it is taken
+     * off its G first, as the action gives the G back for reuse. The
+     * action runs on this context's stack, not the switcher's: its memory
+     * accesses are not recorded, or this coroutine's own, later, at the
+     * same addresses would look like races with it. */
+    void *dead = NULL;
+    bool hide = false;
+    if (f == post_gfree) {
+        dead = m->post_g->tsan_fiber;
+        m->post_g->tsan_fiber = NULL;
+    } else if (f && f != post_yield
+#ifndef SWITCH_POSTS
+               && f != post_yslot
+#endif
+    ) {
+        hide = true;
+        __tsan_ignore_thread_begin();
+    }
+#endif
     if (f) {
         m->post_fn = NULL;
 #ifndef SWITCH_POSTS /* (co__post_yslot does it) */
@@ -133,6 +159,11 @@ static inline __attribute__((always_inline)) void run_post(co_m_t *m) {
         else
             f(m->post_g, m->post_arg);
     }
+#ifdef CO_TSAN
+    if (hide) __tsan_ignore_thread_end();
+    co__race_enter(m);
+    if (dead) __tsan_destroy_fiber(dead);
+#endif
     co_p_t *p = m->p;
     if (p && CO_UNLIKELY(__atomic_load_n(&p->timer0_when, __ATOMIC_RELAXED) != 0)) {
         /* A pending timer would cost every switch a clock read: read it
@@ -145,7 +176,13 @@ static inline __attribute__((always_inline)) void run_post(co_m_t *m) {
             m->tcheck = c;
             int64_t w = __atomic_load_n(&p->timer0_when, __ATOMIC_ACQUIRE);
             int64_t now;
-            if (w && w <= (now = co_now())) co__timers_run(p, now);
+            if (w && w <= (now = co_now())) {
+#ifdef CO_TSAN
+                co__race_timers_run(m, p, now);
+#else
+                co__timers_run(p, now);
+#endif
+            }
         }
     }
 }
@@ -189,9 +226,7 @@ static inline __attribute__((always_inline)) void switch_to(co_g_t *from, co_g_t
 #else
     (void)from_exiting;
 #endif
-#ifdef CO_TSAN
-    __tsan_switch_to_fiber(to->tsan_fiber, 0);
-#endif
+    /* (TSan's fiber changes after the switch: run_post) */
     co__ctx_switch(&from->ctx, &to->ctx);
 #ifdef CO_ASAN
     __sanitizer_finish_switch_fiber(from->asan_fake, NULL, NULL);
@@ -202,28 +237,19 @@ static inline __attribute__((always_inline)) void switch_to(co_g_t *from, co_g_t
 
 /* ---- a coroutine's exit ------------------------------------------------- */
 
-/* A coroutine lifetime's TSan fiber goes after its exit, once another
- * fiber is TSan's current one (after the switch): the G record hosts the
- * next lifetime on a fresh one (made at spawn). A fiber kept for every
- * lifetime of its record piled up their frames on its shadow stack, which
- * has a fixed size: TSan crashed at about the 10^5th lifetime. */
-static inline void fiber_drop(co_g_t *g) {
-#ifdef CO_TSAN
-    __tsan_destroy_fiber(g->tsan_fiber);
-    g->tsan_fiber = NULL;
-#else
-    (void)g;
-#endif
-}
-
 static void post_gfree(co_g_t *g, void *arg) {
     (void)arg;
     co_m_t *m = getm();
-    fiber_drop(g);
     co__gfput(m->p, g);
 }
 
-#ifdef CO__HAVE_FRESH_START
+/* (Not under TSan: there a stack's pages are mapped afresh before it hosts
+ * another coroutine, gcache.c, which cannot be done from on it.) */
+#if defined(CO__HAVE_FRESH_START) && !defined(CO_TSAN)
+#define GOEXIT_HANDOVER 1
+#endif
+
+#ifdef GOEXIT_HANDOVER
 /* goexit of g, whose default-size stack goes straight to next, which never
  * ran (so has none): next starts at the stack's top, where g's first frame
  * was, with no switch, no saved context and no trip of the stack through
@@ -241,12 +267,8 @@ static void goexit_handover(co_m_t *m, co_g_t *g, co_g_t *next) {
      * never returned from may have left some poisoned) */
     __asan_unpoison_memory_region(next->stack.lo, next->stack.size);
 #endif
-#ifdef CO_TSAN
-    __tsan_switch_to_fiber(next->tsan_fiber, 0);
-#endif
     /* g's record, without its stack, back to the cache only now, in
      * next's fiber: as post_gfree does, after the switch */
-    fiber_drop(g);
     co__gfput(m->p, g);
     uintptr_t top = co__stack_top(next->stack.lo, next->stack.size, next->id);
     co__fresh_start((void *)top, next, next->fpenv);
@@ -260,7 +282,7 @@ static void goexit(co_g_t *g) {
     co_m_t *m = getm();
     live_add(m->p, -1);
     co_g_t *next = runq_next_fast(m->p);
-#ifdef CO__HAVE_FRESH_START
+#ifdef GOEXIT_HANDOVER
     /* (m->post_fn is empty: run_post cleared it when g last resumed) */
     if (next && !next->stack.map && g->stack.size == co__sched.stack_size)
         goexit_handover(m, g, next);
@@ -276,7 +298,13 @@ void co__g_entry(co_g_t *g) {
     __sanitizer_finish_switch_fiber(NULL, NULL, NULL);
 #endif
     run_post(getm());
+#ifdef CO_TSAN
+    co__race_start(g);
+#endif
     g->fn(g->arg);
+#ifdef CO_TSAN
+    co__race_exit(g);
+#endif
 #ifdef CO_ASAN
     /* Below this frame's base the stack is dead (this frame's locals are
      * not used again), but may still carry the shadow of frames that never
@@ -309,6 +337,11 @@ void co__ready(co_g_t *g) {
      * coming. */
     char *sp = (char *)g->ctx.sp;
     for (int i = 0; i < 4; i++) __builtin_prefetch(sp + 64 * i);
+#ifdef CO_TSAN
+    /* a waker's: its hand-over happens before g's return from its park
+     * (co__ready_cold's are a timer's or the network's: nothing handed) */
+    co__race_ready(g);
+#endif
     ready_put(g);
 }
 
@@ -348,6 +381,9 @@ void co__ready_many(co_g_t *const *gs, size_t n) {
     for (size_t i = 0; i < n; i++) {
         if (i + AHEAD < n) __builtin_prefetch(gs[i + AHEAD], 1);
         co_g_t *g = gs[i];
+#ifdef CO_TSAN
+        co__race_ready(g); /* as co__ready */
+#endif
         __atomic_store_n(&g->status, CO_G_RUNNABLE, __ATOMIC_RELAXED);
         if (p)
             runqput(p, g, false);
@@ -380,6 +416,9 @@ static inline __attribute__((always_inline)) void park_m(co_m_t *m, void (*post)
     m->post_arg = arg;
     co_g_t *next = runq_next_fast(m->p);
     gogo(m, g, next ? next : &m->g0, false);
+#ifdef CO_TSAN
+    co__race_woken(g); /* whoever readied it handed over what it had */
+#endif
 }
 
 /* Owner: a yielder may wait in the yield slot instead of the ring: nothing
@@ -640,7 +679,7 @@ void *co__mstart(void *arg) {
     m->g0.id = 0;
     strcpy(m->g0.name, "g0");
 #ifdef CO_TSAN
-    m->g0.tsan_fiber = __tsan_get_current_fiber();
+    co__m_race_start(m);
 #endif
 #ifdef CO_ASAN
     {

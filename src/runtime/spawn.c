@@ -54,10 +54,6 @@ static inline __attribute__((always_inline)) void g_init(co_p_t *p, co_g_t *g,
     } else {
         g->id = __atomic_add_fetch(&s->goidgen, 1, __ATOMIC_RELAXED);
     }
-#ifdef CO_TSAN
-    /* a fiber per coroutine lifetime, not per G record (sched.c's fiber_drop) */
-    g->tsan_fiber = __tsan_create_fiber(0);
-#endif
     if (name) { /* name[] is in a colder line: written only when it changes */
         strncpy(g->name, name, sizeof g->name - 1);
         g->name[sizeof g->name - 1] = 0;
@@ -121,6 +117,9 @@ static inline __attribute__((always_inline)) int spawn_on(co_m_t *m, void (*fn)(
     g_init(p, g, fn, arg, name);
     if (stack_size != s->stack_size) /* after g_init: coloured by its id */
         co__ctx_make(&g->ctx, g->stack.lo, g->stack.size, g, g->fpenv, g->id);
+#ifdef CO_TSAN
+    co__race_spawn(g); /* after g_init (named after it), before it is queued */
+#endif
     /* release: pairs with co_dump's acquire load, which then reads the id
      * and name g_init wrote (a plain store on x86-64) */
     __atomic_store_n(&g->status, CO_G_RUNNABLE, __ATOMIC_RELEASE);
@@ -249,6 +248,12 @@ void co__spawn_token(co__token_t *t) {
     co_m_t *m = getm();
     co_p_t *p = m ? m->p : NULL;
     co__fpenv_store(&t->fpenv); /* as co__spawn: it starts with the spawner's */
+#ifdef CO_TSAN
+    /* the submitter's past, for whoever starts it (co__race_start, or a
+     * takeover below); the token is its job's record, reused only once
+     * the job is done */
+    __tsan_release(t);
+#endif
     co_g_t *e = (co_g_t *)((uintptr_t)t | RQ_TOKEN);
     if (CO_UNLIKELY(!p)) {
         /* Not counted live here: whoever moves the injection stack to the
@@ -289,10 +294,28 @@ co_g_t *co__token_g_slow(co_p_t *p, co_g_t *e) {
     }
     g->fpenv = t->fpenv;
     g_init(p, g, t->fn, t, NULL);
+#ifdef CO_TSAN
+    co__race_token_g(g, t);
+#endif
     /* release: pairs with co_dump's acquire load, which then reads the id
      * and name g_init wrote (a plain store on x86-64) */
     __atomic_store_n(&g->status, CO_G_RUNNABLE, __ATOMIC_RELEASE);
     return g;
+}
+
+/* accept(arg, ctx), the caller's test of a job it may take over. Under
+ * TSan its reads are not recorded: it looks, in the scheduler's stead, at
+ * jobs that are not the caller's yet and may never be (another pool's
+ * record, freed by that pool's owner later). */
+static inline bool take_accepts(bool (*accept)(void *arg, void *ctx), void *arg, void *ctx) {
+#ifdef CO_TSAN
+    __tsan_ignore_thread_begin();
+    bool ok = accept(arg, ctx);
+    __tsan_ignore_thread_end();
+    return ok;
+#else
+    return accept(arg, ctx);
+#endif
 }
 
 /* Owner of the P: the coroutine running now takes over the job of the
@@ -359,7 +382,10 @@ void *co__take_unstarted(void (*fn)(void *), bool (*accept)(void *arg, void *ctx
     }
     if (rq_is_token(e)) {
         co__token_t *t = (co__token_t *)rq_strip(e);
-        if (t->fn == fn && accept(t, ctx)) { /* no G made */
+        if (t->fn == fn && take_accepts(accept, t, ctx)) { /* no G made */
+#ifdef CO_TSAN
+            __tsan_acquire(t); /* its submitter's past (co__spawn_token) */
+#endif
             co__fpenv_load(t->fpenv);
             __atomic_store_n(&p->schedtick, tick, __ATOMIC_RELAXED);
             live_add(p, -1);
@@ -371,7 +397,7 @@ void *co__take_unstarted(void (*fn)(void *), bool (*accept)(void *arg, void *ctx
         return NULL;
     }
     co_g_t *g = rq_strip(e);
-    if (g->fn != fn || g->stack.map || !accept(g->arg, ctx)) {
+    if (g->fn != fn || g->stack.map || !take_accepts(accept, g->arg, ctx)) {
         /* Only this P's owner ever stores a G into runnext (thieves only
          * take it), so it is still empty: g keeps its turn. */
         __atomic_store_n(&p->runnext, g, __ATOMIC_RELEASE);
@@ -383,8 +409,7 @@ void *co__take_unstarted(void (*fn)(void *), bool (*accept)(void *arg, void *ctx
     __atomic_store_n(&g->status, CO_G_DEAD, __ATOMIC_RELAXED);
     live_add(p, -1);
 #ifdef CO_TSAN
-    __tsan_destroy_fiber(g->tsan_fiber); /* it never ran */
-    g->tsan_fiber = NULL;
+    co__race_take(g); /* its spawner's past is ours now */
 #endif
     co__gfput(p, g);
     m->curg->arg = arg; /* what it works on now (co__ready_cold) */

@@ -301,6 +301,9 @@ static void heap_push(co_p_t *p, co__timer_t *t) {
 
 void co__timer_add(co__timer_t *t, int64_t when) {
     co_sched_t *s = &co__sched;
+#ifdef CO_TSAN
+    __tsan_release(t); /* the arming's past, for the callback (race.c) */
+#endif
     co_m_t *m = co__getm();
     co_p_t *p = (m && m->p) ? m->p : NULL;
     if (!p) p = co__allp((int)(co__fastrand() % (uint32_t)s->nprocs));
@@ -431,7 +434,16 @@ int co__timers_run(co_p_t *p, int64_t now) {
         co__unlock(&p->timers_lock);
         for (int i = 0; i < n; i++) {
             co__timer_t *t = batch[i];
+#ifdef CO_TSAN
+            /* Its arming's past; its own accesses unrecorded: it may run
+             * on a coroutine's stack (race.c) */
+            __tsan_acquire(t);
+            __tsan_ignore_thread_begin();
+#endif
             t->fn(t->arg); /* fn and arg never change while a timer may run */
+#ifdef CO_TSAN
+            __tsan_ignore_thread_end();
+#endif
             /* release: last touch of t; the callback's effects happen
              * before co__timer_del sees 0 */
             __atomic_sub_fetch(&t->running, 1, __ATOMIC_RELEASE);
