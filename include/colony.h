@@ -153,6 +153,10 @@ CO_EXTERN void co_sem_release(co_sem_t *s, int64_t n);
 CO_EXTERN void co_spinlock_lock(co_spinlock_t *l);
 CO_EXTERN void co_spinlock_unlock(co_spinlock_t *l);
 
+/* ---- a concurrent map (Go's sync.Map) ---------------------------------- */
+
+/* ---- an object cache (Go's sync.Pool) ---------------------------------- */
+
 /* ---- channels and select ----------------------------------------------- */
 typedef struct co_chan co_chan_t;
 CO_EXTERN int co_chan_new(co_chan_t **out, size_t elem_size, size_t cap);
@@ -176,6 +180,8 @@ typedef struct co_ticker co_ticker_t;
 CO_EXTERN int co_ticker_new(co_ticker_t **out, int64_t period_ns);
 CO_EXTERN co_chan_t *co_ticker_chan(co_ticker_t *t);
 CO_EXTERN void co_ticker_stop(co_ticker_t *t);
+
+/* ---- timers (Go's time.NewTimer, time.After, time.AfterFunc) ----------- */
 
 /* ---- context and group ------------------------------------------------- */
 typedef struct co_ctx co_ctx_t;
@@ -277,6 +283,16 @@ CO_EXTERN int co_connect(int fd, const struct sockaddr *addr, socklen_t addrlen,
 CO_EXTERN int co_wait_fd(int fd, int events, int64_t deadline);
 CO_EXTERN int co_close(int fd);
 CO_EXTERN int co_blocking(void (*fn)(void *arg), void *arg);
+
+/* ---- foreign code: descriptors closed behind colony's back ------------- */
+
+/* ---- net: dial and listen by address, the resolver --------------------- */
+
+/* ---- net: datagrams, messages and vectored I/O ------------------------- */
+
+/* ---- signals as channel messages (Go's os/signal) ---------------------- */
+
+/* ---- TLS on coroutines ------------------------------------------------- */
 
 /* ---- debug ------------------------------------------------------------- */
 typedef struct co_sched_stats {

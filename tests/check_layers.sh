@@ -39,7 +39,7 @@ set -u
 
 # The layers, lowest first: folder of src/ and rank. Folders of one rank
 # are peers on one floor. Ranks go in tens so that a layer can be put
-# between two (net above io: 50); a new folder needs a line here.
+# between two (net above context: 65); a new folder needs a line here.
 LAYERS='
 arch     10
 base     20
@@ -47,8 +47,10 @@ runtime  30
 sync     40
 chan     40
 io       40
+net      65
 context  60
 pool     70
+hook     80
 '
 RUNTIME_PRIVATE='runtime/proc.h runtime/yslot.h'
 RUNTIME_NAMES='co_g_t co_p_t co_m_t co__getm co__park_m co__sched'
