@@ -1,4 +1,4 @@
-# Writes and installs colony.pc at install time (install(SCRIPT), set up in
+# Writes and installs colony.pc and colony-static.pc at install time (install(SCRIPT), set up in
 # CMakeLists.txt), so that it names the prefix the files really go to:
 # `cmake --install <build> --prefix <dir>` may choose another one than the
 # configure step's CMAKE_INSTALL_PREFIX.
@@ -11,9 +11,10 @@ foreach(kind LIBDIR INCLUDEDIR)
   endif()
 endforeach()
 configure_file("${CO_PC_IN}" "${CO_PC_OUT}" @ONLY)
+configure_file("${CO_PC_STATIC_IN}" "${CO_PC_STATIC_OUT}" @ONLY)
 if(IS_ABSOLUTE "${CO_PC_LIBDIR_REL}")
   set(pcdir "${CO_PC_LIBDIR_REL}/pkgconfig")
 else()
   set(pcdir "${CMAKE_INSTALL_PREFIX}/${CO_PC_LIBDIR_REL}/pkgconfig")
 endif()
-file(INSTALL "${CO_PC_OUT}" DESTINATION "${pcdir}")
+file(INSTALL "${CO_PC_OUT}" "${CO_PC_STATIC_OUT}" DESTINATION "${pcdir}")

@@ -1,7 +1,8 @@
 #!/bin/sh
 # Installs the build into a scratch prefix, then builds and runs a user's
-# program against it three ways: CMake's find_package(colony) (the static,
-# shared and default targets), pkg-config (shared), and pkg-config --static.
+# program against it: CMake's find_package(colony) (the static, shared and
+# default targets), pkg-config (shared, shared with an rpath, and
+# colony-static.pc); `make install PREFIX=` must honour the prefix.
 #   sh tests/install/run.sh <builddir>      (CTest runs it as test_install)
 set -eu
 BUILD=$1
@@ -13,6 +14,11 @@ PREFIX="$TMP/prefix"
 cmake --install "$BUILD" --prefix "$PREFIX" >"$TMP/install.log"
 test -f "$PREFIX/include/colony.h"
 test -f "$PREFIX/share/colony/colony-gdb.py"
+# `make install PREFIX=dir` (the README's form) goes to dir too.
+ROOT=$(cd "$HERE/../.." && pwd)
+make -s -C "$ROOT" install BUILD="$(cd "$BUILD" && pwd)" PREFIX="$TMP/prefix2" >"$TMP/make-install.log" 2>&1 ||
+    { cat "$TMP/make-install.log" >&2; exit 1; }
+test -f "$TMP/prefix2/include/colony.h" || { echo "make install PREFIX= did not install there" >&2; exit 1; }
 
 cmake -S "$HERE" -B "$TMP/cmake" -DCMAKE_PREFIX_PATH="$PREFIX" >"$TMP/cfg.log"
 cmake --build "$TMP/cmake" >"$TMP/build.log"
@@ -26,22 +32,29 @@ pc=$(find "$PREFIX" -name colony.pc | head -n 1)
 [ -n "$pc" ] || { echo "colony.pc was not installed" >&2; exit 1; }
 export PKG_CONFIG_PATH="$(dirname "$pc")"
 libdir=$(pkg-config --variable=libdir colony)
+# The README's three forms: shared with LD_LIBRARY_PATH, shared with an
+# rpath (a prefix the loader does not search), and colony-static.pc.
 cc -std=c11 "$HERE/consumer.c" -o "$TMP/pc_shared" $(pkg-config --cflags --libs colony)
 out=$(LD_LIBRARY_PATH="$libdir" "$TMP/pc_shared")
 [ "$out" = "consumer ok 4950" ] || { echo "pkg-config: '$out'" >&2; exit 1; }
-cc -std=c11 "$HERE/consumer.c" -o "$TMP/pc_static" $(pkg-config --cflags colony) \
-    "$libdir/libcolony.a" $(pkg-config --static --libs-only-other --libs-only-l colony | sed 's/-lcolony//')
-out=$("$TMP/pc_static")
-[ "$out" = "consumer ok 4950" ] || { echo "pkg-config --static: '$out'" >&2; exit 1; }
+cc -std=c11 "$HERE/consumer.c" -o "$TMP/pc_rpath" $(pkg-config --cflags --libs colony) -Wl,-rpath,"$libdir"
+out=$(env -u LD_LIBRARY_PATH "$TMP/pc_rpath")
+[ "$out" = "consumer ok 4950" ] || { echo "pkg-config with -Wl,-rpath: '$out'" >&2; exit 1; }
+cc -std=c11 "$HERE/consumer.c" -o "$TMP/pc_static" $(pkg-config --cflags --libs colony-static)
+if command -v readelf >/dev/null 2>&1 && readelf -d "$TMP/pc_static" | grep -q 'libcolony\.so'; then
+    echo "colony-static.pc linked libcolony.so" >&2
+    exit 1
+fi
+out=$(env -u LD_LIBRARY_PATH "$TMP/pc_static")
+[ "$out" = "consumer ok 4950" ] || { echo "pkg-config colony-static: '$out'" >&2; exit 1; }
 # The header from C++ (extern "C", no C-only keyword in a declaration),
 # where a C++ compiler is installed.
 cxx_note=""
 if command -v c++ >/dev/null 2>&1; then
-    c++ -x c++ -std=c++11 -Wall -Werror "$HERE/consumer.c" -x none -o "$TMP/pc_cxx" $(pkg-config --cflags colony) \
-        "$libdir/libcolony.a" $(pkg-config --static --libs-only-other --libs-only-l colony | sed 's/-lcolony//') ||
+    c++ -x c++ -std=c++11 -Wall -Werror "$HERE/consumer.c" -x none -o "$TMP/pc_cxx" $(pkg-config --cflags --libs colony-static) ||
         { echo "the header does not build as C++" >&2; exit 1; }
     out=$("$TMP/pc_cxx")
     [ "$out" = "consumer ok 4950" ] || { echo "C++ consumer: '$out'" >&2; exit 1; }
     cxx_note=", C++"
 fi
-echo "install: find_package (static, shared, default) and pkg-config (shared, static$cxx_note) ok"
+echo "install: find_package (static, shared, default) and pkg-config (shared, rpath, static$cxx_note), make install PREFIX= ok"
