@@ -31,6 +31,7 @@ demo: deps
 	@"$(abspath $(BUILD))/tour"
 
 bench: all
+	-@sh scripts/deps.sh bench # the charts are optional: bench/plot.sh skips without gnuplot
 	sh bench/run.sh $(BUILD)
 
 asan:

@@ -6,7 +6,8 @@
 # Runs the runtime / channel / sync benchmarks side by side
 # with their Go 1.19 peers (bench/go/*), alternating a colony process and a Go
 # process for every run, then bench/run_pool.sh and bench/run_net.sh if they
-# exist, and assembles bench/RESULTS.md from bench/results/*.md.
+# exist, assembles bench/RESULTS.md from bench/results/*.md and draws
+# bench/charts/*.png from them (bench/plot.sh).
 #
 # Environment:
 #   BENCH_RUNS=N     runs per benchmark and implementation (default 5; the
@@ -17,6 +18,7 @@
 #                    writes <builddir>/bench-only.md, leaves bench/ alone
 #   BENCH_NO_OTHERS=1  do not run bench/run_pool.sh and bench/run_net.sh
 #   BENCH_ASSEMBLE_ONLY=1  measure nothing: rebuild bench/RESULTS.md from bench/results/*.md
+#                    (and the charts)
 # The helper scripts get the build directory as $1 and BENCH_RUNS, BENCH_QUICK,
 # BENCH_GO_CACHE in the environment; each writes its own bench/results/<area>.md.
 set -u
@@ -46,9 +48,15 @@ assemble() {
         done
     } >bench/RESULTS.md
 }
+# bench/charts/*.png from bench/results/*.md (bench/plot.sh skips, with a
+# message, where gnuplot is missing: a chart never fails the benchmarks)
+charts() {
+    sh bench/plot.sh bench/charts || echo "bench/run.sh: bench/plot.sh failed (rc=$?); tables written, charts not" >&2
+}
 if [ -n "${BENCH_ASSEMBLE_ONLY:-}" ]; then
     assemble
     echo "bench/run.sh: reassembled bench/RESULTS.md from bench/results/*.md (nothing measured)" >&2
+    charts
     exit 0
 fi
 
@@ -381,3 +389,4 @@ fi
 # ---- bench/RESULTS.md ---------------------------------------------------------
 assemble
 echo "bench/run.sh: wrote bench/RESULTS.md (raw lines: $RAW)" >&2
+charts

@@ -13,6 +13,11 @@ if [ "${1:-}" = aarch64 ]; then
     command -v aarch64-linux-gnu-gcc >/dev/null 2>&1 || need="$need gcc-aarch64-linux-gnu libc6-dev-arm64-cross"
     command -v qemu-aarch64 >/dev/null 2>&1 || need="$need qemu-user"
 fi
+# `sh scripts/deps.sh bench` (make bench): gnuplot draws bench/charts/*.png
+# (bench/plot.sh; without it the benchmarks run and the charts are skipped).
+if [ "${1:-}" = bench ]; then
+    command -v gnuplot >/dev/null 2>&1 || need="$need gnuplot-nox"
+fi
 if [ -n "$need" ]; then
     echo "colony: installing build dependencies:$need"
     SUDO=""
