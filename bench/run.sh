@@ -338,7 +338,7 @@ colony and Go processes alternating. Machine: $MACHINE. $GO_VERSION;
 colony at commit $REV, built with $(cc --version 2>/dev/null | head -n 1) ($BUILD_TYPE).$QUICK_NOTE
 Load average before / after: $LOAD_BEFORE / $LOAD_AFTER; highest 1-minute load seen
 before a measurement: $LOAD_MAX (2 means both vCPUs busy); the run took ${ELAPSED} s.
-The machine is shared (2 vCPUs, other engineers building and testing): a
+The machine is shared (2 vCPUs, other builds and tests running): a
 range [min–max] wider than a few percent means the run was disturbed.
 
 Cells: median [min–max] over the runs. Ratio = colony median / Go median (lower is

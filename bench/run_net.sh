@@ -341,7 +341,7 @@ END {
     print "- Go: " goversion "; load generators: " wrkv ", examples/echo_client and examples/slowloris (colony)"
     print "- Everything on 127.0.0.1; client and server share the same CPUs."
     print ""
-    print "**Noise.** This machine is shared by several engineers building and testing at the"
+    print "**Noise.** This machine is shared by several builds and tests running at the"
     print "same time, and the load generator runs on the same 2 CPUs as the server, so"
     print "single runs can differ by tens of per cent; compare the medians, and re-run"
     print "before quoting a figure."
