@@ -42,7 +42,7 @@
  * read-cap + pool-size connections of memory, and slow clients deny
  * service only once they are read-cap (10,000 within a head timeout).
  *
- * SIGINT/SIGTERM (through a signalfd watched with co_wait_fd): stop
+ * SIGINT/SIGTERM (messages on a channel, co_signal_notify): stop
  * accepting, end every connection, wait for the workers, print stats.
  *
  * The server is also a small library (http_server_start/stop/wait) that
@@ -67,7 +67,6 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/resource.h>
-#include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -640,28 +639,34 @@ static void http_print_stats(FILE *f, const http_stats_t *st) {
 
 typedef struct {
     http_config_t cfg;
-    int sigfd;
 } http_main_t;
 
 static int http_run(void *arg) {
     http_main_t *m = arg;
+    co_chan_t *sigs;
+    int src = psrv_signals(&sigs);
+    if (src < 0) {
+        fprintf(stderr, "http_server: co_signal_notify: %s\n", co_strerror(src));
+        return 1;
+    }
     http_server_t *s;
     int rc = http_server_start(&s, &m->cfg);
     if (rc < 0) {
         fprintf(stderr, "http_server: cannot start: %s\n", co_strerror(rc));
+        co_signal_stop(sigs);
+        co_chan_free(sigs);
         return 1;
     }
     printf("http_server: listening on http://%s:%d/ (pool %d, read cap %d, %d Ps)\n",
            m->cfg.host ? m->cfg.host : "127.0.0.1", http_server_port(s), s->front.cfg.pool_size,
            s->front.cfg.read_cap, co_procs());
     fflush(stdout);
-    psrv_wait_signal(m->sigfd); /* SIGINT or SIGTERM */
+    psrv_wait_signal(sigs); /* SIGINT or SIGTERM */
     printf("http_server: shutting down\n");
     http_server_stop(s);
     http_stats_t st;
     http_server_wait(s, &st);
     http_print_stats(stdout, &st);
-    co_close(m->sigfd);
     return 0;
 }
 
@@ -687,11 +692,7 @@ int main(int argc, char **argv) {
     const char *h = getenv("HTTP_HOST");
     if (h)
         m.cfg.host = h;
-    m.sigfd = psrv_main_signals(); /* before co_main starts threads */
-    if (m.sigfd < 0) {
-        perror("signalfd");
-        return 1;
-    }
+    psrv_main_limits();
     int rc = co_main(http_run, &m);
     int sd = co_shutdown();
     if (sd < 0)

@@ -60,7 +60,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -399,33 +398,41 @@ static inline bool psrv_arg_int(const char *s, long lo, long hi, int *out) {
     return true;
 }
 
-/* Before co_main: lets the process use its whole fd allowance, blocks
- * SIGINT and SIGTERM (before the runtime's threads exist: they inherit the
- * mask) and returns a signalfd that receives them (or -1, errno set).
- * SIGPIPE is ignored: a write to a closed peer returns EPIPE. */
-static inline int psrv_main_signals(void) {
+/* Before co_main: lets the process use its whole fd allowance. (SIGPIPE
+ * needs nothing: colony's socket writes answer -EPIPE, never a signal.) */
+static inline void psrv_main_limits(void) {
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
         rl.rlim_cur = rl.rlim_max;
         setrlimit(RLIMIT_NOFILE, &rl);
     }
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &set, NULL);
-    signal(SIGPIPE, SIG_IGN);
-    return signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
 }
 
-/* In a coroutine: wait until SIGINT or SIGTERM arrives on sigfd. */
-static inline void psrv_wait_signal(int sigfd) {
-    for (;;) {
-        int rc = co_wait_fd(sigfd, CO_READABLE, CO_FOREVER);
-        struct signalfd_siginfo si;
-        if (rc < 0 || co_read(sigfd, &si, sizeof si, 0) == (ssize_t)sizeof si)
-            return;
+/* SIGINT and SIGTERM as messages on a channel (co_signal_notify), from
+ * now on: call it before saying that the server listens, so that a signal
+ * sent after that is never the default action's. 0 or a colony error. */
+static inline int psrv_signals(co_chan_t **out) {
+    int rc = co_chan_new(out, sizeof(int), 1);
+    if (rc < 0)
+        return rc;
+    static const int sigs[] = {SIGINT, SIGTERM};
+    rc = co_signal_notify(*out, sigs, 2);
+    if (rc < 0) {
+        co_chan_free(*out);
+        *out = NULL;
     }
+    return rc;
+}
+
+/* In a coroutine: wait until SIGINT or SIGTERM arrives on ch, then let the
+ * signals go back to their default (a second ^C ends the program at once)
+ * and free ch. Returns the signal's number. */
+static inline int psrv_wait_signal(co_chan_t *ch) {
+    int sig = 0;
+    (void)co_chan_recv(ch, &sig, CO_FOREVER);
+    co_signal_stop(ch);
+    co_chan_free(ch);
+    return sig;
 }
 
 #endif

@@ -291,6 +291,17 @@ CO_EXTERN int co_blocking(void (*fn)(void *arg), void *arg);
 /* ---- net: datagrams, messages and vectored I/O ------------------------- */
 
 /* ---- signals as channel messages (Go's os/signal) ---------------------- */
+/* Relay signals to ch (elements int: the signal's number) from now on, in
+ * addition to what ch already gets; n == 0 (sigs may be NULL): every signal
+ * that can be relayed. Sends never block: a full channel misses the signal.
+ * docs/signal.md has the rules (threads, masks, SIGPIPE). */
+CO_EXTERN int co_signal_notify(co_chan_t *ch, const int *sigs, int n);
+/* No more signals to ch once this returns; a signal no channel wants gets
+ * the program's own action back. */
+CO_EXTERN int co_signal_stop(co_chan_t *ch);
+/* Ignore these signals (SIG_IGN), and relay them to no channel any more
+ * (Go's signal.Ignore). */
+CO_EXTERN int co_signal_ignore(const int *sigs, int n);
 
 /* ---- TLS on coroutines ------------------------------------------------- */
 
