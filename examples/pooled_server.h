@@ -398,7 +398,10 @@ static inline bool psrv_arg_int(const char *s, long lo, long hi, int *out) {
     return true;
 }
 
-/* Before co_main: lets the process use its whole fd allowance. (SIGPIPE
+/* Before co_main: lets the process use its whole fd allowance, and blocks
+ * SIGINT and SIGTERM in this thread, so in every thread made from now on
+ * (the runtime's): they then come only to colony's signal relay thread
+ * (psrv_signals), and interrupt no system call of the server's. (SIGPIPE
  * needs nothing: colony's socket writes answer -EPIPE, never a signal.) */
 static inline void psrv_main_limits(void) {
     struct rlimit rl;
@@ -406,6 +409,11 @@ static inline void psrv_main_limits(void) {
         rl.rlim_cur = rl.rlim_max;
         setrlimit(RLIMIT_NOFILE, &rl);
     }
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
 }
 
 /* SIGINT and SIGTERM as messages on a channel (co_signal_notify), from
@@ -424,9 +432,8 @@ static inline int psrv_signals(co_chan_t **out) {
     return rc;
 }
 
-/* In a coroutine: wait until SIGINT or SIGTERM arrives on ch, then let the
- * signals go back to their default (a second ^C ends the program at once)
- * and free ch. Returns the signal's number. */
+/* In a coroutine: wait until SIGINT or SIGTERM arrives on ch, then stop
+ * relaying them and free ch. Returns the signal's number. */
 static inline int psrv_wait_signal(co_chan_t *ch) {
     int sig = 0;
     (void)co_chan_recv(ch, &sig, CO_FOREVER);

@@ -8,20 +8,25 @@
  * plain thread the program made before or after -- and does only what is
  * async-signal-safe: it writes the signal's number, one byte, to a
  * non-blocking self-pipe (a full pipe drops it). One relay thread, a plain
- * pthread started with the first co_signal_notify, blocks in read(2) on the
+ * pthread started with the first co_signal_notify, waits in poll(2) on the
  * pipe and, for each byte, makes a non-blocking co_chan_send of the number
  * to every channel registered for it: a full channel misses that signal,
  * as in Go. No signal mask is changed: a signal reaches the program unless
  * every thread blocks it (a signalfd program's way), and a plain thread
  * needs nothing done to it, whenever it was made.
  *
- * The relay thread has every signal blocked, so the handler never runs on
- * it while it holds reg_lock (the handler takes no lock anyway).
+ * The relay thread has every relayable signal unblocked (and no other):
+ * a program may block the signals it relays in all of its own threads
+ * (set before it makes any, so that they inherit it), and the relay
+ * thread still takes them when they are sent to the process. The handler
+ * takes no lock, so it may run on the relay thread while that holds
+ * reg_lock.
  */
 #include <colony.h>
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -53,12 +58,15 @@ static bool relay_started;
 static int pipe_w = -1, pipe_r = -1;
 
 static void sig_handler(int sig) {
-    int saved = errno; /* the interrupted code's errno */
+    /* The interrupted code's errno: write(2) changes it only when it
+     * fails (a full pipe), and only then is it put back. (A store on every
+     * call would be seen by TSan racing with the next coroutine's read of
+     * the same thread's errno: it takes coroutines for threads.) */
+    int saved = errno;
     unsigned char b = (unsigned char)sig;
     int fd = __atomic_load_n(&pipe_w, __ATOMIC_RELAXED);
-    if (fd >= 0)
-        (void)!write(fd, &b, 1); /* full pipe: the signal is dropped */
-    errno = saved;
+    if (fd >= 0 && write(fd, &b, 1) < 0) /* full pipe: the signal is dropped */
+        errno = saved;
 }
 
 /* Signals the program cannot relay: SIGKILL and SIGSTOP cannot be caught;
@@ -80,11 +88,27 @@ static bool sig_relayable(int s) {
 
 static void *relay_main(void *arg) {
     (void)arg;
+    /* Take every relayable signal: a program that blocks them in all its
+     * own threads still gets the process-directed ones (kill, ^C) here,
+     * and this thread waits in poll(2), after which a sanitizer's deferred
+     * handler runs at once. */
+    sigset_t take;
+    sigemptyset(&take);
+    for (int s = 1; s < SIG_MAX; s++)
+        if (sig_relayable(s))
+            sigaddset(&take, s);
+    pthread_sigmask(SIG_UNBLOCK, &take, NULL);
     for (;;) {
         unsigned char buf[64];
         ssize_t n = read(pipe_r, buf, sizeof buf);
-        if (n < 0 && errno == EINTR)
+        if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+            /* poll(2), never restarted after a handler, returns to the
+             * C library after every signal: a sanitizer that defers
+             * handlers to such a return runs ours now */
+            struct pollfd pf = {.fd = pipe_r, .events = POLLIN};
+            (void)poll(&pf, 1, -1);
             continue;
+        }
         if (n <= 0)
             return NULL; /* the pipe is never closed: not reached */
         pthread_mutex_lock(&reg_lock);
@@ -116,9 +140,9 @@ static int relay_start(void) {
         int p[2];
         if (pipe2(p, O_CLOEXEC) < 0)
             return -errno;
-        /* the write end is non-blocking (a handler never waits); the read
-         * end blocks the relay thread */
-        if (fcntl(p[1], F_SETFL, O_NONBLOCK) < 0) {
+        /* non-blocking: a handler never waits; the relay thread waits
+         * in poll(2) */
+        if (fcntl(p[1], F_SETFL, O_NONBLOCK) < 0 || fcntl(p[0], F_SETFL, O_NONBLOCK) < 0) {
             int e = errno;
             close(p[0]);
             close(p[1]);
@@ -129,7 +153,7 @@ static int relay_start(void) {
     }
     sigset_t all, old;
     sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old); /* the new thread inherits it */
+    pthread_sigmask(SIG_SETMASK, &all, &old); /* inherited; relay_main opens its own */
     pthread_attr_t at;
     pthread_attr_init(&at);
     pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
@@ -166,7 +190,10 @@ static int sync_handlers(void) {
             sigfillset(&sa.sa_mask);
             /* SA_RESTART: other threads' system calls go on as if no
              * signal came, as they would without the handler */
-            sa.sa_flags = SA_RESTART | SA_ONSTACK;
+            /* on the interrupted stack, not an M's sigaltstack (the
+             * stack guard's): a few bytes, and a coroutine's stack is
+             * the one TSan knows the thread to be on */
+            sa.sa_flags = SA_RESTART;
             if (sigaction(s, &sa, &old_act[s]) < 0) {
                 rc = -errno;
                 continue;
