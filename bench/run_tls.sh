@@ -15,7 +15,11 @@
 #               2 CPUs: each handshake costs both sides)
 #   echo        100 connections, each writes a 16 KiB record's worth and
 #               reads it back, for DUR seconds: MiB/s echoed
-# and the server's peak RSS (VmHWM). Writes bench/results/tls.md
+#   https       examples/http_server with HTTP_TLS_CERT/KEY (pool 1000) vs
+#               Go's net/http ServeTLS (bench/go/tls https), wrk -t2 -c100
+#               -d DUR --latency on "/" after a 1 s warm-up (keep-alive: the
+#               handshakes are few, the records many): requests/s and p99
+# and the servers' peak RSS (VmHWM). Writes bench/results/tls.md
 # (BENCH_QUICK=1: <builddir>/bench-tls-quick.md).
 #
 # Environment: BENCH_RUNS (default 3), BENCH_QUICK=1 (2 s runs, 1 run),
@@ -37,8 +41,8 @@ fi
 CONNS=100
 SIZE=16384
 
-if [ ! -x "$BUILD/bench_tls" ]; then
-    echo "bench/run_tls.sh: $BUILD/bench_tls is missing: build first" >&2
+if [ ! -x "$BUILD/bench_tls" ] || [ ! -x "$BUILD/http_server" ]; then
+    echo "bench/run_tls.sh: $BUILD/bench_tls or http_server is missing: build first" >&2
     exit 1
 fi
 "$BUILD/bench_tls" >/dev/null 2>&1
@@ -127,6 +131,37 @@ run_impl() { # impl run
     echo "  #$run $impl: ${hps:-FAILED} handshakes/s (errors ${herr:-?}), ${mib:-FAILED} MiB/s echo (errors ${eerr:-?}), server peak RSS $HWM KiB" >&2
 }
 
+to_us() { # wrk's 812.00us, 1.23ms, 1.01s
+    echo "$1" | awk '{ v = $1 + 0; if ($1 ~ /ms$/) v *= 1000; else if ($1 ~ /us$/) v *= 1; else if ($1 ~ /s$/) v *= 1000000; printf "%.0f", v }'
+}
+
+run_https() { # impl run
+    impl=$1 run=$2
+    command -v wrk >/dev/null 2>&1 || return
+    if [ "$impl" = colony ]; then
+        HTTP_TLS_CERT="$OUT/cert.pem" HTTP_TLS_KEY="$OUT/key.pem" \
+            start_server "https-$impl" "$BUILD/http_server" 0 1000 || return
+    else
+        [ "$GO_OK" = 1 ] || return
+        start_server "https-$impl" "$OUT/go-tls" https "$OUT/cert.pem" "$OUT/key.pem" || return
+    fi
+    url="https://127.0.0.1:$PORT/"
+    wrk -t2 -c100 -d1s "$url" >/dev/null 2>&1
+    res=$(wrk -t2 -c100 -d"${DUR}s" --latency "$url" 2>&1)
+    stop_server
+    printf '%s %s https\n%s\n' "$impl" "$run" "$res" >>"$LOG"
+    rps=$(printf '%s\n' "$res" | sed -n 's/^Requests\/sec:[[:space:]]*\([0-9.]*\).*/\1/p')
+    p99=$(printf '%s\n' "$res" | awk '$1 == "99%" { print $2 }')
+    if [ -z "$rps" ] || [ -z "$p99" ]; then
+        echo "id=https impl=$impl run=$run status=failed" >>"$RAW"
+        echo "  #$run $impl https: FAILED" >&2
+        return
+    fi
+    p99=$(to_us "$p99")
+    echo "id=https impl=$impl run=$run rps=$rps p99_us=$p99 https_rss_kib=$HWM" >>"$RAW"
+    echo "  #$run $impl https: $rps req/s, p99 $p99 us, server peak RSS $HWM KiB" >&2
+}
+
 loadavg() { cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?'; }
 T0=$(date +%s)
 LOAD_BEFORE=$(loadavg)
@@ -135,9 +170,13 @@ while [ $r -le "$RUNS" ]; do
     if [ $((r % 2)) = 1 ]; then
         run_impl colony $r
         run_impl go $r
+        run_https colony $r
+        run_https go $r
     else
         run_impl go $r
         run_impl colony $r
+        run_https go $r
+        run_https colony $r
     fi
     r=$((r + 1))
 done
@@ -147,7 +186,7 @@ SECS=$(($(date +%s) - T0))
 # ---- the report -----------------------------------------------------------
 # stats KEY IMPL: "median [min–max]" of KEY over the runs of IMPL
 stats() {
-    grep "impl=$2 " "$RAW" | sed -n "s/.* $1=\([0-9.]*\).*/\1/p" | sort -g | awk '
+    grep "impl=$2 " "$RAW" | grep -v status=failed | sed -n "s/.* $1=\([0-9.]*\).*/\1/p" | sort -g | awk '
         { v[NR] = $1 }
         END {
             if (NR == 0) { print "n/a"; exit }
@@ -173,6 +212,10 @@ hc=$(med hps colony) hg=$(med hps go)
 ec=$(med mibs colony) eg=$(med mibs go)
 hr=$(ratio "$hc" "$hg")
 er=$(ratio "$ec" "$eg")
+rc=$(med rps colony) rg=$(med rps go)
+rr=$(ratio "$rc" "$rg")
+pc=$(med p99_us colony) pg=$(med p99_us go)
+pr=$(ratio "$pc" "$pg")
 {
     echo "# TLS: colony (OpenSSL) vs Go 1.19 crypto/tls"
     echo
@@ -194,6 +237,9 @@ er=$(ratio "$ec" "$eg")
     echo "| full handshakes/s, $CONNS clients | $(stats hps colony) | $(stats hps go) | $hr | ≥ 1.5× | $(met "${hr%×}" 1.5) |"
     echo "| echo of 16 KiB, $CONNS connections: MiB/s | $(stats mibs colony) | $(stats mibs go) | $er | ≥ 1.5× | $(met "${er%×}" 1.5) |"
     echo "| server peak RSS (KiB), median | $(med rss_kib colony) | $(med rss_kib go) | | report | |"
+    echo "| HTTPS \`/\`, wrk -t2 -c100 keep-alive: requests/s | $(stats rps colony) | $(stats rps go) | $rr | report | |"
+    echo "| HTTPS: p99 latency (µs) | $(stats p99_us colony) | $(stats p99_us go) | $pr | report | |"
+    echo "| HTTPS: server peak RSS (KiB), median | $(med https_rss_kib colony) | $(med https_rss_kib go) | | report | |"
     echo
     echo "Errors (handshakes failed / echo connections broken), per run:"
     echo

@@ -4,6 +4,8 @@
 //	tlsbench server CERT KEY
 //	tlsbench handshakes PORT CONNS SECS
 //	tlsbench echo PORT CONNS SECS SIZE
+//	tlsbench https CERT KEY     net/http over TLS serving examples/http_server's
+//	                            "/" ("Hello, World!\n"), for wrk
 package main
 
 import (
@@ -11,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"strconv"
@@ -73,7 +76,42 @@ func server(cert, key string) {
 	os.Exit(0)
 }
 
+var hello = []byte("Hello, World!\n")
+
+func https(cert, key string) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/" {
+			http.NotFound(w, r)
+			return
+		}
+		h := w.Header()
+		h.Set("Content-Type", "text/plain; charset=utf-8")
+		h.Set("Content-Length", strconv.Itoa(len(hello)))
+		w.Write(hello)
+	})
+	// HTTP/1.1 only, as the colony example (wrk speaks nothing else)
+	srv := &http.Server{Handler: mux, TLSNextProto: map[string]func(*http.Server, *tls.Conn, http.Handler){}}
+	fmt.Printf("tlsbench: listening on https://%s/\n", ln.Addr())
+	go func() {
+		c := make(chan os.Signal, 1)
+		signal.Notify(c, syscall.SIGINT, syscall.SIGTERM)
+		<-c
+		os.Exit(0)
+	}()
+	srv.ServeTLS(ln, cert, key)
+}
+
 func main() {
+	if len(os.Args) == 4 && os.Args[1] == "https" {
+		https(os.Args[2], os.Args[3])
+		return
+	}
 	if len(os.Args) == 4 && os.Args[1] == "server" {
 		server(os.Args[2], os.Args[3])
 		return
