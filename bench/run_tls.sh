@@ -241,6 +241,15 @@ pr=$(ratio "$pc" "$pg")
     echo "| HTTPS: p99 latency (µs) | $(stats p99_us colony) | $(stats p99_us go) | $pr | report | |"
     echo "| HTTPS: server peak RSS (KiB), median | $(med https_rss_kib colony) | $(med https_rss_kib go) | | report | |"
     echo
+    echo "**Reading.** A full handshake is OpenSSL 3's cost far more than colony's: perf on the"
+    echo "client puts libcrypto near 45%, the kernel 30%, libc (malloc, OpenSSL's rwlocks) 17%,"
+    echo "colony under 1% (docs/perf-notes.md, \"TLS\"); Go's crypto/tls has no such per-handshake"
+    echo "framework cost. The 16 KiB echo is bound by the kernel's copies and thread switches,"
+    echo "as the plain echo in bench/results/net.md. A resumed handshake (colony's client cache,"
+    echo "co_tls_resumed) skips the certificate and signature work and is not measured here."
+    echo "Peak RSS of colony's handshake server includes OpenSSL's per-connection buffers and"
+    echo "glibc's per-thread malloc arenas."
+    echo
     echo "Errors (handshakes failed / echo connections broken), per run:"
     echo
     echo '```'
