@@ -522,6 +522,171 @@ static void test_bad_peers(void) {
     co_tls_config_free(scfg);
 }
 
+
+/* A handshake against a colony server with scfg, which reads once after
+ * it (where TLS 1.3 reports a refused client certificate); the client's
+ * result; the server's in *srv_err if asked. */
+static int client_against_cfg(co_tls_config_t *scfg, co_tls_config_t *ccfg, const char *name,
+                              int *srv_err) {
+    srv_t s;
+    int port;
+    srv_start(&s, scfg, 1, &port);
+    int fd = connect_to(port, co_deadline_after(5 * SEC));
+    co_tls_t *c = NULL;
+    int rc = co_tls_client(&c, fd, ccfg, name, co_deadline_after(10 * SEC));
+    if (rc == 0) {
+        /* the echo of one byte, or the server's alert */
+        char b[4];
+        ssize_t w = co_tls_write(c, "x", 1, co_deadline_after(5 * SEC));
+        ssize_t r = w == 1 ? co_tls_read(c, b, sizeof b, co_deadline_after(10 * SEC)) : w;
+        if (r != 1)
+            rc = r < 0 ? (int)r : CO_ETLS;
+        co_tls_close(c);
+    } else {
+        CHECK(c == NULL);
+    }
+    srv_wait(&s);
+    if (srv_err)
+        *srv_err = s.handshake_err;
+    return rc;
+}
+
+typedef struct {
+    int fd;
+    co_tls_config_t *cfg;
+    co_tls_t *c;
+    co_waitgroup_t wg;
+} hs_arg_t;
+
+static void server_hs_co(void *arg) {
+    hs_arg_t *h = arg;
+    if (co_tls_server(&h->c, h->fd, h->cfg, co_deadline_after(10 * SEC)) < 0)
+        h->c = NULL;
+    co_waitgroup_done(&h->wg);
+}
+
+/* ---- one reader and one writer at once on one connection --------------- */
+
+typedef struct {
+    co_tls_t *c;
+    const char *data;
+    size_t len;
+    ssize_t rc;
+    co_waitgroup_t done;
+} duplex_t;
+
+static void duplex_writer(void *arg) {
+    duplex_t *d = arg;
+    d->rc = 0;
+    for (size_t off = 0; off < d->len; off += 1000) {
+        size_t n = d->len - off < 1000 ? d->len - off : 1000;
+        ssize_t r = co_tls_write(d->c, d->data + off, n, co_deadline_after(20 * SEC));
+        if (r != (ssize_t)n) {
+            d->rc = r < 0 ? r : -1;
+            break;
+        }
+    }
+    co_waitgroup_done(&d->done);
+}
+
+static void test_full_duplex(void) {
+    co_tls_config_t *scfg = server_cfg("good");
+    srv_t s;
+    int port;
+    srv_start(&s, scfg, 1, &port);
+    co_tls_config_t *ccfg = client_cfg(true);
+    int fd = connect_to(port, co_deadline_after(5 * SEC));
+    co_tls_t *c = NULL;
+    CHECK_EQ(co_tls_client(&c, fd, ccfg, "localhost", co_deadline_after(10 * SEC)), 0);
+    if (c) {
+        /* 4 MiB: far more than the socket buffers hold, so the writer
+         * blocks until this reader drains the echo, and both wait on the
+         * one connection at once */
+        static char out[4 << 20], in[4 << 20];
+        for (size_t i = 0; i < sizeof out; i++)
+            out[i] = (char)(i * 13 + 5);
+        duplex_t d = {.c = c, .data = out, .len = sizeof out};
+        co_waitgroup_add(&d.done, 1);
+        CHECK_EQ(co_go(duplex_writer, &d), 0);
+        size_t got = 0;
+        while (got < sizeof in) {
+            ssize_t n = co_tls_read(c, in + got, sizeof in - got, co_deadline_after(20 * SEC));
+            if (n <= 0)
+                break;
+            got += (size_t)n;
+        }
+        co_waitgroup_wait(&d.done);
+        CHECK_EQ(d.rc, 0);
+        CHECK_EQ(got, sizeof in);
+        CHECK(memcmp(in, out, sizeof in) == 0);
+        co_tls_close(c);
+    }
+    srv_wait(&s);
+    co_tls_config_free(ccfg);
+    co_tls_config_free(scfg);
+}
+
+/* ---- ALPN with nothing in common, mutual TLS, an unclean end ------------ */
+
+static void test_alpn_mtls_eof(void) {
+    /* no protocol in common: a fatal alert, both sides fail (Go's rule) */
+    co_tls_config_t *scfg = server_cfg("good");
+    const char *sp[] = {"h2"};
+    CHECK_EQ(co_tls_config_alpn(scfg, sp, 1), 0);
+    co_tls_config_t *ccfg = client_cfg(true);
+    const char *cp[] = {"http/1.1"};
+    CHECK_EQ(co_tls_config_alpn(ccfg, cp, 1), 0);
+    CHECK_EQ(client_against_cfg(scfg, ccfg, "localhost", NULL), CO_ETLS);
+    co_tls_config_free(ccfg);
+    co_tls_config_free(scfg);
+
+    /* a server that requires a client certificate from the test CA */
+    scfg = server_cfg("good");
+    CHECK_EQ(co_tls_config_ca(scfg, P("ca.pem")), 0);
+    CHECK_EQ(co_tls_config_verify(scfg, true), 0);
+    ccfg = client_cfg(true);
+    int srv_err = 0;
+    /* without one: refused (TLS 1.3 reports it to the client after its
+     * handshake, at its first read) */
+    int rc = client_against_cfg(scfg, ccfg, "localhost", &srv_err);
+    CHECK(rc == CO_ETLS || rc == -ECONNRESET); /* the alert, or the RST behind it */
+    CHECK_EQ(srv_err, CO_ETLS);
+    CHECK_EQ(co_tls_config_cert(ccfg, P("good.pem"), P("good.key")), 0);
+    CHECK_EQ(client_against_cfg(scfg, ccfg, "localhost", &srv_err), 0);
+    CHECK_EQ(srv_err, 0);
+    co_tls_config_free(ccfg);
+    co_tls_config_free(scfg);
+
+    /* the peer hangs up without close_notify: -ECONNRESET, not a clean 0 */
+    scfg = server_cfg("good");
+    int port;
+    int lfd = listener(&port);
+    ccfg = client_cfg(true);
+    int cfd = connect_to(port, co_deadline_after(5 * SEC));
+    int sfd = co_accept(lfd, NULL, NULL, co_deadline_after(5 * SEC));
+    co_tls_t *sc = NULL, *cc = NULL;
+    hs_arg_t h = {.fd = sfd, .cfg = scfg};
+    co_waitgroup_add(&h.wg, 1);
+    CHECK_EQ(co_go(server_hs_co, &h), 0);
+    CHECK_EQ(co_tls_client(&cc, cfd, ccfg, "localhost", co_deadline_after(10 * SEC)), 0);
+    co_waitgroup_wait(&h.wg);
+    sc = h.c;
+    CHECK(sc != NULL);
+    if (sc && cc) {
+        shutdown(co_tls_fd(sc), SHUT_RDWR); /* a TCP end, no alert */
+        char b[16];
+        ssize_t n = co_tls_read(cc, b, sizeof b, co_deadline_after(10 * SEC));
+        CHECK_EQ(n, -ECONNRESET);
+    }
+    if (sc)
+        co_tls_close(sc);
+    if (cc)
+        co_tls_close(cc);
+    co_close(lfd);
+    co_tls_config_free(ccfg);
+    co_tls_config_free(scfg);
+}
+
 /* ---- openssl s_server and s_client, curl ------------------------------ */
 
 static void test_openssl_s_server(void) {
@@ -645,6 +810,8 @@ static int run(void *arg) {
     T_RUN(test_plain_thread_client);
     T_RUN(test_verification);
     T_RUN(test_bad_peers);
+    T_RUN(test_full_duplex);
+    T_RUN(test_alpn_mtls_eof);
     T_RUN(test_openssl_s_server);
     T_RUN(test_openssl_s_client);
     T_RUN(test_curl);
