@@ -53,6 +53,8 @@ const char *co_tls_version(const co_tls_t *c) { return NULL; }
 
 #else
 
+#include "base/san.h"
+
 #include <arpa/inet.h>
 #include <limits.h>
 #include <openssl/err.h>
@@ -102,6 +104,21 @@ struct co_tls {
     char *name;         /* client: the name given (session cache key); may be NULL */
     char alpn[256];     /* the protocol agreed, "" if none; set by the handshake */
 };
+
+/* OpenSSL keeps state per OS thread (its error queue, its random
+ * generators): the coroutines that call it one after another on one M
+ * hand that state on, and no OpenSSL call here parks, so two never
+ * interleave in it. Under TSan every coroutine is a fiber of its own, so
+ * the hand-off is annotated on an address of the thread's: OSSL_IN before
+ * a run of OpenSSL calls, OSSL_OUT after it. */
+#ifdef CO_TSAN
+static __thread char ossl_thread_token;
+#define OSSL_IN() __tsan_acquire(&ossl_thread_token)
+#define OSSL_OUT() __tsan_release(&ossl_thread_token)
+#else
+#define OSSL_IN() ((void)0)
+#define OSSL_OUT() ((void)0)
+#endif
 
 static int ex_conn = -1; /* SSL ex_data index of the co_tls_t */
 static BIO_METHOD *bio_meth;
@@ -168,7 +185,9 @@ static void tls_init(void) {
 }
 
 static bool tls_ready(void) {
+    OSSL_IN();
     pthread_once(&init_once, tls_init);
+    OSSL_OUT();
     return bio_meth && ex_conn >= 0;
 }
 
@@ -272,7 +291,7 @@ static int load_system_store(SSL_CTX *ctx) {
     return 0;
 }
 
-int co_tls_config_new(co_tls_config_t **out, int role) {
+static int config_new_impl(co_tls_config_t **out, int role) {
     if (!out)
         return CO_EINVAL;
     *out = NULL;
@@ -330,7 +349,7 @@ int co_tls_config_new(co_tls_config_t **out, int role) {
     return 0;
 }
 
-int co_tls_config_cert(co_tls_config_t *cfg, const char *cert_pem, const char *key_pem) {
+static int config_cert_impl(co_tls_config_t *cfg, const char *cert_pem, const char *key_pem) {
     if (!cfg || !cert_pem || !key_pem)
         return CO_EINVAL;
     int rc = 0;
@@ -342,7 +361,7 @@ int co_tls_config_cert(co_tls_config_t *cfg, const char *cert_pem, const char *k
     return rc;
 }
 
-int co_tls_config_ca(co_tls_config_t *cfg, const char *ca_pem) {
+static int config_ca_impl(co_tls_config_t *cfg, const char *ca_pem) {
     if (!cfg || !ca_pem)
         return CO_EINVAL;
     X509_STORE *st = X509_STORE_new();
@@ -365,7 +384,7 @@ int co_tls_config_ca(co_tls_config_t *cfg, const char *ca_pem) {
     return rc;
 }
 
-int co_tls_config_verify(co_tls_config_t *cfg, bool verify) {
+static int config_verify_impl(co_tls_config_t *cfg, bool verify) {
     if (!cfg)
         return CO_EINVAL;
     cfg->verify = verify;
@@ -376,7 +395,7 @@ int co_tls_config_verify(co_tls_config_t *cfg, bool verify) {
     return 0;
 }
 
-int co_tls_config_alpn(co_tls_config_t *cfg, const char *const *protos, int n) {
+static int config_alpn_impl(co_tls_config_t *cfg, const char *const *protos, int n) {
     if (!cfg || n < 0 || (n > 0 && !protos))
         return CO_EINVAL;
     size_t len = 0;
@@ -415,6 +434,7 @@ int co_tls_config_alpn(co_tls_config_t *cfg, const char *const *protos, int n) {
 static void config_unref(co_tls_config_t *cfg) {
     if (__atomic_sub_fetch(&cfg->refs, 1, __ATOMIC_ACQ_REL) != 0)
         return;
+    OSSL_IN();
     for (int i = 0; i < TLS_CACHE_SLOTS; i++) {
         free(cfg->cache[i].name);
         if (cfg->cache[i].sess)
@@ -422,8 +442,44 @@ static void config_unref(co_tls_config_t *cfg) {
     }
     pthread_mutex_destroy(&cfg->cache_lock);
     SSL_CTX_free(cfg->ctx);
+    OSSL_OUT();
     free(cfg->alpn);
     free(cfg);
+}
+
+int co_tls_config_new(co_tls_config_t **out, int role) {
+    OSSL_IN();
+    int rc = config_new_impl(out, role);
+    OSSL_OUT();
+    return rc;
+}
+
+int co_tls_config_cert(co_tls_config_t *cfg, const char *cert_pem, const char *key_pem) {
+    OSSL_IN();
+    int rc = config_cert_impl(cfg, cert_pem, key_pem);
+    OSSL_OUT();
+    return rc;
+}
+
+int co_tls_config_ca(co_tls_config_t *cfg, const char *ca_pem) {
+    OSSL_IN();
+    int rc = config_ca_impl(cfg, ca_pem);
+    OSSL_OUT();
+    return rc;
+}
+
+int co_tls_config_verify(co_tls_config_t *cfg, bool verify) {
+    OSSL_IN();
+    int rc = config_verify_impl(cfg, verify);
+    OSSL_OUT();
+    return rc;
+}
+
+int co_tls_config_alpn(co_tls_config_t *cfg, const char *const *protos, int n) {
+    OSSL_IN();
+    int rc = config_alpn_impl(cfg, protos, n);
+    OSSL_OUT();
+    return rc;
 }
 
 void co_tls_config_free(co_tls_config_t *cfg) {
@@ -480,6 +536,7 @@ typedef enum { OP_HANDSHAKE, OP_READ, OP_WRITE, OP_SHUTDOWN } op_t;
 static ssize_t tls_op(co_tls_t *c, op_t op, void *buf, size_t len, int64_t deadline) {
     for (;;) {
         co_mutex_lock(&c->mu);
+        OSSL_IN();
         ERR_clear_error();
         c->ioerr = 0;
         int r;
@@ -502,6 +559,7 @@ static ssize_t tls_op(co_tls_t *c, op_t op, void *buf, size_t len, int64_t deadl
             break;
         }
         if (r > 0) {
+            OSSL_OUT();
             co_mutex_unlock(&c->mu);
             return op == OP_READ || op == OP_WRITE ? (ssize_t)done : 1;
         }
@@ -510,6 +568,7 @@ static ssize_t tls_op(co_tls_t *c, op_t op, void *buf, size_t len, int64_t deadl
         if (op == OP_READ && SSL_get_error(c->ssl, r) == SSL_ERROR_ZERO_RETURN)
             rc = 0;
         ERR_clear_error();
+        OSSL_OUT();
         co_mutex_unlock(&c->mu);
         if (!want)
             return rc;
@@ -525,8 +584,10 @@ static bool is_ip(const char *s) {
 }
 
 static void conn_free(co_tls_t *c) {
+    OSSL_IN();
     if (c->ssl)
         SSL_free(c->ssl);
+    OSSL_OUT();
     co_tls_config_t *cfg = c->cfg;
     free(c->name);
     free(c);
@@ -561,6 +622,7 @@ static int conn_new(co_tls_t **out, int fd, co_tls_config_t *cfg, int role,
         rc = CO_ENOMEM;
         goto fail_conn;
     }
+    OSSL_IN();
     c->ssl = SSL_new(cfg->ctx);
     BIO *bio = c->ssl ? BIO_new(bio_meth) : NULL;
     if (!bio) {
@@ -596,6 +658,7 @@ static int conn_new(co_tls_t **out, int fd, co_tls_config_t *cfg, int role,
     } else {
         SSL_set_accept_state(c->ssl);
     }
+    OSSL_OUT();
     ssize_t r = tls_op(c, OP_HANDSHAKE, NULL, 0, deadline);
     if (r < 0) {
         rc = (int)r;
@@ -603,7 +666,9 @@ static int conn_new(co_tls_t **out, int fd, co_tls_config_t *cfg, int role,
     }
     const unsigned char *p;
     unsigned plen;
+    OSSL_IN();
     SSL_get0_alpn_selected(c->ssl, &p, &plen);
+    OSSL_OUT();
     if (p && plen < sizeof c->alpn) {
         memcpy(c->alpn, p, plen);
         c->alpn[plen] = 0;
@@ -611,7 +676,9 @@ static int conn_new(co_tls_t **out, int fd, co_tls_config_t *cfg, int role,
     *out = c;
     return 0;
 fail_conn:
+    OSSL_IN();
     ERR_clear_error();
+    OSSL_OUT();
     conn_free(c);
 fail:
     if (out)
@@ -670,9 +737,11 @@ int co_tls_close(co_tls_t *c) {
     /* a close_notify if it goes out at once (Go's Close sends one too);
      * a peer that is gone or slow does not hold the close up */
     co_mutex_lock(&c->mu);
+    OSSL_IN();
     if (SSL_is_init_finished(c->ssl) && !(SSL_get_shutdown(c->ssl) & SSL_SENT_SHUTDOWN))
         (void)SSL_shutdown(c->ssl);
     ERR_clear_error();
+    OSSL_OUT();
     co_mutex_unlock(&c->mu);
     int fd = c->fd;
     conn_free(c);
