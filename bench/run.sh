@@ -378,7 +378,7 @@ printf '%s\n' "$SECTION" >bench/results/runtime.md
 # ---- the other helpers' benchmarks ------------------------------------------
 if [ -z "${BENCH_NO_OTHERS:-}" ] && [ -z "${BENCH_ONLY:-}" ]; then
     export BENCH_RUNS BENCH_QUICK
-    for s in run_pool.sh run_net.sh; do
+    for s in run_pool.sh run_net.sh run_tls.sh; do
         if [ -f "bench/$s" ]; then
             echo "bench/run.sh: running bench/$s" >&2
             sh "bench/$s" "$BUILD" || echo "bench/run.sh: bench/$s failed (rc=$?)" >&2

@@ -16,7 +16,7 @@
  * workers (default 1,000) echo at once; data that finds them all busy
  * waits up to 1 s (at most pool-size connections wait), else its
  * connection is closed.
- * SIGINT/SIGTERM shut it down cleanly (signalfd + co_wait_fd): stop
+ * SIGINT/SIGTERM shut it down cleanly (co_signal_notify to a channel): stop
  * accepting, end every connection, wait for the workers, print stats and
  * the peak RSS.
  *
@@ -38,7 +38,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -163,22 +162,29 @@ static void echo_server_wait(echo_server_t *s, echo_stats_t *stats) {
 
 typedef struct {
     echo_config_t cfg;
-    int sigfd;
 } echo_main_t;
 
 static int echo_run(void *arg) {
     echo_main_t *m = arg;
+    co_chan_t *sigs;
+    int src = psrv_signals(&sigs);
+    if (src < 0) {
+        fprintf(stderr, "echo_server: co_signal_notify: %s\n", co_strerror(src));
+        return 1;
+    }
     echo_server_t *s;
     int rc = echo_server_start(&s, &m->cfg);
     if (rc < 0) {
         fprintf(stderr, "echo_server: cannot start: %s\n", co_strerror(rc));
+        co_signal_stop(sigs);
+        co_chan_free(sigs);
         return 1;
     }
     printf("echo_server: listening on %s:%d (pool %d, read cap %d, %d Ps)\n",
            m->cfg.host ? m->cfg.host : "127.0.0.1", echo_server_port(s), s->front.cfg.pool_size,
            s->front.cfg.read_cap, co_procs());
     fflush(stdout);
-    psrv_wait_signal(m->sigfd);
+    psrv_wait_signal(sigs); /* SIGINT or SIGTERM */
     printf("echo_server: shutting down\n");
     echo_server_stop(s);
     echo_stats_t st;
@@ -189,7 +195,6 @@ static int echo_run(void *arg) {
            "timeouts %lld, resets %lld; peak RSS %ld KiB\n",
            (long long)st.accepted, (long long)st.served, (long long)st.refused,
            (long long)st.bytes, (long long)st.timeouts, (long long)st.resets, ru.ru_maxrss);
-    co_close(m->sigfd);
     return 0;
 }
 
@@ -212,11 +217,7 @@ int main(int argc, char **argv) {
     const char *h = getenv("ECHO_HOST");
     if (h)
         m.cfg.host = h;
-    m.sigfd = psrv_main_signals(); /* before co_main starts threads */
-    if (m.sigfd < 0) {
-        perror("signalfd");
-        return 1;
-    }
+    psrv_main_limits();
     int rc = co_main(echo_run, &m);
     int sd = co_shutdown();
     if (sd < 0)

@@ -42,8 +42,17 @@
  * read-cap + pool-size connections of memory, and slow clients deny
  * service only once they are read-cap (10,000 within a head timeout).
  *
- * SIGINT/SIGTERM (through a signalfd watched with co_wait_fd): stop
+ * SIGINT/SIGTERM (messages on a channel, co_signal_notify): stop
  * accepting, end every connection, wait for the workers, print stats.
+ *
+ * HTTPS: with HTTP_TLS_CERT and HTTP_TLS_KEY set (PEM files), every
+ * connection is TLS (co_tls_server, ALPN http/1.1; a handshake gets 5 s).
+ * A self-signed pair for a try:
+ *   openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes \
+ *     -keyout key.pem -out cert.pem -days 30 -subj /CN=localhost \
+ *     -addext subjectAltName=DNS:localhost,IP:127.0.0.1
+ *   HTTP_TLS_CERT=cert.pem HTTP_TLS_KEY=key.pem ./http_server 8443 &
+ *   curl --cacert cert.pem https://localhost:8443/
  *
  * The server is also a small library (http_server_start/stop/wait) that
  * tests/test_servers.c includes with HTTP_SERVER_NO_MAIN defined.
@@ -67,7 +76,6 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/resource.h>
-#include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -97,6 +105,7 @@ typedef struct http_config {
                                * by the peer in this */
     int64_t queue_wait_ns;    /* a request waits this long for a worker, then 503 */
     int queue_cap;            /* requests that may wait for a worker; 0: pool_size */
+    co_tls_config_t *tls;     /* a TLS server config: HTTPS; NULL: plain HTTP */
 } http_config_t;
 
 typedef struct http_stats {
@@ -180,11 +189,11 @@ static int http_respond(http_conn_t *c, int code, const char *ctype, const void 
     if ((size_t)h + len <= sizeof small) { /* one write: header and body together */
         if (len)
             memcpy(small + h, body, len);
-        return co_write(c->base.fd, small, (size_t)h + len, dl) < 0 ? -1 : 0;
+        return psrv_conn_write(&c->base, small, (size_t)h + len, dl) < 0 ? -1 : 0;
     }
-    if (co_write(c->base.fd, small, (size_t)h, dl) < 0)
+    if (psrv_conn_write(&c->base, small, (size_t)h, dl) < 0)
         return -1;
-    return len && co_write(c->base.fd, body, len, dl) < 0 ? -1 : 0;
+    return len && psrv_conn_write(&c->base, body, len, dl) < 0 ? -1 : 0;
 }
 
 /* ---- the file route --------------------------------------------------------- */
@@ -256,7 +265,7 @@ static int http_send_file(http_conn_t *c, bool head_only, int conn_hdr) {
         http_file_piece_t r = {.fd = j.fd, .buf = buf, .want = want, .off = (off_t)off};
         co_blocking(http_read_piece, &r);
         if (r.got <= 0 ||
-            co_write(c->base.fd, buf, (size_t)r.got, co_deadline_after(s->cfg.write_timeout_ns)) < 0) {
+            psrv_conn_write(&c->base, buf, (size_t)r.got, co_deadline_after(s->cfg.write_timeout_ns)) < 0) {
             rc = -1;
             break;
         }
@@ -464,7 +473,7 @@ static int http_read(psrv_conn_t *base) {
             c->head = hl;
             return PSRV_WORK;
         }
-        ssize_t n = co_read(base->fd, c->buf + c->have, sizeof c->buf - c->have,
+        ssize_t n = psrv_conn_read(base, c->buf + c->have, sizeof c->buf - c->have,
                             c->have ? head_dl : first_dl);
         if (n > 0) {
             if (head_dl == CO_FOREVER) /* a kept-alive connection's next request begins */
@@ -496,7 +505,7 @@ static int http_skip_body(http_conn_t *c, size_t head_len, long long len) {
         /* the read timeout counts per read, as the write timeout per piece:
          * a slow upload that keeps coming is not cut */
         int64_t dl = co_deadline_after(http_srv(c)->cfg.read_timeout_ns);
-        ssize_t n = co_read(c->base.fd, c->buf, want, dl);
+        ssize_t n = psrv_conn_read(&c->base, c->buf, want, dl);
         if (n <= 0)
             return -1;
         len -= n;
@@ -591,7 +600,8 @@ static int http_server_start(http_server_t **out, const http_config_t *cfg) {
     psrv_config_t pc = {.host = s->cfg.host, .port = s->cfg.port, .pool_size = s->cfg.pool_size,
                         .read_cap = s->cfg.read_cap, .queue_wait_ns = s->cfg.queue_wait_ns,
                         .queue_cap = s->cfg.queue_cap, .conn_size = sizeof(http_conn_t),
-                        .read = http_read, .serve = http_serve, .refuse_msg = http_busy};
+                        .read = http_read, .serve = http_serve, .refuse_msg = http_busy,
+                        .tls = s->cfg.tls};
     int rc = psrv_start(&s->front, &pc);
     if (rc < 0) {
         free(s);
@@ -640,28 +650,34 @@ static void http_print_stats(FILE *f, const http_stats_t *st) {
 
 typedef struct {
     http_config_t cfg;
-    int sigfd;
 } http_main_t;
 
 static int http_run(void *arg) {
     http_main_t *m = arg;
+    co_chan_t *sigs;
+    int src = psrv_signals(&sigs);
+    if (src < 0) {
+        fprintf(stderr, "http_server: co_signal_notify: %s\n", co_strerror(src));
+        return 1;
+    }
     http_server_t *s;
     int rc = http_server_start(&s, &m->cfg);
     if (rc < 0) {
         fprintf(stderr, "http_server: cannot start: %s\n", co_strerror(rc));
+        co_signal_stop(sigs);
+        co_chan_free(sigs);
         return 1;
     }
-    printf("http_server: listening on http://%s:%d/ (pool %d, read cap %d, %d Ps)\n",
-           m->cfg.host ? m->cfg.host : "127.0.0.1", http_server_port(s), s->front.cfg.pool_size,
+    printf("http_server: listening on %s://%s:%d/ (pool %d, read cap %d, %d Ps)\n",
+           m->cfg.tls ? "https" : "http", m->cfg.host ? m->cfg.host : "127.0.0.1", http_server_port(s), s->front.cfg.pool_size,
            s->front.cfg.read_cap, co_procs());
     fflush(stdout);
-    psrv_wait_signal(m->sigfd); /* SIGINT or SIGTERM */
+    psrv_wait_signal(sigs); /* SIGINT or SIGTERM */
     printf("http_server: shutting down\n");
     http_server_stop(s);
     http_stats_t st;
     http_server_wait(s, &st);
     http_print_stats(stdout, &st);
-    co_close(m->sigfd);
     return 0;
 }
 
@@ -678,7 +694,8 @@ int main(int argc, char **argv) {
     if (help || bad || npos > 3 || (npos > 0 && !psrv_arg_int(argv[a], 0, 65535, &m.cfg.port)) ||
         (npos > 1 && !psrv_arg_int(argv[a + 1], 1, 1 << 24, &m.cfg.pool_size))) {
         fprintf(help ? stdout : stderr,
-                "usage: %s [-r read-cap] [port (0: any)] [pool-size] [file served at /file]\n",
+                "usage: %s [-r read-cap] [port (0: any)] [pool-size] [file served at /file]\n"
+                "  (HTTPS: HTTP_TLS_CERT=cert.pem HTTP_TLS_KEY=key.pem)\n",
                 argv[0]);
         return help ? 0 : 2;
     }
@@ -687,12 +704,24 @@ int main(int argc, char **argv) {
     const char *h = getenv("HTTP_HOST");
     if (h)
         m.cfg.host = h;
-    m.sigfd = psrv_main_signals(); /* before co_main starts threads */
-    if (m.sigfd < 0) {
-        perror("signalfd");
-        return 1;
+    /* HTTPS: HTTP_TLS_CERT and HTTP_TLS_KEY name PEM files */
+    const char *cert = getenv("HTTP_TLS_CERT"), *key = getenv("HTTP_TLS_KEY");
+    if (cert || key) {
+        static const char *const alpn[] = {"http/1.1"};
+        int trc = co_tls_config_new(&m.cfg.tls, CO_TLS_SERVER);
+        if (trc == 0)
+            trc = co_tls_config_cert(m.cfg.tls, cert ? cert : "", key ? key : "");
+        if (trc == 0)
+            trc = co_tls_config_alpn(m.cfg.tls, alpn, 1);
+        if (trc < 0) {
+            fprintf(stderr, "http_server: TLS with %s and %s: %s\n", cert ? cert : "(no cert)",
+                    key ? key : "(no key)", co_strerror(trc));
+            return 1;
+        }
     }
+    psrv_main_limits();
     int rc = co_main(http_run, &m);
+    co_tls_config_free(m.cfg.tls);
     int sd = co_shutdown();
     if (sd < 0)
         fprintf(stderr, "http_server: co_shutdown: %s\n", co_strerror(sd));

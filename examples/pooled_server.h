@@ -51,6 +51,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
@@ -60,7 +61,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -78,6 +78,8 @@ typedef struct psrv_conn {
     bool linger;           /* close lingering (shutdown, drain, close): set by the server */
     bool off_pool;         /* it counts in srv->off_pool (it holds no worker) */
     int64_t rounds;        /* how many times a worker has served it (0: a new connection) */
+    co_tls_t *tls;         /* with cfg.tls: the session, on a dup of fd, once the handshake
+                            * is done (fd stays the server's: shutdown, close) */
     struct psrv_conn *prev, *next; /* in srv->active, under srv->mu */
 } psrv_conn_t;
 
@@ -97,6 +99,8 @@ typedef struct psrv_config {
      * the next request) or PSRV_CLOSE. */
     int (*serve)(psrv_conn_t *c);
     const char *refuse_msg; /* written to a refused connection; NULL: none */
+    co_tls_config_t *tls;   /* a server config: TLS on every connection; NULL: plain */
+    int64_t handshake_timeout_ns; /* with tls: the handshake's time; 0: 5 s */
 } psrv_config_t;
 
 struct psrv {
@@ -112,6 +116,14 @@ struct psrv {
     bool closing;          /* under mu: no new connection may register */
     int64_t accepted, admitted, refused; /* atomic counters */
 };
+
+/* A connection's reads and writes, through TLS where it has it. */
+static inline ssize_t psrv_conn_read(psrv_conn_t *c, void *buf, size_t len, int64_t dl) {
+    return c->tls ? co_tls_read(c->tls, buf, len, dl) : co_read(c->fd, buf, len, dl);
+}
+static inline ssize_t psrv_conn_write(psrv_conn_t *c, const void *buf, size_t len, int64_t dl) {
+    return c->tls ? co_tls_write(c->tls, buf, len, dl) : co_write(c->fd, buf, len, dl);
+}
 
 static inline bool psrv_stopping(const psrv_t *s) {
     return __atomic_load_n(&s->stopping, __ATOMIC_ACQUIRE) != 0;
@@ -191,6 +203,8 @@ static void psrv_linger_close(int fd) {
 static void psrv_end(psrv_conn_t *c) {
     psrv_t *s = c->srv;
     psrv_unregister(c);
+    if (c->tls)
+        co_tls_close(c->tls); /* a close_notify if it goes at once; the dup */
     if (c->linger)
         psrv_linger_close(c->fd);
     else
@@ -237,6 +251,18 @@ static void psrv_worker(void *arg) {
 static void psrv_reader(void *arg) {
     psrv_conn_t *c = arg;
     psrv_t *s = c->srv;
+    if (s->cfg.tls && !c->tls) {
+        /* on a dup: co_tls_server closes what it is given if it fails,
+         * and fd must stay valid while the connection is registered
+         * (psrv_wait shuts it down) */
+        int d = fcntl(c->fd, F_DUPFD_CLOEXEC, 0);
+        int64_t hs = s->cfg.handshake_timeout_ns > 0 ? s->cfg.handshake_timeout_ns : 5000 * PSRV_MS;
+        if (d < 0 || co_tls_server(&c->tls, d, s->cfg.tls, co_deadline_after(hs)) < 0) {
+            c->tls = NULL;
+            psrv_end(c);
+            return;
+        }
+    }
     if (s->cfg.read(c) == PSRV_WORK) {
         /* a free worker first (no clock read), else wait for one */
         int rc = psrv_stopping(s) ? CO_ECLOSED : co_pool_submit_until(s->pool, psrv_worker, c, 0);
@@ -248,8 +274,8 @@ static void psrv_reader(void *arg) {
         /* no worker in time, too many waiting, or shutting down */
         __atomic_add_fetch(&s->refused, 1, __ATOMIC_RELAXED);
         if (s->cfg.refuse_msg)
-            (void)co_write(c->fd, s->cfg.refuse_msg, strlen(s->cfg.refuse_msg),
-                           co_deadline_after(1000 * PSRV_MS));
+            (void)psrv_conn_write(c, s->cfg.refuse_msg, strlen(s->cfg.refuse_msg),
+                                  co_deadline_after(1000 * PSRV_MS));
         c->linger = true;
     }
     psrv_end(c);
@@ -399,11 +425,12 @@ static inline bool psrv_arg_int(const char *s, long lo, long hi, int *out) {
     return true;
 }
 
-/* Before co_main: lets the process use its whole fd allowance, blocks
- * SIGINT and SIGTERM (before the runtime's threads exist: they inherit the
- * mask) and returns a signalfd that receives them (or -1, errno set).
- * SIGPIPE is ignored: a write to a closed peer returns EPIPE. */
-static inline int psrv_main_signals(void) {
+/* Before co_main: lets the process use its whole fd allowance, and blocks
+ * SIGINT and SIGTERM in this thread, so in every thread made from now on
+ * (the runtime's): they then come only to colony's signal relay thread
+ * (psrv_signals), and interrupt no system call of the server's. (SIGPIPE
+ * needs nothing: colony's socket writes answer -EPIPE, never a signal.) */
+static inline void psrv_main_limits(void) {
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
         rl.rlim_cur = rl.rlim_max;
@@ -414,18 +441,32 @@ static inline int psrv_main_signals(void) {
     sigaddset(&set, SIGINT);
     sigaddset(&set, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &set, NULL);
-    signal(SIGPIPE, SIG_IGN);
-    return signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
 }
 
-/* In a coroutine: wait until SIGINT or SIGTERM arrives on sigfd. */
-static inline void psrv_wait_signal(int sigfd) {
-    for (;;) {
-        int rc = co_wait_fd(sigfd, CO_READABLE, CO_FOREVER);
-        struct signalfd_siginfo si;
-        if (rc < 0 || co_read(sigfd, &si, sizeof si, 0) == (ssize_t)sizeof si)
-            return;
+/* SIGINT and SIGTERM as messages on a channel (co_signal_notify), from
+ * now on: call it before saying that the server listens, so that a signal
+ * sent after that is never the default action's. 0 or a colony error. */
+static inline int psrv_signals(co_chan_t **out) {
+    int rc = co_chan_new(out, sizeof(int), 1);
+    if (rc < 0)
+        return rc;
+    static const int sigs[] = {SIGINT, SIGTERM};
+    rc = co_signal_notify(*out, sigs, 2);
+    if (rc < 0) {
+        co_chan_free(*out);
+        *out = NULL;
     }
+    return rc;
+}
+
+/* In a coroutine: wait until SIGINT or SIGTERM arrives on ch, then stop
+ * relaying them and free ch. Returns the signal's number. */
+static inline int psrv_wait_signal(co_chan_t *ch) {
+    int sig = 0;
+    (void)co_chan_recv(ch, &sig, CO_FOREVER);
+    co_signal_stop(ch);
+    co_chan_free(ch);
+    return sig;
 }
 
 #endif

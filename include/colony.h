@@ -78,6 +78,8 @@ extern "C" {
 #define CO_EBUSY (-10007)     /* in use: co_shutdown with something alive, a trylock of a held lock */
 #define CO_EDEADLK (-10008)   /* operation would deadlock (submit to own full pool) */
 #define CO_EPERM (-10009)     /* not allowed from this context; a send or close on a receive-only channel */
+#define CO_ETLS (-10020)       /* TLS: handshake or record failure (bad peer, garbage, alert) */
+#define CO_ETLSVERIFY (-10021) /* TLS: the peer's certificate failed verification */
 CO_EXTERN const char *co_strerror(int err);
 
 /* ---- time -------------------------------------------------------------- */
@@ -291,8 +293,48 @@ CO_EXTERN int co_blocking(void (*fn)(void *arg), void *arg);
 /* ---- net: datagrams, messages and vectored I/O ------------------------- */
 
 /* ---- signals as channel messages (Go's os/signal) ---------------------- */
+/* Relay signals to ch (elements int: the signal's number) from now on, in
+ * addition to what ch already gets; n == 0 (sigs may be NULL): every signal
+ * that can be relayed. Sends never block: a full channel misses the signal.
+ * docs/signal.md has the rules (threads, masks, SIGPIPE). */
+CO_EXTERN int co_signal_notify(co_chan_t *ch, const int *sigs, int n);
+/* No more signals to ch once this returns; a signal no channel wants gets
+ * the program's own action back. */
+CO_EXTERN int co_signal_stop(co_chan_t *ch);
+/* Ignore these signals (SIG_IGN), and relay them to no channel any more
+ * (Go's signal.Ignore). */
+CO_EXTERN int co_signal_ignore(const int *sigs, int n);
 
 /* ---- TLS on coroutines ------------------------------------------------- */
+/* TLS over a connected socket with OpenSSL (docs/tls.md). Built without
+ * OpenSSL, every call answers -ENOTSUP (co_tls_available() is false). */
+typedef struct co_tls_config co_tls_config_t;
+typedef struct co_tls co_tls_t;
+enum { CO_TLS_CLIENT = 1, CO_TLS_SERVER = 2 };
+CO_EXTERN bool co_tls_available(void);
+/* A client config verifies the server against the system's CA store. */
+CO_EXTERN int co_tls_config_new(co_tls_config_t **out, int role);
+CO_EXTERN int co_tls_config_cert(co_tls_config_t *cfg, const char *cert_pem, const char *key_pem);
+/* Trust only the CAs in this PEM file (instead of the system store). */
+CO_EXTERN int co_tls_config_ca(co_tls_config_t *cfg, const char *ca_pem);
+/* Client: false skips certificate verification (Go's InsecureSkipVerify).
+ * Server: true requires a client certificate signed by the CA. */
+CO_EXTERN int co_tls_config_verify(co_tls_config_t *cfg, bool verify);
+CO_EXTERN int co_tls_config_alpn(co_tls_config_t *cfg, const char *const *protos, int n);
+CO_EXTERN void co_tls_config_free(co_tls_config_t *cfg);
+/* Handshake on fd, which the call takes: on failure it is closed. */
+CO_EXTERN int co_tls_client(co_tls_t **out, int fd, co_tls_config_t *cfg, const char *servername,
+                            int64_t deadline);
+CO_EXTERN int co_tls_server(co_tls_t **out, int fd, co_tls_config_t *cfg, int64_t deadline);
+CO_EXTERN ssize_t co_tls_read(co_tls_t *c, void *buf, size_t len, int64_t deadline);
+CO_EXTERN ssize_t co_tls_write(co_tls_t *c, const void *buf, size_t len, int64_t deadline);
+CO_EXTERN int co_tls_shutdown(co_tls_t *c, int64_t deadline);
+CO_EXTERN int co_tls_close(co_tls_t *c);
+CO_EXTERN int co_tls_fd(const co_tls_t *c);
+CO_EXTERN const char *co_tls_alpn(const co_tls_t *c);
+CO_EXTERN const char *co_tls_servername(const co_tls_t *c);
+CO_EXTERN bool co_tls_resumed(const co_tls_t *c);
+CO_EXTERN const char *co_tls_version(const co_tls_t *c);
 
 /* ---- debug ------------------------------------------------------------- */
 typedef struct co_sched_stats {

@@ -18,6 +18,8 @@ const char *co_strerror(int err) {
     case CO_EBUSY: return "busy (still in use)";
     case CO_EDEADLK: return "would deadlock (a worker submitted to its own full pool)";
     case CO_EPERM: return "not allowed from this context";
+    case CO_ETLS: return "TLS handshake or protocol failure";
+    case CO_ETLSVERIFY: return "TLS peer certificate failed verification";
     default:
         if (err < 0 && err > -4096) {
             /* strerrordesc_np: glibc's own constant text, never the

@@ -1,0 +1,3 @@
+module colony.bench/tls
+
+go 1.19

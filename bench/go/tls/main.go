@@ -1,0 +1,189 @@
+// The Go peer of bench/bench_tls.c for bench/run_tls.sh: the same three
+// modes with crypto/tls (TLS 1.3, X25519, the same certificate).
+//
+//	tlsbench server CERT KEY
+//	tlsbench handshakes PORT CONNS SECS
+//	tlsbench echo PORT CONNS SECS SIZE
+//	tlsbench https CERT KEY     net/http over TLS serving examples/http_server's
+//	                            "/" ("Hello, World!\n"), for wrk
+package main
+
+import (
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+func serve(c net.Conn) {
+	defer c.Close()
+	buf := make([]byte, 16384)
+	for {
+		n, err := c.Read(buf)
+		if n > 0 {
+			if _, werr := c.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func server(cert, key string) {
+	pair, err := tls.LoadX509KeyPair(cert, key)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "tlsbench:", err)
+		os.Exit(1)
+	}
+	cfg := &tls.Config{Certificates: []tls.Certificate{pair}}
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", cfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "tlsbench:", err)
+		os.Exit(1)
+	}
+	fmt.Printf("tlsbench: listening on %s\n", ln.Addr())
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				// the handshake within 10 s, as the colony server
+				c.SetDeadline(time.Now().Add(10 * time.Second))
+				if err := c.(*tls.Conn).Handshake(); err != nil {
+					c.Close()
+					return
+				}
+				c.SetDeadline(time.Time{})
+				serve(c)
+			}()
+		}
+	}()
+	<-sig
+	os.Exit(0)
+}
+
+var hello = []byte("Hello, World!\n")
+
+func https(cert, key string) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/" {
+			http.NotFound(w, r)
+			return
+		}
+		h := w.Header()
+		h.Set("Content-Type", "text/plain; charset=utf-8")
+		h.Set("Content-Length", strconv.Itoa(len(hello)))
+		w.Write(hello)
+	})
+	// HTTP/1.1 only, as the colony example (wrk speaks nothing else)
+	srv := &http.Server{Handler: mux, TLSNextProto: map[string]func(*http.Server, *tls.Conn, http.Handler){}}
+	fmt.Printf("tlsbench: listening on https://%s/\n", ln.Addr())
+	go func() {
+		c := make(chan os.Signal, 1)
+		signal.Notify(c, syscall.SIGINT, syscall.SIGTERM)
+		<-c
+		os.Exit(0)
+	}()
+	srv.ServeTLS(ln, cert, key)
+}
+
+func main() {
+	if len(os.Args) == 4 && os.Args[1] == "https" {
+		https(os.Args[2], os.Args[3])
+		return
+	}
+	if len(os.Args) == 4 && os.Args[1] == "server" {
+		server(os.Args[2], os.Args[3])
+		return
+	}
+	hs := len(os.Args) == 5 && os.Args[1] == "handshakes"
+	echo := len(os.Args) == 6 && os.Args[1] == "echo"
+	if !hs && !echo {
+		fmt.Fprintln(os.Stderr, "usage: tlsbench server CERT KEY | handshakes PORT CONNS SECS | echo PORT CONNS SECS SIZE")
+		os.Exit(2)
+	}
+	port := os.Args[2]
+	conns, _ := strconv.Atoi(os.Args[3])
+	secs, _ := strconv.Atoi(os.Args[4])
+	size := 0
+	if echo {
+		size, _ = strconv.Atoi(os.Args[5])
+	}
+	cfg := &tls.Config{InsecureSkipVerify: true} // no verification, no session cache: full handshakes
+	addr := "127.0.0.1:" + port
+	var count, bytes, errs int64
+	t0 := time.Now()
+	end := t0.Add(time.Duration(secs) * time.Second)
+	var wg sync.WaitGroup
+	for i := 0; i < conns; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if hs {
+				for time.Now().Before(end) {
+					d := net.Dialer{Timeout: 10 * time.Second}
+					c, err := tls.DialWithDialer(&d, "tcp", addr, cfg)
+					if err != nil {
+						atomic.AddInt64(&errs, 1)
+						continue
+					}
+					atomic.AddInt64(&count, 1)
+					c.Close()
+				}
+				return
+			}
+			c, err := tls.Dial("tcp", addr, cfg)
+			if err != nil {
+				atomic.AddInt64(&errs, 1)
+				return
+			}
+			defer c.Close()
+			out := make([]byte, size)
+			in := make([]byte, size)
+			for i := range out {
+				out[i] = 'x'
+			}
+			for time.Now().Before(end) {
+				c.SetDeadline(time.Now().Add(10 * time.Second))
+				if _, err := c.Write(out); err != nil {
+					atomic.AddInt64(&errs, 1)
+					return
+				}
+				if _, err := io.ReadFull(c, in); err != nil {
+					atomic.AddInt64(&errs, 1)
+					return
+				}
+				atomic.AddInt64(&bytes, int64(size))
+				atomic.AddInt64(&count, 1)
+			}
+		}()
+	}
+	wg.Wait()
+	el := time.Since(t0).Seconds()
+	if hs {
+		fmt.Printf("handshakes: %d in %.2f s, %.1f/s, %d errors\n", count, el, float64(count)/el, errs)
+	} else {
+		fmt.Printf("echo: %d round trips of %d B in %.2f s, %.1f MiB/s, %d errors\n", count, size, el,
+			float64(bytes)/el/(1<<20), errs)
+	}
+}

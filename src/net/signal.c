@@ -1,0 +1,300 @@
+/*
+ * Signals as channel messages (Go's os/signal): co_signal_notify and
+ * co_signal_stop.
+ *
+ * Delivery: a relayed signal gets a sigaction handler, installed process
+ * wide on its first co_signal_notify. The handler may run on any thread
+ * that has the signal unblocked -- a runtime M, a coroutine's thread, a
+ * plain thread the program made before or after -- and does only what is
+ * async-signal-safe: it writes the signal's number, one byte, to a
+ * non-blocking self-pipe (a full pipe drops it). One relay thread, a plain
+ * pthread started with the first co_signal_notify, waits in poll(2) on the
+ * pipe and, for each byte, makes a non-blocking co_chan_send of the number
+ * to every channel registered for it: a full channel misses that signal,
+ * as in Go. No signal mask is changed: a signal reaches the program unless
+ * every thread blocks it (a signalfd program's way), and a plain thread
+ * needs nothing done to it, whenever it was made.
+ *
+ * The relay thread has every relayable signal unblocked (and no other):
+ * a program may block the signals it relays in all of its own threads
+ * (set before it makes any, so that they inherit it), and the relay
+ * thread still takes them when they are sent to the process. The handler
+ * takes no lock, so it may run on the relay thread while that holds
+ * reg_lock.
+ */
+#include <colony.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define SIG_MAX 65 /* signal numbers 1..64 (NSIG on Linux) */
+
+typedef struct sig_reg {
+    co_chan_t *ch;
+    uint64_t mask; /* bit s-1: relay signal s to ch */
+} sig_reg_t;
+
+/* reg_lock protects regs, nregs, capregs, installed[], old_act[] and
+ * relay_started. The relay thread holds it across its sends, so that once
+ * co_signal_stop returns (it takes the lock) no send to its channel is in
+ * progress or to come. */
+static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
+static sig_reg_t *regs;
+static int nregs, capregs;
+static bool installed[SIG_MAX];
+static struct sigaction old_act[SIG_MAX];
+static bool relay_started;
+
+/* The self-pipe: written by the handler, read by the relay thread. Set once
+ * (under reg_lock) before any handler is installed; the handler reads it
+ * relaxed: sigaction(2) is a system call, after which the handler can
+ * only run, so the store is seen. -1: none yet. */
+static int pipe_w = -1, pipe_r = -1;
+
+static void sig_handler(int sig) {
+    /* The interrupted code's errno: write(2) changes it only when it
+     * fails (a full pipe), and only then is it put back. (A store on every
+     * call would be seen by TSan racing with the next coroutine's read of
+     * the same thread's errno: it takes coroutines for threads.) */
+    int saved = errno;
+    unsigned char b = (unsigned char)sig;
+    int fd = __atomic_load_n(&pipe_w, __ATOMIC_RELAXED);
+    if (fd >= 0 && write(fd, &b, 1) < 0) /* full pipe: the signal is dropped */
+        errno = saved;
+}
+
+/* Signals the program cannot relay: SIGKILL and SIGSTOP cannot be caught;
+ * SIGSEGV, SIGBUS, SIGFPE, SIGILL and SIGTRAP are synchronous faults (the
+ * runtime's stack guard owns SIGSEGV); relaying one would loop on the
+ * faulting instruction. Numbers between 31 and SIGRTMIN are the C
+ * library's own (its threads' cancellation and set*id calls). */
+static bool sig_relayable(int s) {
+    if (s > 31 && s < SIGRTMIN)
+        return false;
+    switch (s) {
+    case SIGKILL: case SIGSTOP: case SIGSEGV: case SIGBUS: case SIGFPE: case SIGILL:
+    case SIGTRAP:
+        return false;
+    default:
+        return s >= 1 && s < SIG_MAX;
+    }
+}
+
+static void *relay_main(void *arg) {
+    (void)arg;
+    /* Take every relayable signal: a program that blocks them in all its
+     * own threads still gets the process-directed ones (kill, ^C) here,
+     * and this thread waits in poll(2), after which a sanitizer's deferred
+     * handler runs at once. */
+    sigset_t take;
+    sigemptyset(&take);
+    for (int s = 1; s < SIG_MAX; s++)
+        if (sig_relayable(s))
+            sigaddset(&take, s);
+    pthread_sigmask(SIG_UNBLOCK, &take, NULL);
+    for (;;) {
+        unsigned char buf[64];
+        ssize_t n = read(pipe_r, buf, sizeof buf);
+        if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+            /* poll(2), never restarted after a handler, returns to the
+             * C library after every signal: a sanitizer that defers
+             * handlers to such a return runs ours now */
+            struct pollfd pf = {.fd = pipe_r, .events = POLLIN};
+            (void)poll(&pf, 1, -1);
+            continue;
+        }
+        if (n <= 0)
+            return NULL; /* the pipe is never closed: not reached */
+        pthread_mutex_lock(&reg_lock);
+        for (ssize_t i = 0; i < n; i++) {
+            int s = buf[i];
+            if (s < 1 || s >= SIG_MAX)
+                continue;
+            /* the element: an int, then zeros, so that a channel made
+             * with a wider element (a long) still reads the number */
+            union {
+                int sig;
+                unsigned char pad[64];
+            } e;
+            memset(&e, 0, sizeof e);
+            e.sig = s;
+            for (int r = 0; r < nregs; r++)
+                if (regs[r].mask & (1ull << (s - 1)))
+                    (void)co_chan_send(regs[r].ch, &e, 0); /* full or closed: dropped */
+        }
+        pthread_mutex_unlock(&reg_lock);
+    }
+}
+
+/* Under reg_lock: the pipe and the relay thread, once. 0 or -errno. */
+static int relay_start(void) {
+    if (relay_started)
+        return 0;
+    if (pipe_r < 0) {
+        int p[2];
+        if (pipe2(p, O_CLOEXEC) < 0)
+            return -errno;
+        /* non-blocking: a handler never waits; the relay thread waits
+         * in poll(2) */
+        if (fcntl(p[1], F_SETFL, O_NONBLOCK) < 0 || fcntl(p[0], F_SETFL, O_NONBLOCK) < 0) {
+            int e = errno;
+            close(p[0]);
+            close(p[1]);
+            return -e;
+        }
+        pipe_r = p[0];
+        __atomic_store_n(&pipe_w, p[1], __ATOMIC_RELAXED);
+    }
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old); /* inherited; relay_main opens its own */
+    pthread_attr_t at;
+    pthread_attr_init(&at);
+    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&at, 64 * 1024);
+    pthread_t t;
+    int rc = pthread_create(&t, &at, relay_main, NULL);
+    pthread_attr_destroy(&at);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0)
+        return -rc;
+    relay_started = true;
+    return 0;
+}
+
+/* Under reg_lock: the union of every registration's mask. */
+static uint64_t wanted(void) {
+    uint64_t m = 0;
+    for (int r = 0; r < nregs; r++)
+        m |= regs[r].mask;
+    return m;
+}
+
+/* Under reg_lock: install the handler on signals now wanted, put back the
+ * program's own action on those no longer wanted. */
+static int sync_handlers(void) {
+    uint64_t m = wanted();
+    int rc = 0;
+    for (int s = 1; s < SIG_MAX; s++) {
+        bool want = m & (1ull << (s - 1));
+        if (want && !installed[s]) {
+            struct sigaction sa;
+            memset(&sa, 0, sizeof sa);
+            sa.sa_handler = sig_handler;
+            sigfillset(&sa.sa_mask);
+            /* SA_RESTART: other threads' system calls go on as if no
+             * signal came, as they would without the handler */
+            /* on the interrupted stack, not an M's sigaltstack (the
+             * stack guard's): a few bytes, and a coroutine's stack is
+             * the one TSan knows the thread to be on */
+            sa.sa_flags = SA_RESTART;
+            if (sigaction(s, &sa, &old_act[s]) < 0) {
+                rc = -errno;
+                continue;
+            }
+            installed[s] = true;
+        } else if (!want && installed[s]) {
+            sigaction(s, &old_act[s], NULL);
+            installed[s] = false;
+        }
+    }
+    return rc;
+}
+
+int co_signal_notify(co_chan_t *ch, const int *sigs, int n) {
+    if (!ch || n < 0 || (n > 0 && !sigs))
+        return CO_EINVAL;
+    uint64_t m = 0;
+    if (n == 0) {
+        for (int s = 1; s < SIG_MAX; s++)
+            if (sig_relayable(s))
+                m |= 1ull << (s - 1);
+    }
+    for (int i = 0; i < n; i++) {
+        if (!sig_relayable(sigs[i]))
+            return CO_EINVAL;
+        m |= 1ull << (sigs[i] - 1);
+    }
+    pthread_mutex_lock(&reg_lock);
+    int rc = relay_start();
+    if (rc < 0)
+        goto out;
+    int r;
+    for (r = 0; r < nregs && regs[r].ch != ch; r++)
+        ;
+    if (r == nregs) {
+        if (nregs == capregs) {
+            int nc = capregs ? 2 * capregs : 8;
+            sig_reg_t *nr = realloc(regs, (size_t)nc * sizeof *nr);
+            if (!nr) {
+                rc = CO_ENOMEM;
+                goto out;
+            }
+            regs = nr;
+            capregs = nc;
+        }
+        regs[nregs++] = (sig_reg_t){.ch = ch, .mask = 0};
+    }
+    uint64_t before = regs[r].mask;
+    regs[r].mask |= m;
+    rc = sync_handlers();
+    if (rc < 0) {
+        regs[r].mask = before; /* as it was: no half-made registration */
+        if (!before)
+            regs[r] = regs[--nregs];
+        (void)sync_handlers();
+    }
+out:
+    pthread_mutex_unlock(&reg_lock);
+    return rc;
+}
+
+int co_signal_stop(co_chan_t *ch) {
+    if (!ch)
+        return CO_EINVAL;
+    pthread_mutex_lock(&reg_lock);
+    for (int r = 0; r < nregs; r++) {
+        if (regs[r].ch == ch) {
+            regs[r] = regs[--nregs];
+            break;
+        }
+    }
+    (void)sync_handlers(); /* restoring an action does not fail */
+    pthread_mutex_unlock(&reg_lock);
+    return 0;
+}
+
+int co_signal_ignore(const int *sigs, int n) {
+    if (n < 0 || (n > 0 && !sigs))
+        return CO_EINVAL;
+    uint64_t m = 0;
+    for (int i = 0; i < n; i++) {
+        if (!sig_relayable(sigs[i]))
+            return CO_EINVAL;
+        m |= 1ull << (sigs[i] - 1);
+    }
+    pthread_mutex_lock(&reg_lock);
+    /* no channel gets them any more (a registration left empty stays, and
+     * costs nothing: co_signal_stop drops it) */
+    for (int r = 0; r < nregs; r++)
+        regs[r].mask &= ~m;
+    int rc = 0;
+    for (int s = 1; s < SIG_MAX; s++) {
+        if (!(m & (1ull << (s - 1))))
+            continue;
+        /* what sync_handlers puts back for a relayed one */
+        memset(&old_act[s], 0, sizeof old_act[s]);
+        old_act[s].sa_handler = SIG_IGN;
+        if (!installed[s] && sigaction(s, &old_act[s], NULL) < 0)
+            rc = -errno;
+    }
+    (void)sync_handlers();
+    pthread_mutex_unlock(&reg_lock);
+    return rc;
+}
