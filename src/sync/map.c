@@ -66,7 +66,19 @@ static void erec_key_init(void) {
     if (pthread_key_create(&erec_key, erec_release) != 0) co__fatal("co_map: pthread_key_create failed");
 }
 
-static erec_t *erec_get(void) {
+/* Under TSan, the coroutines that use a thread's record one after another
+ * would look like racing on it (and on the thread-local that finds it):
+ * this function's accesses are the thread's own, and each read section
+ * acquires and releases the record for TSan (EREC_ACQ/EREC_REL), which is
+ * what running one after another on a thread means. */
+#ifdef CO_TSAN
+#define EREC_ACQ(r) __tsan_acquire(r)
+#define EREC_REL(r) __tsan_release(r)
+#else
+#define EREC_ACQ(r) ((void)0)
+#define EREC_REL(r) ((void)0)
+#endif
+CO_THREAD_STATE static erec_t *erec_get(void) {
     erec_t *r = my_erec;
     if (__builtin_expect(r != NULL, 1)) return r;
     pthread_once(&erec_once, erec_key_init);
@@ -92,13 +104,17 @@ static erec_t *erec_get(void) {
 /* Nothing between enter and exit may switch coroutines: the record is the
  * thread's, and a coroutine that moved would leave another's section. */
 static inline void epoch_enter(erec_t *r) {
+    EREC_ACQ(r);
     uint64_t e = __atomic_load_n(&gepoch, __ATOMIC_SEQ_CST);
     __atomic_store_n(&r->state, (e << 1) | 1, __ATOMIC_SEQ_CST);
     /* seq_cst fence: the announcement is ordered before the section's
      * loads; pairs with the fence in retire_node. */
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
 }
-static inline void epoch_exit(erec_t *r) { __atomic_store_n(&r->state, 0, __ATOMIC_RELEASE); }
+static inline void epoch_exit(erec_t *r) {
+    __atomic_store_n(&r->state, 0, __ATOMIC_RELEASE);
+    EREC_REL(r);
+}
 
 /* Advance the global epoch if every reader inside a section has announced
  * the current one; returns the epoch after the attempt. */
@@ -153,7 +169,7 @@ static uint64_t hash_bytes(const void *p, size_t n) {
         s += 8, n -= 8;
     }
     uint64_t w = 0;
-    memcpy(&w, s, n);
+    if (n) memcpy(&w, s, n);
     h = (h ^ (w * 0xc4ceb9fe1a85ec53ull)) * 0x9fb21c651e98df25ull;
     h ^= h >> 32;
     return h;
@@ -192,7 +208,7 @@ void co_map_free(co_map_t *m) {
 
 static inline node_t *chain_find(node_t *n, uint64_t h, const void *key, size_t len) {
     for (; n; n = __atomic_load_n(&n->next, __ATOMIC_ACQUIRE))
-        if (n->hash == h && n->len == len && memcmp(n->key, key, len) == 0) return n;
+        if (n->hash == h && n->len == len && (len == 0 || memcmp(n->key, key, len) == 0)) return n;
     return NULL;
 }
 
@@ -303,7 +319,7 @@ static node_t *locked_find(co_map_t *m, uint64_t h, const void *key, size_t len,
     table_t *t = m->tab;
     node_t **p = &t->b[h & t->mask];
     for (; *p; p = &(*p)->next)
-        if ((*p)->hash == h && (*p)->len == len && memcmp((*p)->key, key, len) == 0) break;
+        if ((*p)->hash == h && (*p)->len == len && (len == 0 || memcmp((*p)->key, key, len) == 0)) break;
     if (where) *where = p;
     return *p;
 }
