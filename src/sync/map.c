@@ -42,8 +42,8 @@
  * exits, never freed (their number is the peak of concurrent threads). */
 typedef struct erec {
     /* 0 outside a read section; else (epoch << 1) | 1. Written by its own
-     * thread only (enter: seq_cst store, which orders it before the
-     * section's loads and pairs with the seq_cst loads in try_advance;
+     * thread only (enter: a store and a seq_cst fence, which order it
+     * before the section's loads and pair with try_advance's seq_cst loads;
      * exit: release store, so the section's reads happen before an
      * advancer that sees 0). */
     uint64_t state;
@@ -106,9 +106,11 @@ CO_THREAD_STATE static erec_t *erec_get(void) {
 static inline void epoch_enter(erec_t *r) {
     EREC_ACQ(r);
     uint64_t e = __atomic_load_n(&gepoch, __ATOMIC_SEQ_CST);
-    __atomic_store_n(&r->state, (e << 1) | 1, __ATOMIC_SEQ_CST);
-    /* seq_cst fence: the announcement is ordered before the section's
-     * loads; pairs with the fence in retire_node. */
+    /* relaxed store + seq_cst fence (one barrier, where a seq_cst store
+     * and a fence would be two): the announcement is ordered before the
+     * section's loads; pairs with the fence in retire_node and with the
+     * seq_cst loads in try_advance. */
+    __atomic_store_n(&r->state, (e << 1) | 1, __ATOMIC_RELAXED);
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
 }
 static inline void epoch_exit(erec_t *r) {
@@ -266,7 +268,7 @@ static void retire_table(co_map_t *m, table_t *t) {
  * the old table (longer chains, still correct). */
 static void maybe_grow(co_map_t *m) {
     table_t *t = m->tab;
-    if (m->count <= t->mask + 1) return;
+    if (2 * m->count <= t->mask + 1) return; /* load factor <= 1/2: chains of ~1 */
     size_t nb = (t->mask + 1) * 2;
     table_t *nt = table_new(nb);
     if (!nt) return;
