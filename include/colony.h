@@ -175,6 +175,16 @@ CO_EXTERN void co_map_range(co_map_t *m, bool (*fn)(const void *key, size_t len,
 CO_EXTERN size_t co_map_len(co_map_t *m);
 
 /* ---- an object cache (Go's sync.Pool) ---------------------------------- */
+/* get returns a cached object or new_fn(arg)'s (NULL if new_fn is NULL or
+ * fails); put caches obj (NULL: ignored). Objects idle for two sweeps (2 s
+ * each) are passed to free_fn(obj, arg). docs/sync.md. */
+typedef struct co_cache co_cache_t;
+CO_EXTERN int co_cache_new(co_cache_t **out, void *(*new_fn)(void *arg), void (*free_fn)(void *obj, void *arg),
+                           void *arg);
+CO_EXTERN void *co_cache_get(co_cache_t *c);
+CO_EXTERN void co_cache_put(co_cache_t *c, void *obj);
+CO_EXTERN int co_cache_set_period(co_cache_t *c, int64_t period_ns); /* 0: the default, 2 s */
+CO_EXTERN void co_cache_free(co_cache_t *c); /* no call on c may be running; frees cached objects */
 
 /* ---- channels and select ----------------------------------------------- */
 typedef struct co_chan co_chan_t;
