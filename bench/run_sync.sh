@@ -1,7 +1,8 @@
 #!/bin/sh
 # bench/run_sync.sh — the concurrent map against Go's sync.Map and
-# Concurrency Kit's ck_ht, side by side: for each operation mix, every run
-# alternates colony, Go and ck processes. Writes bench/results/sync.md.
+# Concurrency Kit's ck_ht, and the object cache against Go's sync.Pool and
+# malloc/free, side by side: every run alternates the contenders'
+# processes. Writes bench/results/sync.md.
 #   sh bench/run_sync.sh <builddir>      (BENCH_RUNS=N, default 5; BENCH_QUICK=1: small, 1 run)
 set -u
 BUILD=${1:-build}
@@ -22,8 +23,15 @@ if command -v go >/dev/null 2>&1 &&
         GOTOOLCHAIN=local go build -o "$TMP/gomap" .) >"$TMP/go.log" 2>&1; then
     GO="$TMP/gomap"
 fi
+GOC=""
+if [ -n "$GO" ] && (cd bench/go/cache && GOCACHE="$CACHE/cache" GOPATH="$CACHE/path" GOFLAGS=-mod=mod GOPROXY=off \
+        GOTOOLCHAIN=local go build -o "$TMP/gocache" .) >>"$TMP/go.log" 2>&1; then
+    GOC="$TMP/gocache"
+fi
 CK=1
 "$BUILD/bench_map" ck 99 1 1000 10 >/dev/null 2>&1 || CK=0
+COPS=20000000 BOPS=10000000
+if [ -n "${BENCH_QUICK:-}" ]; then COPS=2000000 BOPS=1000000; fi
 
 # one "value rss_kib" line per run into $TMP/<impl>_<mix>
 run() { # impl mix cmd...
@@ -40,6 +48,15 @@ for mix in 99 50; do
         [ "$CK" = 1 ] && run ck "$mix" "$BUILD/bench_map" ck "$mix" 2 "$KEYS" "$OPS"
         i=$((i + 1))
     done
+done
+
+i=0
+while [ "$i" -lt "$RUNS" ]; do
+    run colony getput "$BUILD/bench_cache" getput 2 "$COPS"
+    [ -n "$GOC" ] && run go getput "$GOC" getput 2 "$COPS"
+    run colony buf1k "$BUILD/bench_cache" buf1k 2 "$BOPS"
+    run malloc buf1k "$BUILD/bench_cache" malloc 2 "$BOPS"
+    i=$((i + 1))
 done
 
 # median [min-max] of column 1, and the largest column 2
@@ -72,5 +89,19 @@ machine=$(lscpu 2>/dev/null | sed -n 's/^Model name:[[:space:]]*//p' | head -1)
         c=$(stat "$TMP/colony_$mix"); g=$(stat "$TMP/go_$mix"); k=$(stat "$TMP/ck_$mix")
         echo "| $mix% loads | ${c%%|*} | ${g%%|*} | ${k%%|*} | $(ratio "$TMP/colony_$mix" "$TMP/go_$mix") | $(ratio "$TMP/colony_$mix" "$TMP/ck_$mix") | ${c##*|} / ${g##*|} / ${k##*|} |"
     done
+    echo
+    echo "### The object cache (co_cache) against Go's sync.Pool, and against malloc/free"
+    echo
+    echo "Same run. get+put of one object per operation, 2 workers (coroutines on 2 Ps; Go: goroutines,"
+    echo "GOMAXPROCS=2), $COPS operations each. Then a request loop that takes a 1 KiB buffer, writes 64 bytes and"
+    echo "its last byte, and gives it back: through the cache, and with glibc's malloc/free, $BOPS requests per"
+    echo "worker. ns per operation, median [range]; ratios above 1 mean the cache is faster."
+    echo
+    echo "| row | co_cache ns/op | peer ns/op | peer / co_cache | peak RSS MiB cache / peer |"
+    echo "|---|---|---|---|---|"
+    c=$(stat "$TMP/colony_getput"); g=$(stat "$TMP/go_getput")
+    echo "| get+put, peer Go sync.Pool | ${c%%|*} | ${g%%|*} | $(ratio "$TMP/colony_getput" "$TMP/go_getput") | ${c##*|} / ${g##*|} |"
+    c=$(stat "$TMP/colony_buf1k"); g=$(stat "$TMP/malloc_buf1k")
+    echo "| 1 KiB buffer per request, peer malloc/free | ${c%%|*} | ${g%%|*} | $(ratio "$TMP/colony_buf1k" "$TMP/malloc_buf1k") | ${c##*|} / ${g##*|} |"
 } >"$OUT"
 echo "bench/run_sync.sh: wrote $OUT" >&2

@@ -54,7 +54,7 @@ static co__lock_t slot_lock;               /* protects slot_used */
 static unsigned char slot_used[MAX_SLOTS]; /* under slot_lock */
 static pthread_key_t slot_key;
 static pthread_once_t slot_once = PTHREAD_ONCE_INIT;
-static _Thread_local int my_slot; /* slot + 1; 0: none yet; -1: none to be had */
+static __thread int my_slot __attribute__((tls_model("initial-exec"))); /* slot + 1; 0: none yet; -1: none to be had */
 /* 1: membarrier works; 2: the owner's side uses seq_cst. Set once. */
 static int mb_mode;
 
@@ -74,9 +74,9 @@ static void slot_init(void) {
 }
 
 /* The caller's slot, or -1 (more than MAX_SLOTS threads: the slow path). */
-CO_THREAD_STATE static int slot_get(void) {
+CO_THREAD_STATE static int slot_get_slow(void) {
     int s = my_slot;
-    if (__builtin_expect(s > 0, 1)) return s - 1;
+    if (s > 0) return s - 1;
     if (s < 0) return -1;
     pthread_once(&slot_once, slot_init);
     co__lock(&slot_lock);
@@ -92,6 +92,14 @@ CO_THREAD_STATE static int slot_get(void) {
     my_slot = s + 1;
     return s;
 }
+#ifdef CO_TSAN
+#define slot_get slot_get_slow /* its thread-local read must stay uninstrumented */
+#else
+static inline int slot_get(void) {
+    int s = my_slot;
+    return __builtin_expect(s > 0, 1) ? s - 1 : slot_get_slow();
+}
+#endif
 
 /* ---- the cache ---------------------------------------------------------------- */
 typedef struct shard {

@@ -55,7 +55,7 @@ static erec_t *erecs;    /* list head; CAS-pushed with release, read with acquir
 static uint64_t gepoch = 2; /* the global epoch; seq_cst loads and CAS */
 static pthread_key_t erec_key;
 static pthread_once_t erec_once = PTHREAD_ONCE_INIT;
-static _Thread_local erec_t *my_erec;
+static __thread erec_t *my_erec __attribute__((tls_model("initial-exec")));
 
 static void erec_release(void *p) {
     erec_t *r = p;
