@@ -5,7 +5,7 @@
 #
 # Runs the runtime / channel / sync benchmarks side by side
 # with their Go 1.19 peers (bench/go/*), alternating a colony process and a Go
-# process for every run, then bench/run_pool.sh and bench/run_net.sh if they
+# process for every run, then every other bench/run_*.sh (pool, net, sync, ...) if they
 # exist, assembles bench/RESULTS.md from bench/results/*.md and draws
 # bench/charts/*.png from them (bench/plot.sh).
 #
@@ -16,7 +16,7 @@
 #                    and leaves bench/RESULTS.md and bench/results/ alone
 #   BENCH_ONLY=ids   space-separated benchmark ids to run (e.g. "yield chan_pingpong");
 #                    writes <builddir>/bench-only.md, leaves bench/ alone
-#   BENCH_NO_OTHERS=1  do not run bench/run_pool.sh and bench/run_net.sh
+#   BENCH_NO_OTHERS=1  do not run the other bench/run_*.sh scripts
 #   BENCH_ASSEMBLE_ONLY=1  measure nothing: rebuild bench/RESULTS.md from bench/results/*.md
 #                    (and the charts)
 # The helper scripts get the build directory as $1 and BENCH_RUNS, BENCH_QUICK,
@@ -375,10 +375,10 @@ fi
 mkdir -p bench/results
 printf '%s\n' "$SECTION" >bench/results/runtime.md
 
-# ---- the other helpers' benchmarks ------------------------------------------
+# ---- the other benchmark scripts ---------------------------------------------
 if [ -z "${BENCH_NO_OTHERS:-}" ] && [ -z "${BENCH_ONLY:-}" ]; then
     export BENCH_RUNS BENCH_QUICK
-    for s in run_pool.sh run_net.sh run_tls.sh; do
+    for s in $(cd bench && ls run_*.sh); do
         if [ -f "bench/$s" ]; then
             echo "bench/run.sh: running bench/$s" >&2
             sh "bench/$s" "$BUILD" || echo "bench/run.sh: bench/$s failed (rc=$?)" >&2

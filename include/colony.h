@@ -156,8 +156,37 @@ CO_EXTERN void co_spinlock_lock(co_spinlock_t *l);
 CO_EXTERN void co_spinlock_unlock(co_spinlock_t *l);
 
 /* ---- a concurrent map (Go's sync.Map) ---------------------------------- */
+/* Keys are byte strings (key, len), copied in; values are the caller's
+ * pointers, never dereferenced. Loads take no lock. docs/sync.md. */
+typedef struct co_map co_map_t;
+CO_EXTERN int co_map_new(co_map_t **out);
+CO_EXTERN void co_map_free(co_map_t *m); /* no call on m may be running */
+CO_EXTERN bool co_map_load(co_map_t *m, const void *key, size_t len, void **value);
+CO_EXTERN int co_map_store(co_map_t *m, const void *key, size_t len, void *value);
+/* 1: present, *actual = its value; 0: stored, *actual = value; or an error */
+CO_EXTERN int co_map_load_or_store(co_map_t *m, const void *key, size_t len, void *value, void **actual);
+CO_EXTERN bool co_map_load_and_delete(co_map_t *m, const void *key, size_t len, void **value);
+CO_EXTERN bool co_map_delete(co_map_t *m, const void *key, size_t len);
+/* 1: was present, *previous = the old value; 0: added; or an error */
+CO_EXTERN int co_map_swap(co_map_t *m, const void *key, size_t len, void *value, void **previous);
+CO_EXTERN bool co_map_compare_and_swap(co_map_t *m, const void *key, size_t len, void *old, void *value);
+CO_EXTERN bool co_map_compare_and_delete(co_map_t *m, const void *key, size_t len, void *old);
+/* fn returns false to stop; it may call the map and may park. */
+CO_EXTERN void co_map_range(co_map_t *m, bool (*fn)(const void *key, size_t len, void *value, void *arg),
+                            void *arg);
+CO_EXTERN size_t co_map_len(co_map_t *m);
 
 /* ---- an object cache (Go's sync.Pool) ---------------------------------- */
+/* get returns a cached object or new_fn(arg)'s (NULL if new_fn is NULL or
+ * fails); put caches obj (NULL: ignored). Objects idle for two sweeps (2 s
+ * each) are passed to free_fn(obj, arg). docs/sync.md. */
+typedef struct co_cache co_cache_t;
+CO_EXTERN int co_cache_new(co_cache_t **out, void *(*new_fn)(void *arg), void (*free_fn)(void *obj, void *arg),
+                           void *arg);
+CO_EXTERN void *co_cache_get(co_cache_t *c);
+CO_EXTERN void co_cache_put(co_cache_t *c, void *obj);
+CO_EXTERN int co_cache_set_period(co_cache_t *c, int64_t period_ns); /* 0: the default, 2 s */
+CO_EXTERN void co_cache_free(co_cache_t *c); /* no call on c may be running; frees cached objects */
 
 /* ---- channels and select ----------------------------------------------- */
 typedef struct co_chan co_chan_t;

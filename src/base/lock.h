@@ -99,6 +99,9 @@ CO_HIDDEN void co__futex_wake(uint32_t *addr, int n);
  *                   (co_cond_wait unlocks the mutex holding it).
  *  9 sem lock       sem_t_.lock (sema.c): a co_sem's tokens and waiter
  *                   queue. [park] Under: nothing.
+ *  9a cache lock    co_cache.lock (cache.c): a co_cache's shared and victim
+ *                   stacks, shard vector, armed. Under: nothing (a cache's
+ *                   constructor and destructor run without it).
  * 10 wg lock        wg_impl_t.lock (park.c): a waitgroup's waiter queue.
  *                   [park] Under: nothing.
  * 11 chan lock      co_chan_t.lock (chan_impl.h): buffer, indices, waiter
@@ -117,7 +120,8 @@ CO_HIDDEN void co__futex_wake(uint32_t *addr, int n);
  *                   run, overflow list, timers_closed, timer0_when. Under:
  *                   [park] locks that park with a deadline (chan, pd, wg,
  *                   sem, cond, pool); pool lock (purge_arm_locked); group
- *                   lock and dflt_lock (co__timer_del); init_lock,
+ *                   lock and dflt_lock (co__timer_del); cache lock (its sweep timer's
+ *                   arming and re-arming); init_lock,
  *                   shutdown_mu; one other P's timers_lock: the P being
  *                   emptied before its replacement (co__timers_move).
  * 15 gcache_lock    co_sched_t.gcache_lock (proc.h): the global dead-G and

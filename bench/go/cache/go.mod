@@ -1,0 +1,3 @@
+module colonybench/cache
+
+go 1.19

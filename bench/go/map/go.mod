@@ -1,0 +1,3 @@
+module colonybench/map
+
+go 1.19
