@@ -110,7 +110,13 @@ CO_EXTERN int co_main(int (*fn)(void *arg), void *arg);
  * docs/runtime.md). */
 CO_EXTERN int co_go(void (*fn)(void *arg), void *arg);
 CO_EXTERN int co_go_with(const co_attr_t *attr, void (*fn)(void *arg), void *arg);
+/* Let other coroutines run (Go's runtime.Gosched); on a plain thread,
+ * sched_yield. co_yield is the same call; C++20 made `co_yield` a keyword,
+ * so C++ from C++20 on sees only co_gosched. */
+CO_EXTERN void co_gosched(void);
+#if !defined(__cplusplus) || __cplusplus < 202002L
 CO_EXTERN void co_yield(void);
+#endif
 CO_EXTERN int co_sleep(int64_t ns);
 CO_EXTERN int co_sleep_until(int64_t deadline);
 CO_EXTERN uint64_t co_id(void);

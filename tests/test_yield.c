@@ -164,6 +164,33 @@ static void hog_b(void *arg) {
     co_waitgroup_done(arg);
 }
 
+/* co_gosched is co_yield under Go's name: on 1 P, two coroutines that call
+ * it in a loop interleave (the second runs before the first is done). */
+static int gs_log[20], gs_n;
+static void gs_body(void *arg, int id) {
+    for (int i = 0; i < 5; i++) {
+        gs_log[__atomic_fetch_add(&gs_n, 1, __ATOMIC_RELAXED)] = id;
+        co_gosched();
+    }
+    co_waitgroup_done(arg);
+}
+static void gs_a(void *arg) { gs_body(arg, 1); }
+static void gs_b(void *arg) { gs_body(arg, 2); }
+static void test_gosched(void) {
+    start(1);
+    gs_n = 0;
+    run_pair(gs_a, gs_b);
+    CHECK_EQ(gs_n, 10);
+    int last_a = -1, first_b = -1;
+    for (int i = 0; i < gs_n; i++) {
+        if (gs_log[i] == 1) last_a = i;
+        if (gs_log[i] == 2 && first_b < 0) first_b = i;
+    }
+    CHECK(first_b >= 0 && first_b < last_a);
+    co_gosched(); /* a plain thread: sched_yield */
+    stop();
+}
+
 static void test_hog_behind_yielder(void) {
     start(1);
     for (int round = 0; round < 3; round++) {
@@ -352,6 +379,7 @@ static void test_yielders_spread(void) {
 int main(void) {
     t_begin(120);
     T_RUN(test_order);
+    T_RUN(test_gosched);
     T_RUN(test_hog_behind_yielder);
     T_RUN(test_blocking_behind_yielder);
     T_RUN(test_stress);

@@ -530,6 +530,7 @@ static __attribute__((noinline)) void yield_fast_canary(co_m_t *m, co_g_t *g, co
     yield_fast_switch(m, g, p, next);
 }
 
+void co_gosched(void) __attribute__((alias("co_yield")));
 void co_yield(void) {
     co_m_t *m = getm();
     if (!m || !m->p) { /* a plain thread, or inside co_blocking */
