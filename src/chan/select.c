@@ -221,9 +221,13 @@ static int sel_run(co_case_t *cases, int n, int nn, int64_t deadline, int *pollo
         uint32_t j = np > 0 ? rng_below(&rs, (uint32_t)np + 1) : 0;
         if ((int)j != np) pollorder[np] = pollorder[j];
         pollorder[j] = i;
-        lockorder[np] = i;
         np++;
     }
+    /* lockorder starts as pollorder, and its sort is stable where it
+     * matters (small selects): cases on one channel then wait in random
+     * order, so when the other side arrives either may fire, as in Go,
+     * rather than always the first listed. */
+    for (int k = 0; k < np; k++) lockorder[k] = pollorder[k];
     sel_t s = {.cases = cases, .lockorder = lockorder, .nn = nn, .unlocked = 0};
     if (nn > 1) sort_lockorder(&s);
 
