@@ -18,6 +18,10 @@ const char *co_strerror(int err) {
     case CO_EBUSY: return "busy (still in use)";
     case CO_EDEADLK: return "would deadlock (a worker submitted to its own full pool)";
     case CO_EPERM: return "not allowed from this context";
+    case CO_ENOTFOUND: return "no such host";
+    case CO_EADDR: return "malformed address, or none of the network's family";
+    case CO_ENETUNKNOWN: return "unknown network";
+    case CO_EDNS: return "name server failure";
     default:
         if (err < 0 && err > -4096) {
             /* strerrordesc_np: glibc's own constant text, never the
