@@ -28,7 +28,7 @@
 enum { T_A = 1, T_PTR = 12, T_AAAA = 28 };
 
 static int udp_fd = -1, tcp_fd = -1, dns_port;
-static volatile int stop;
+static int stop; /* atomic (relaxed): the responder threads' end */
 static int queries_tcp; /* atomic: questions that came over TCP */
 static int dual_port;   /* the port "dual.test" is dialed on (for the log) */
 
@@ -128,7 +128,7 @@ static int answer(const uint8_t *q, int n, uint8_t *r, bool tcp, int *delay_ms) 
 static void *udp_server(void *arg) {
     (void)arg;
     uint8_t q[512], r[1024];
-    while (!stop) {
+    while (!__atomic_load_n(&stop, __ATOMIC_RELAXED)) {
         struct pollfd p = {.fd = udp_fd, .events = POLLIN};
         if (poll(&p, 1, 50) <= 0)
             continue;
@@ -159,7 +159,7 @@ static bool read_full(int fd, void *b, size_t n) {
 
 static void *tcp_server(void *arg) {
     (void)arg;
-    while (!stop) {
+    while (!__atomic_load_n(&stop, __ATOMIC_RELAXED)) {
         struct pollfd p = {.fd = tcp_fd, .events = POLLIN};
         if (poll(&p, 1, 50) <= 0)
             continue;
@@ -214,7 +214,7 @@ static void start_responder(void) {
 }
 
 static void stop_responder(void) {
-    stop = 1;
+    __atomic_store_n(&stop, 1, __ATOMIC_RELAXED);
     pthread_join(th_udp, NULL);
     pthread_join(th_tcp, NULL);
     close(udp_fd);
