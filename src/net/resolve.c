@@ -35,6 +35,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #ifdef COLONY_HAVE_CARES
@@ -102,6 +103,128 @@ static bool name_ok(const char *h) {
         }
     }
     return true;
+}
+
+/* ---- /etc/hosts, cached ---------------------------------------------------- */
+
+/* As Go's net: the file is parsed once and read again when its mtime or
+ * size changed, looked at no more often than every 5 s. */
+#define HOSTS_PATH "/etc/hosts"
+#define HOSTS_RECHECK_NS (5 * 1000000000LL)
+
+typedef struct hent {
+    char name[256]; /* lowercased, no trailing dot */
+    struct sockaddr_storage ss;
+} hent_t;
+
+/* hosts_mu protects hosts_tab, hosts_n, hosts_mtime and hosts_size. */
+static co_rwmutex_t hosts_mu = CO_RWMUTEX_INIT;
+static hent_t *hosts_tab;
+static int hosts_n;
+static struct timespec hosts_mtime;
+static off_t hosts_size = -1;
+/* atomic (relaxed): when to stat the file next; a stale value costs one
+ * more look under the write lock, which decides. */
+static int64_t hosts_next;
+
+static void lower_copy(char *dst, const char *src, size_t cap) {
+    size_t i = 0;
+    for (; src[i] && i + 1 < cap; i++)
+        dst[i] = (char)(src[i] >= 'A' && src[i] <= 'Z' ? src[i] + 32 : src[i]);
+    if (i > 0 && dst[i - 1] == '.')
+        i--;
+    dst[i] = 0;
+}
+
+/* hosts_mu held for writing. */
+static void hosts_parse(FILE *f) {
+    free(hosts_tab);
+    hosts_tab = NULL;
+    hosts_n = 0;
+    int cap = 0;
+    char line[1024];
+    while (f && fgets(line, sizeof line, f)) {
+        char *hash = strchr(line, '#');
+        if (hash)
+            *hash = 0;
+        char *sv, *tok = strtok_r(line, " \t\r\n", &sv);
+        struct sockaddr_storage ss;
+        socklen_t len;
+        if (!tok || !co__net_literal(tok, &ss, &len))
+            continue;
+        for (tok = strtok_r(NULL, " \t\r\n", &sv); tok; tok = strtok_r(NULL, " \t\r\n", &sv)) {
+            if (hosts_n == cap) {
+                int ncap = cap ? cap * 2 : 16;
+                hent_t *t = realloc(hosts_tab, sizeof *t * (size_t)ncap);
+                if (!t)
+                    return;
+                hosts_tab = t;
+                cap = ncap;
+            }
+            lower_copy(hosts_tab[hosts_n].name, tok, sizeof hosts_tab[0].name);
+            hosts_tab[hosts_n++].ss = ss;
+        }
+    }
+}
+
+static void hosts_refresh(void) {
+    int64_t now = co_now();
+    if (now < __atomic_load_n(&hosts_next, __ATOMIC_RELAXED))
+        return;
+    co_rwmutex_lock(&hosts_mu);
+    if (now >= __atomic_load_n(&hosts_next, __ATOMIC_RELAXED)) {
+        __atomic_store_n(&hosts_next, now + HOSTS_RECHECK_NS, __ATOMIC_RELAXED);
+        struct stat st;
+        if (stat(HOSTS_PATH, &st) != 0) {
+            hosts_parse(NULL);
+            hosts_size = -1;
+        } else if (st.st_size != hosts_size || st.st_mtim.tv_sec != hosts_mtime.tv_sec ||
+                   st.st_mtim.tv_nsec != hosts_mtime.tv_nsec) {
+            FILE *f = fopen(HOSTS_PATH, "re");
+            hosts_parse(f);
+            if (f)
+                fclose(f);
+            hosts_size = st.st_size;
+            hosts_mtime = st.st_mtim;
+        }
+    }
+    co_rwmutex_unlock(&hosts_mu);
+}
+
+/* host's addresses in /etc/hosts, in the file's order: how many (0: none). */
+static int hosts_lookup(const char *host, struct sockaddr_storage *out, int max) {
+    hosts_refresh();
+    char key[256];
+    lower_copy(key, host, sizeof key);
+    int n = 0;
+    co_rwmutex_rlock(&hosts_mu);
+    for (int i = 0; i < hosts_n && n < max; i++)
+        if (strcmp(hosts_tab[i].name, key) == 0)
+            out[n++] = hosts_tab[i].ss;
+    co_rwmutex_runlock(&hosts_mu);
+    return n;
+}
+
+/* The first name /etc/hosts gives the address sa: true if it has one. */
+static bool hosts_reverse(const struct sockaddr *sa, char *name, size_t cap) {
+    hosts_refresh();
+    bool found = false;
+    co_rwmutex_rlock(&hosts_mu);
+    for (int i = 0; i < hosts_n && !found; i++) {
+        const struct sockaddr_storage *e = &hosts_tab[i].ss;
+        if (e->ss_family != sa->sa_family)
+            continue;
+        if (sa->sa_family == AF_INET)
+            found = ((const struct sockaddr_in *)e)->sin_addr.s_addr ==
+                    ((const struct sockaddr_in *)sa)->sin_addr.s_addr;
+        else
+            found = memcmp(&((const struct sockaddr_in6 *)e)->sin6_addr,
+                           &((const struct sockaddr_in6 *)sa)->sin6_addr, 16) == 0;
+        if (found)
+            snprintf(name, cap, "%s", hosts_tab[i].name);
+    }
+    co_rwmutex_runlock(&hosts_mu);
+    return found;
 }
 
 /* ---- the blocking fallback: getaddrinfo in co_blocking ------------------- */
@@ -354,7 +477,7 @@ static int rchan_new(rchan_t **out, uint64_t gen) {
     int mask = ARES_OPT_SOCK_STATE_CB | ARES_OPT_LOOKUPS;
     o.sock_state_cb = sock_state;
     o.sock_state_cb_data = rc;
-    o.lookups = (char *)"fb";
+    o.lookups = (char *)"b"; /* DNS: /etc/hosts is ours (hosts_lookup) */
     char *doms[8], *sbuf = NULL;
     if (rs_conf.set && rs_conf.search) {
         sbuf = strdup(rs_conf.search);
@@ -661,6 +784,9 @@ int co_lookup_host(co_ctx_t *ctx, const char *host, struct sockaddr_storage *out
         return 1;
     if (!name_ok(host))
         return CO_ENOTFOUND;
+    int n = hosts_lookup(host, out, max);
+    if (n > 0)
+        return n;
 #ifdef COLONY_HAVE_CARES
     return cares_lookup(ctx, host, out, max, deadline);
 #else
@@ -679,6 +805,8 @@ int co_lookup_addr(co_ctx_t *ctx, const struct sockaddr *addr, socklen_t addrlen
     if (ctx && (err = co_ctx_err(ctx)) < 0)
         return err;
     name[0] = 0;
+    if (hosts_reverse(addr, name, cap))
+        return 0;
 #ifdef COLONY_HAVE_CARES
     return cares_reverse(ctx, addr, addrlen, name, cap, deadline);
 #else
