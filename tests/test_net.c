@@ -687,6 +687,43 @@ static void test_writev_sendfile(void) {
     co_close(l);
 }
 
+/* The resolver without a server of the test's own (so in every build,
+ * c-ares or not): /etc/hosts, literals, and a name nobody knows, whose
+ * answer depends on the machine's DNS but must come by the deadline. */
+static void test_lookup(void) {
+    struct sockaddr_storage a[8];
+    CHECK(co_lookup_host(NULL, "localhost", a, 8, co_deadline_after(10 * SEC)) >= 1);
+    CHECK(co_lookup_host(NULL, "LOCALHOST.", a, 8, 0) >= 1); /* any case, a root dot */
+    CHECK_EQ(co_lookup_host(NULL, "10.1.2.3", a, 8, 0), 1);
+    CHECK_EQ(((struct sockaddr_in *)&a[0])->sin_addr.s_addr, htonl(0x0a010203));
+    char name[64] = {0};
+    struct sockaddr_in lo = {.sin_family = AF_INET};
+    lo.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    CHECK_EQ(co_lookup_addr(NULL, (struct sockaddr *)&lo, sizeof lo, name, sizeof name,
+                            co_deadline_after(10 * SEC)), 0);
+    CHECK(name[0] != 0);
+    char tiny[4];
+    CHECK_EQ(co_lookup_addr(NULL, (struct sockaddr *)&lo, sizeof lo, tiny, sizeof tiny,
+                            co_deadline_after(10 * SEC)), 0);
+    CHECK(strlen(tiny) <= 3); /* cut to cap */
+    int64_t t0 = co_now();
+    int rc = co_lookup_host(NULL, "colony-test-nosuch.invalid", a, 8, co_deadline_after(2 * SEC));
+    if (rc != CO_ENOTFOUND && rc != CO_EDNS && rc != CO_ETIMEDOUT)
+        fprintf(stderr, "lookup of an unknown name: %d (%s)\n", rc, co_strerror(rc));
+    CHECK(rc == CO_ENOTFOUND || rc == CO_EDNS || rc == CO_ETIMEDOUT);
+    CHECK(co_now() - t0 < 20 * SEC); /* the deadline held, 10x loose */
+    rc = co_lookup_host(NULL, "colony-test-nosuch.invalid", a, 8, 0);
+    CHECK(rc == CO_ENOTFOUND || rc == CO_EDNS || rc == CO_ETIMEDOUT);
+    /* a context canceled already: nothing is asked */
+    co_ctx_t *ctx;
+    CHECK_EQ(co_ctx_with_cancel(&ctx, co_ctx_background()), 0);
+    co_ctx_cancel(ctx);
+    CHECK_EQ(co_lookup_host(ctx, "colony-test-nosuch.invalid", a, 8, CO_FOREVER), CO_ECANCELED);
+    CHECK_EQ(co_lookup_addr(ctx, (struct sockaddr *)&lo, sizeof lo, name, sizeof name, CO_FOREVER),
+             CO_ECANCELED);
+    co_ctx_free(ctx);
+}
+
 /* Many coroutines dialing at once, from plain threads too. */
 typedef struct many {
     const char *addr;
@@ -743,6 +780,7 @@ int main(void) {
     T_RUN(test_unix_fd_passing);
     T_RUN(test_unixgram);
     T_RUN(test_writev_sendfile);
+    T_RUN(test_lookup);
     T_RUN(test_many_dials);
     return t_end();
 }
