@@ -292,8 +292,11 @@ static void test_deadline_holds(void) {
     int64_t t0 = co_now();
     CHECK_EQ(co_lookup_host(NULL, "never.test", a, 4, co_deadline_after(200 * MS)), CO_ETIMEDOUT);
     CHECK(co_now() - t0 < 20 * SEC); /* a tenth of c-ares's timeout */
-    /* a deadline already past: a try that needs the network times out */
-    CHECK_EQ(co_lookup_host(NULL, "a.test", a, 4, 0), CO_ETIMEDOUT);
+    /* a deadline already past: one try, which an answer already in may
+     * complete, and never a wait */
+    CHECK_EQ(co_lookup_host(NULL, "never.test", a, 4, 0), CO_ETIMEDOUT);
+    int rc = co_lookup_host(NULL, "a.test", a, 4, 0);
+    CHECK(rc == 1 || rc == CO_ETIMEDOUT);
     CHECK_EQ(co_dial("tcp", "never.test:80", co_deadline_after(100 * MS)), CO_ETIMEDOUT);
     /* the channel is fine afterwards */
     CHECK_EQ(co_lookup_host(NULL, "a.test", a, 4, co_deadline_after(10 * SEC)), 1);

@@ -653,3 +653,19 @@ void co__io_fresh(int fd) {
     __atomic_store_n(&pd->kind, CO__PD_UNKNOWN, __ATOMIC_RELEASE);
     co__unlock(&pd->lock);
 }
+
+void co__io_adopt(int fd, bool tcp) {
+    if (co__ensure_init() < 0)
+        return;
+    co__pd_t *pd = co__pd_get(fd);
+    if (!pd)
+        return;
+    co__lock(&pd->lock);
+    pd->is_sock = 1;
+    __atomic_store_n(&pd->stream, tcp, __ATOMIC_RELAXED);
+    __atomic_store_n(&pd->rdrained, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&pd->hup, 0, __ATOMIC_RELAXED);
+    int rc = co__np_register(fd);
+    __atomic_store_n(&pd->kind, rc == 0 ? CO__PD_POLLED : CO__PD_UNKNOWN, __ATOMIC_RELEASE);
+    co__unlock(&pd->lock);
+}

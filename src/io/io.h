@@ -32,4 +32,10 @@ CO_HIDDEN ssize_t co__io_op(int fd, int how, co__io_fn fn, void *arg, int64_t de
  * remembers of a file closed with close(2) behind colony's back. */
 CO_HIDDEN void co__io_fresh(int fd);
 
+/* fd is a socket fresh from socket(2), non-blocking already; tcp: an
+ * AF_INET/AF_INET6 TCP stream. Sets it up now with what the caller knows
+ * (co_read & co ask the kernel on first use): registered with the
+ * netpoller. If that fails the first use tries again. */
+CO_HIDDEN void co__io_adopt(int fd, bool tcp);
+
 #endif

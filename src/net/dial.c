@@ -178,7 +178,7 @@ static int new_socket(int fam, int type) {
     int fd = socket(fam, type | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0)
         return -errno;
-    co__io_fresh(fd);
+    co__io_adopt(fd, type == SOCK_STREAM && (fam == AF_INET || fam == AF_INET6));
     return fd;
 }
 
@@ -436,6 +436,7 @@ int co_listen(const char *network, const char *address, const struct co_listen_o
         return rc;
     struct sockaddr_storage ss;
     socklen_t len;
+    memset(&ss, 0, sizeof ss);
     if (nw.family == AF_UNIX) {
         if ((rc = unix_addr(address, (struct sockaddr_un *)&ss, &len)) < 0)
             return rc;

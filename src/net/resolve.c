@@ -474,7 +474,9 @@ static int rchan_new(rchan_t **out, uint64_t gen) {
         goto fail;
     }
     struct ares_options o = {0};
-    int mask = ARES_OPT_SOCK_STATE_CB | ARES_OPT_LOOKUPS;
+    /* STAYOPEN: the channel is reused, and so are its sockets */
+    int mask = ARES_OPT_SOCK_STATE_CB | ARES_OPT_LOOKUPS | ARES_OPT_FLAGS;
+    o.flags = ARES_FLAG_STAYOPEN;
     o.sock_state_cb = sock_state;
     o.sock_state_cb_data = rc;
     o.lookups = (char *)"b"; /* DNS: /etc/hosts is ours (hosts_lookup) */
