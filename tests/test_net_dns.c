@@ -433,6 +433,102 @@ static void test_dial_dual(void) {
     co_close(l6);
 }
 
+typedef struct race {
+    const char *addr;
+    int v4; /* atomic: dials that ended on IPv4 */
+    co_waitgroup_t wg;
+} race_t;
+
+static void race_one(void *arg) {
+    race_t *r = arg;
+    int fd = co_dial("tcp", r->addr, co_deadline_after(30 * SEC));
+    if (fd >= 0) {
+        struct sockaddr_storage peer;
+        socklen_t pl = sizeof peer;
+        if (getpeername(fd, (struct sockaddr *)&peer, &pl) == 0 && peer.ss_family == AF_INET)
+            __atomic_add_fetch(&r->v4, 1, __ATOMIC_RELAXED);
+        co_close(fd);
+    }
+    co_waitgroup_done(&r->wg);
+}
+
+/* RFC 6555's fallback: dual.test's first address (::1) does not answer
+ * (a listener whose accept queue is full drops SYNs), 127.0.0.1 does, on
+ * the same port: the fallback starts after its delay and wins, and the
+ * IPv6 attempt still in progress is cut short. */
+static void test_dial_fallback(void) {
+    CHECK_EQ(configure(5 * SEC, 2, NULL), 0);
+    struct sockaddr_storage a[4];
+    CHECK_EQ(co_lookup_host(NULL, "dual.test", a, 4, co_deadline_after(10 * SEC)), 2);
+    if (a[0].ss_family != AF_INET6) {
+        fprintf(stderr, "skip: the resolver puts IPv4 first here (no ::1?)\n");
+        return;
+    }
+    /* the resolver's channels (an epoll fd, an eventfd, a socket each)
+     * that the dials below will use exist already, in its free list */
+    storm_t warm = {0};
+    co_waitgroup_add(&warm.wg, 16);
+    for (int i = 0; i < 16; i++)
+        CHECK_EQ(co_go(storm_fn, &warm), 0);
+    co_waitgroup_wait(&warm.wg);
+    int fds0 = t_count_fds();
+    struct co_listen_opts one = {.backlog = 1};
+    int l6 = co_listen("tcp6", "[::1]:0", &one);
+    if (l6 < 0) {
+        fprintf(stderr, "skip: this host has no ::1 (%s)\n", co_strerror(l6));
+        return;
+    }
+    int port = local_port(l6);
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+    int l4 = co_listen("tcp4", addr, NULL);
+    if (l4 < 0) {
+        fprintf(stderr, "skip: port %d is taken for IPv4 (%s)\n", port, co_strerror(l4));
+        co_close(l6);
+        return;
+    }
+    /* fill the IPv6 listener's queue; nobody accepts there */
+    int fill[4], nfill = 0;
+    snprintf(addr, sizeof addr, "[::1]:%d", port);
+    for (int i = 0; i < 4; i++) {
+        fill[nfill] = co_dial("tcp6", addr, co_deadline_after(300 * MS));
+        if (fill[nfill] >= 0)
+            nfill++;
+        else
+            break; /* the queue is full: SYNs are dropped now */
+    }
+    CHECK(nfill < 4);
+    snprintf(addr, sizeof addr, "dual.test:%d", port);
+    int fd = co_dial("tcp", addr, co_deadline_after(30 * SEC));
+    CHECK(fd >= 0);
+    if (fd >= 0) {
+        struct sockaddr_storage peer;
+        socklen_t pl = sizeof peer;
+        getpeername(fd, (struct sockaddr *)&peer, &pl);
+        CHECK_EQ(peer.ss_family, AF_INET);
+        co_close(fd);
+    }
+    /* again, many at once: each race has its winner */
+    race_t r = {.addr = addr};
+    co_waitgroup_add(&r.wg, 8);
+    for (int i = 0; i < 8; i++)
+        CHECK_EQ(co_go(race_one, &r), 0);
+    co_waitgroup_wait(&r.wg);
+    CHECK_EQ(r.v4, 8);
+    /* the deadline ends a race that nobody wins */
+    co_close(l4);
+    fd = co_dial("tcp6", addr, co_deadline_after(200 * MS));
+    CHECK_EQ(fd, CO_ETIMEDOUT);
+    for (int i = 0; i < nfill; i++)
+        co_close(fill[i]);
+    co_close(l6);
+    /* the losers' sockets are closed by their own coroutines, soon */
+    int64_t until = co_deadline_after(10 * SEC);
+    while (t_count_fds() > fds0 && co_now() < until)
+        co_sleep(10 * MS);
+    CHECK_EQ(t_count_fds(), fds0);
+}
+
 static void test_bad_input(void) {
     struct sockaddr_storage a[2];
     char name[8];
@@ -469,6 +565,7 @@ int main(void) {
     T_RUN(test_cancel);
     T_RUN(test_storm);
     T_RUN(test_dial_dual);
+    T_RUN(test_dial_fallback);
     T_RUN(test_bad_input);
     co_resolver_configure(NULL);
     stop_responder();
