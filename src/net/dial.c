@@ -438,8 +438,10 @@ int co_listen(const char *network, const char *address, const struct co_listen_o
     socklen_t len;
     memset(&ss, 0, sizeof ss);
     if (nw.family == AF_UNIX) {
-        if ((rc = unix_addr(address, (struct sockaddr_un *)&ss, &len)) < 0)
+        struct sockaddr_un su;
+        if ((rc = unix_addr(address, &su, &len)) < 0)
             return rc;
+        memcpy(&ss, &su, len);
     } else {
         struct sockaddr_storage a[MAX_ADDRS];
         int n;
