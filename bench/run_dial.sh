@@ -7,7 +7,9 @@
 # bench/go/dial in fresh processes, alternately (odd runs colony first,
 # even runs Go first), BENCH_RUNS times (default 5):
 #   dial   100,000 dial+close to a listener of the same process, 100
-#          coroutines / goroutines: co_dial vs net.DialTimeout
+#          coroutines / goroutines: co_dial vs net.DialTimeout; and
+#          10,000 of them (dial10k, run before), while fewer of the
+#          client's TIME_WAIT sockets crowd the ephemeral port range
 #   hosts  100,000 lookups of "localhost" (/etc/hosts), 100 at once:
 #          co_lookup_host vs net.DefaultResolver.LookupHost
 #   dns    50,000 lookups of "a.test" from a responder (bench_dial
@@ -34,6 +36,7 @@ LOG="$OUT/log.txt"
 : >"$RAW"
 : >"$LOG"
 T0=$(date +%s)
+TW0=$(ss -tan state time-wait 2>/dev/null | tail -n +2 | wc -l)
 LOAD0=$(cut -d' ' -f1-3 /proc/loadavg)
 
 TMP=${TMPDIR:-/tmp}
@@ -65,14 +68,14 @@ while [ $i -lt 100 ] && [ -z "$DNS_PORT" ]; do
 done
 [ -n "$DNS_PORT" ] || echo "bench/run_dial.sh: the DNS responder did not start" >&2
 
-one() { # impl id n c [port]
+one() { # impl id mode n c [port]
     impl=$1 id=$2
     shift 2
     if [ "$impl" = colony ]; then
-        line=$(timeout 120 "$BUILD/bench_dial" "$id" "$@" 2>>"$LOG")
+        line=$(timeout 120 "$BUILD/bench_dial" "$@" 2>>"$LOG")
     else
         [ "$GO_OK" = 1 ] || return
-        line=$(GOMAXPROCS=$(nproc) timeout 120 "$GOBIN" "$id" "$@" 2>>"$LOG")
+        line=$(GOMAXPROCS=$(nproc) timeout 120 "$GOBIN" "$@" 2>>"$LOG")
     fi
     echo "$line" >>"$LOG"
     ops=$(printf '%s\n' "$line" | sed -n 's/.* ops_per_s=\([0-9.]*\).*/\1/p')
@@ -87,7 +90,7 @@ one() { # impl id n c [port]
     echo "  $id $impl: $ops/s, peak RSS $rss KiB, $fails failures" >&2
 }
 
-row() { # id args...
+row() { # id mode args...
     r=1
     while [ $r -le "$RUNS" ]; do
         if [ $((r % 2)) = 1 ]; then one colony "$@"; one go "$@"; else one go "$@"; one colony "$@"; fi
@@ -95,10 +98,11 @@ row() { # id args...
     done
 }
 
-row dial $((100000 / SCALE)) 100
-row hosts $((100000 / SCALE)) 100
-[ -n "$DNS_PORT" ] && row dns $((50000 / SCALE)) 100 "$DNS_PORT"
-row udp $((200000 / SCALE)) 100
+row hosts hosts $((100000 / SCALE)) 100
+[ -n "$DNS_PORT" ] && row dns dns $((50000 / SCALE)) 100 "$DNS_PORT"
+row udp udp $((200000 / SCALE)) 100
+row dial10k dial $((10000 / SCALE)) 100
+row dial dial $((100000 / SCALE)) 100
 
 # ---- the table ------------------------------------------------------------------
 # stats ID IMPL KEY: "median [min–max]" of KEY over the runs
@@ -130,9 +134,17 @@ COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
     echo "runs differ by tens of per cent. A lost UDP datagram costs a lookup its resolver's"
     echo "timeout (5 s, both sides): a run with one is visible as a collapse in the range."
     echo
+    echo "**dial at 100,000.** Each connection leaves a TIME_WAIT socket on 127.0.0.1 for 60 s;"
+    echo "with tens of thousands of them the kernel's search for a free ephemeral port"
+    echo "(__inet_hash_connect, __inet_check_established) takes a quarter of all cycles"
+    echo "(perf), the same for both sides, so the ratio narrows as the run goes on and as"
+    echo "runs follow each other; the 10,000 row, run before, shows the two dialers with"
+    echo "fewer such sockets about. TIME_WAIT sockets at the start: $TW0."
+    echo
     echo "| benchmark | colony | Go | colony / Go | target | met | peak RSS KiB colony / Go |"
     echo "|---|---|---|---|---|---|---|"
-    for spec in "dial|dial + close, 100 coroutines: connections/s|1.5" \
+    for spec in "dial|dial + close, 100,000 from 100 coroutines: connections/s|1.5" \
+                "dial10k|dial + close, 10,000 from 100 coroutines: connections/s|1.5" \
                 "hosts|lookup of a /etc/hosts name, 100 at once: lookups/s|2" \
                 "dns|lookup from a local responder, 100 at once: lookups/s|2" \
                 "udp|UDP echo 64 B, 100 clients: round trips/s|1.5"; do
