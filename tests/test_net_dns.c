@@ -529,6 +529,19 @@ static void test_dial_fallback(void) {
     CHECK_EQ(t_count_fds(), fds0);
 }
 
+/* The resolver's channels outlive a runtime: after co_shutdown their
+ * descriptors are registered again with the next one. */
+static void test_after_shutdown(void) {
+    int rc = CO_EBUSY;
+    int64_t until = co_deadline_after(10 * SEC);
+    while ((rc = co_shutdown()) == CO_EBUSY && co_now() < until)
+        usleep(10000); /* a race's loser on its way out */
+    CHECK_EQ(rc, 0);
+    struct sockaddr_storage a[4];
+    CHECK_EQ(co_lookup_host(NULL, "a.test", a, 4, co_deadline_after(10 * SEC)), 1);
+    CHECK_EQ(co_lookup_host(NULL, "never.test", a, 4, co_deadline_after(100 * MS)), CO_ETIMEDOUT);
+}
+
 static void test_bad_input(void) {
     struct sockaddr_storage a[2];
     char name[8];
@@ -566,6 +579,7 @@ int main(void) {
     T_RUN(test_storm);
     T_RUN(test_dial_dual);
     T_RUN(test_dial_fallback);
+    T_RUN(test_after_shutdown);
     T_RUN(test_bad_input);
     co_resolver_configure(NULL);
     stop_responder();
