@@ -1,10 +1,10 @@
 /*
  * The resolver (Go's net.Resolver): co_lookup_host, co_lookup_addr.
  *
- * With c-ares (COLONY_HAVE_CARES): /etc/hosts, then DNS as
- * /etc/resolv.conf says (servers, search, ndots, timeout, attempts), with
- * the protocol, retries, TCP after a truncated answer and the ordering of
- * answers (RFC 6724) left to c-ares. A lookup takes a c-ares channel of
+ * /etc/hosts first, parsed here and cached (as Go does). Then, with c-ares
+ * (COLONY_HAVE_CARES), DNS as /etc/resolv.conf says (servers, search,
+ * ndots, timeout, attempts), with the protocol, retries, TCP after a
+ * truncated answer and the ordering of answers (RFC 6724) left to c-ares. A lookup takes a c-ares channel of
  * its own from a free list (a channel is not safe for two threads at
  * once) and drives it from the caller: c-ares's sockets go into an epoll
  * set of the channel's (its socket-state callback), and the caller parks
@@ -198,9 +198,15 @@ static int hosts_lookup(const char *host, struct sockaddr_storage *out, int max)
     lower_copy(key, host, sizeof key);
     int n = 0;
     co_rwmutex_rlock(&hosts_mu);
-    for (int i = 0; i < hosts_n && n < max; i++)
-        if (strcmp(hosts_tab[i].name, key) == 0)
+    for (int i = 0; i < hosts_n && n < max; i++) {
+        if (strcmp(hosts_tab[i].name, key) != 0)
+            continue;
+        bool dup = false;
+        for (int k = 0; k < n && !dup; k++)
+            dup = memcmp(&out[k], &hosts_tab[i].ss, sizeof out[k]) == 0;
+        if (!dup)
             out[n++] = hosts_tab[i].ss;
+    }
     co_rwmutex_runlock(&hosts_mu);
     return n;
 }
