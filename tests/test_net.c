@@ -13,6 +13,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -687,6 +688,136 @@ static void test_writev_sendfile(void) {
     co_close(l);
 }
 
+/* ---- stress: many senders on one socket, coroutines and plain threads ---- */
+
+enum { ST_SENDERS = 12, ST_THREADS = 3, ST_MSGS = 300 };
+
+typedef struct stress {
+    int fd;     /* the senders' end */
+    int seen[ST_SENDERS + ST_THREADS];
+    int bad;    /* atomic: sends that did not send one whole record */
+    int next_id; /* atomic */
+    co_waitgroup_t wg;
+} stress_t;
+
+/* A record: [id][seq][len 64][64 bytes of (id + seq)], in three vectors. */
+static void send_records(stress_t *st, bool stream) {
+    int id = __atomic_fetch_add(&st->next_id, 1, __ATOMIC_RELAXED);
+    for (int seq = 0; seq < ST_MSGS; seq++) {
+        uint32_t hdr[3] = {(uint32_t)id, (uint32_t)seq, 64};
+        uint8_t body[64];
+        memset(body, (uint8_t)(id + seq), sizeof body);
+        struct iovec iov[3] = {{hdr, 8}, {&hdr[2], 4}, {body, sizeof body}};
+        ssize_t n;
+        if (stream) {
+            n = co_writev(st->fd, iov, 3, co_deadline_after(20 * SEC));
+        } else if (seq % 2) {
+            struct msghdr m = {.msg_iov = iov, .msg_iovlen = 3};
+            n = co_sendmsg(st->fd, &m, 0, co_deadline_after(20 * SEC));
+        } else {
+            uint8_t flat[76];
+            memcpy(flat, hdr, 12);
+            memcpy(flat + 12, body, 64);
+            n = co_sendto(st->fd, flat, sizeof flat, 0, NULL, 0, co_deadline_after(20 * SEC));
+        }
+        if (n != 76)
+            __atomic_add_fetch(&st->bad, 1, __ATOMIC_RELAXED);
+    }
+}
+
+typedef struct stress_arg {
+    stress_t *st;
+    bool stream;
+} stress_arg_t;
+
+static void *stress_thread(void *arg) {
+    stress_arg_t *a = arg;
+    send_records(a->st, a->stream);
+    return NULL;
+}
+
+static void stress_co_stream(void *arg) {
+    send_records(arg, true);
+    co_waitgroup_done(&((stress_t *)arg)->wg);
+}
+
+static void stress_co_dgram(void *arg) {
+    send_records(arg, false);
+    co_waitgroup_done(&((stress_t *)arg)->wg);
+}
+
+static bool check_record(stress_t *st, const uint8_t *r) {
+    uint32_t hdr[3];
+    memcpy(hdr, r, 12);
+    if (hdr[0] >= ST_SENDERS + ST_THREADS || hdr[2] != 64 || (int)hdr[1] != st->seen[hdr[0]])
+        return false; /* each sender's records arrive whole and in order */
+    for (int i = 0; i < 64; i++)
+        if (r[12 + i] != (uint8_t)(hdr[0] + hdr[1]))
+            return false;
+    st->seen[hdr[0]]++;
+    return true;
+}
+
+static void run_stress(bool stream) {
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, stream ? SOCK_STREAM : SOCK_DGRAM, 0, sv), 0);
+    stress_t st = {.fd = sv[0]};
+    int senders = t_sanitized() ? 4 : ST_SENDERS;
+    co_waitgroup_add(&st.wg, senders);
+    for (int i = 0; i < senders; i++)
+        CHECK_EQ(co_go(stream ? stress_co_stream : stress_co_dgram, &st), 0);
+    pthread_t th[ST_THREADS];
+    stress_arg_t ta = {&st, stream};
+    for (int i = 0; i < ST_THREADS; i++)
+        pthread_create(&th[i], NULL, stress_thread, &ta);
+    /* this plain thread receives, with co_readv or co_recvmsg/co_recvfrom */
+    int total = (senders + ST_THREADS) * ST_MSGS, got = 0, rbad = 0;
+    static uint8_t buf[1 << 16];
+    size_t have = 0;
+    while (got < total) {
+        ssize_t n;
+        if (stream) {
+            struct iovec iov[2] = {{buf + have, 100}, {buf + have + 100, sizeof buf - have - 100}};
+            n = co_readv(sv[1], iov, 2, co_deadline_after(20 * SEC));
+        } else if (got % 2) {
+            struct iovec iov = {buf, sizeof buf};
+            struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1};
+            n = co_recvmsg(sv[1], &m, 0, co_deadline_after(20 * SEC));
+        } else {
+            n = co_recvfrom(sv[1], buf, sizeof buf, 0, NULL, NULL, co_deadline_after(20 * SEC));
+        }
+        if (n <= 0)
+            break;
+        if (!stream) {
+            if (n != 76 || !check_record(&st, buf))
+                rbad++;
+            got++;
+            continue;
+        }
+        have += (size_t)n;
+        size_t off = 0;
+        while (have - off >= 76) {
+            if (!check_record(&st, buf + off))
+                rbad++;
+            off += 76;
+            got++;
+        }
+        memmove(buf, buf + off, have - off);
+        have -= off;
+    }
+    for (int i = 0; i < ST_THREADS; i++)
+        pthread_join(th[i], NULL);
+    co_waitgroup_wait(&st.wg);
+    CHECK_EQ(got, total);
+    CHECK_EQ(rbad, 0);
+    CHECK_EQ(__atomic_load_n(&st.bad, __ATOMIC_RELAXED), 0);
+    co_close(sv[0]);
+    co_close(sv[1]);
+}
+
+static void test_stress_writev(void) { run_stress(true); }
+static void test_stress_datagrams(void) { run_stress(false); }
+
 /* The resolver without a server of the test's own (so in every build,
  * c-ares or not): /etc/hosts, literals, and a name nobody knows, whose
  * answer depends on the machine's DNS but must come by the deadline. */
@@ -780,6 +911,8 @@ int main(void) {
     T_RUN(test_unix_fd_passing);
     T_RUN(test_unixgram);
     T_RUN(test_writev_sendfile);
+    T_RUN(test_stress_writev);
+    T_RUN(test_stress_datagrams);
     T_RUN(test_lookup);
     T_RUN(test_many_dials);
     return t_end();
