@@ -197,15 +197,20 @@ static void tcp_opts(int fd, bool nodelay, int64_t keepalive_ns) {
 
 /* ---- dialing -------------------------------------------------------------- */
 
-/* Two sides of a race (RFC 6555), or one dial alone (race NULL). mu
- * protects fd[], stop and winner: an attempt publishes its fd while it
- * connects, so that the side that wins can cut it short, and takes it
- * back before closing it (the number is never shut down once reused). */
+/* The two sides of a race (RFC 6555). mu protects fd[] and stop: an
+ * attempt publishes its fd while it connects, so that the side that wins
+ * (or the caller, at the deadline) can cut it short with shutdown(2), and
+ * takes it back before closing it (a number is never shut down once it
+ * may have been reused). The first connection to find stop clear sets it
+ * and wins; one that finds it set closes its fd. The rest is written
+ * before the sides start and only read after. */
 typedef struct race {
     co_mutex_t mu;
     int fd[2];
     bool stop; /* set once, by the winner or the caller giving up */
-    int refs;  /* atomic (acq_rel): the caller and each side; the last frees */
+    int refs;  /* atomic: the caller and each side; the last frees (acq_rel: the
+                * others' writes come before the free); a new side's reference is
+                * taken (relaxed) by a holder before co_go publishes the side */
     co_chan_t *res; /* capacity 2: each side sends its result once */
     netw_t nw;
     int64_t deadline;
