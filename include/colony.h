@@ -308,6 +308,10 @@ struct co_listen_opts {
     bool v6only;          /* "tcp"/"udp" on an IPv6 address: IPv6 only, not dual stack */
 };
 CO_EXTERN int co_dial(const char *network, const char *address, int64_t deadline);
+/* co_dial that ctx's cancellation also ends (Go's DialContext): the
+ * lookup and a connect under way; co_ctx_err's code. ctx may be NULL. */
+CO_EXTERN int co_dial_ctx(co_ctx_t *ctx, const char *network, const char *address,
+                          int64_t deadline);
 CO_EXTERN int co_listen(const char *network, const char *address,
                         const struct co_listen_opts *opts); /* opts may be NULL */
 

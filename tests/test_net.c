@@ -274,6 +274,8 @@ static void test_bad_input(void) {
     CHECK_EQ(co_listen("unixgram", path, NULL), CO_EADDR);
     CHECK_EQ(co_dial(NULL, "127.0.0.1:80", CO_FOREVER), CO_EINVAL);
     CHECK_EQ(co_dial("tcp", NULL, CO_FOREVER), CO_EINVAL);
+    CHECK_EQ(co_dial_ctx(NULL, "tcp", NULL, CO_FOREVER), CO_EINVAL);
+    CHECK_EQ(co_dial_ctx(NULL, "nope", "127.0.0.1:80", CO_FOREVER), CO_ENETUNKNOWN);
     CHECK_EQ(co_listen(NULL, ":0", NULL), CO_EINVAL);
     CHECK_EQ(co_listen("tcp", NULL, NULL), CO_EINVAL);
     CHECK_EQ(co_listen("sctp", ":0", NULL), CO_ENETUNKNOWN);

@@ -304,9 +304,28 @@ static void test_deadline_holds(void) {
     CHECK_EQ(co_lookup_host(NULL, "never.test", a, 4, co_deadline_after(20 * SEC)), CO_ETIMEDOUT);
 }
 
+typedef struct canceller {
+    co_ctx_t *ctx;
+    co_waitgroup_t wg;
+} canceller_t;
+
 static void cancel_later(void *arg) {
+    canceller_t *c = arg;
     co_sleep(100 * MS);
-    co_ctx_cancel(arg);
+    co_ctx_cancel(c->ctx);
+    co_waitgroup_done(&c->wg);
+}
+
+/* A context that a coroutine cancels 100 ms from now. */
+static void cancel_soon(canceller_t *c) {
+    CHECK_EQ(co_ctx_with_cancel(&c->ctx, co_ctx_background()), 0);
+    co_waitgroup_add(&c->wg, 1);
+    CHECK_EQ(co_go(cancel_later, c), 0);
+}
+
+static void cancel_done(canceller_t *c) {
+    co_waitgroup_wait(&c->wg);
+    co_ctx_free(c->ctx);
 }
 
 typedef struct in_co {
@@ -324,9 +343,9 @@ static void lookup_in_co(void *arg) {
 
 static void test_cancel(void) {
     CHECK_EQ(configure(30 * SEC, 1, NULL), 0);
-    co_ctx_t *ctx;
-    CHECK_EQ(co_ctx_with_cancel(&ctx, co_ctx_background()), 0);
-    CHECK_EQ(co_go(cancel_later, ctx), 0);
+    canceller_t c = {0};
+    cancel_soon(&c);
+    co_ctx_t *ctx = c.ctx;
     struct sockaddr_storage a[4];
     int64_t t0 = co_now();
     /* from a plain thread */
@@ -334,7 +353,13 @@ static void test_cancel(void) {
     CHECK(co_now() - t0 < 20 * SEC);
     /* canceled already */
     CHECK_EQ(co_lookup_host(ctx, "a.test", a, 4, co_deadline_after(30 * SEC)), CO_ECANCELED);
-    co_ctx_free(ctx);
+    /* and a dial, in its lookup */
+    CHECK_EQ(co_dial_ctx(ctx, "tcp", "a.test:80", co_deadline_after(30 * SEC)), CO_ECANCELED);
+    cancel_done(&c);
+    canceller_t c2 = {0};
+    cancel_soon(&c2);
+    CHECK_EQ(co_dial_ctx(c2.ctx, "tcp", "never.test:80", co_deadline_after(30 * SEC)), CO_ECANCELED);
+    cancel_done(&c2);
     /* from coroutines, a context with a deadline */
     in_co_t x[8];
     co_ctx_t *dctx;
@@ -518,6 +543,18 @@ static void test_dial_fallback(void) {
     co_close(l4);
     fd = co_dial("tcp6", addr, co_deadline_after(200 * MS));
     CHECK_EQ(fd, CO_ETIMEDOUT);
+    /* a context ends a connect that does not answer, one family or two */
+    canceller_t c = {0};
+    cancel_soon(&c);
+    CHECK_EQ(co_dial_ctx(c.ctx, "tcp6", addr, co_deadline_after(30 * SEC)), CO_ECANCELED);
+    cancel_done(&c);
+    cancel_soon(&c);
+    CHECK_EQ(co_dial_ctx(c.ctx, "tcp", addr, CO_FOREVER), CO_ECANCELED);
+    cancel_done(&c);
+    co_ctx_t *dctx;
+    CHECK_EQ(co_ctx_with_timeout(&dctx, co_ctx_background(), 100 * MS), 0);
+    CHECK_EQ(co_dial_ctx(dctx, "tcp6", addr, CO_FOREVER), CO_ETIMEDOUT);
+    co_ctx_free(dctx);
     for (int i = 0; i < nfill; i++)
         co_close(fill[i]);
     co_close(l6);

@@ -118,8 +118,8 @@ static bool fam_ok(const netw_t *nw, int fam) {
 }
 
 /* The addresses of an IP network's address, port set, of nw's family. */
-static int ip_addrs(const netw_t *nw, const char *address, bool listen, int64_t deadline,
-                    struct sockaddr_storage *out, int *n) {
+static int ip_addrs(const netw_t *nw, const char *address, bool listen, co_ctx_t *ctx,
+                    int64_t deadline, struct sockaddr_storage *out, int *n) {
     char host[300];
     int port, rc = split_hostport(address, nw, host, sizeof host, &port);
     if (rc < 0)
@@ -148,7 +148,7 @@ static int ip_addrs(const netw_t *nw, const char *address, bool listen, int64_t 
             tmp[1] = t;
         }
     } else {
-        m = co_lookup_host(NULL, host, tmp, MAX_ADDRS, deadline);
+        m = co_lookup_host(ctx, host, tmp, MAX_ADDRS, deadline);
         if (m < 0)
             return m;
     }
@@ -324,29 +324,33 @@ static int start_side(race_t *r, int side) {
     return rc;
 }
 
-/* Go's dialParallel. */
-static int dial_parallel(race_t *r) {
+/* Go's dialParallel (with no fallbacks: a dial that a context may cut
+ * short). Waits for the sides' results, the fallback delay, the deadline
+ * and ctx's cancellation. */
+static int dial_parallel(race_t *r, co_ctx_t *ctx) {
     int rc = start_side(r, 0);
     if (rc < 0)
         return rc;
-    int running = 1, started = 1, first = 0;
+    int running = 1, first = 0;
+    bool fb_due = r->n[1] > 0; /* the fallbacks are still to start */
     int64_t fb = co_deadline_after(FALLBACK_DELAY_NS);
     if (r->deadline != CO_FOREVER && r->deadline < fb)
         fb = r->deadline;
-    while (running > 0 || started < 2) {
+    while (running > 0 || fb_due) {
         result_t res;
-        int w = co_chan_recv(r->res, &res, started < 2 ? fb : r->deadline);
-        if (w == CO_ETIMEDOUT && started < 2 &&
+        co_case_t cs[2] = {{.ch = r->res, .op = CO_RECV, .elem = &res},
+                           {.ch = co_ctx_done(ctx), .op = CO_RECV}};
+        int w = co_select(cs, 2, fb_due ? fb : r->deadline);
+        if (w == CO_ETIMEDOUT && fb_due &&
             (r->deadline == CO_FOREVER || co_now() < r->deadline)) {
-            if (start_side(r, 1) == 0) {
+            if (start_side(r, 1) == 0)
                 running++;
-            }
-            started = 2;
+            fb_due = false;
             continue;
         }
-        if (w < 0) {
-            /* The deadline: stop both; a winner of the last instant is
-             * taken below, from the channel. */
+        if (w != 0) {
+            /* The deadline or ctx: stop both; a winner of the last
+             * instant is taken below, from the channel. */
             co_mutex_lock(&r->mu);
             bool won = r->stop;
             r->stop = true;
@@ -357,30 +361,36 @@ static int dial_parallel(race_t *r) {
             while (won && running-- > 0 && co_chan_recv(r->res, &res, CO_FOREVER) == 0)
                 if (res.rc >= 0)
                     return res.rc;
-            return CO_ETIMEDOUT;
+            return w == 1 ? co_ctx_err(ctx) : CO_ETIMEDOUT;
         }
         running--;
         if (res.rc >= 0)
             return res.rc;
         if (res.side == 0 || !first)
             first = res.rc; /* the primaries' error, if they have one */
-        if (started < 2) { /* the primaries failed: the fallbacks now */
+        if (fb_due) { /* the primaries failed: the fallbacks now */
             if (start_side(r, 1) == 0)
                 running++;
-            started = 2;
+            fb_due = false;
         }
     }
     return first ? first : CO_EADDR;
 }
 
 int co_dial(const char *network, const char *address, int64_t deadline) {
+    return co_dial_ctx(NULL, network, address, deadline);
+}
+
+int co_dial_ctx(co_ctx_t *ctx, const char *network, const char *address, int64_t deadline) {
     if (!network || !address)
         return CO_EINVAL;
     netw_t nw;
     int rc = parse_network(network, &nw);
     if (rc < 0)
         return rc;
-    if (nw.family == AF_UNIX) {
+    if (ctx && (rc = co_ctx_err(ctx)) < 0)
+        return rc;
+    if (nw.family == AF_UNIX) { /* connect(2) does not wait here */
         struct sockaddr_un su;
         socklen_t len;
         if ((rc = unix_addr(address, &su, &len)) < 0)
@@ -389,13 +399,14 @@ int co_dial(const char *network, const char *address, int64_t deadline) {
     }
     struct sockaddr_storage all[MAX_ADDRS];
     int n;
-    if ((rc = ip_addrs(&nw, address, false, deadline, all, &n)) < 0)
+    if ((rc = ip_addrs(&nw, address, false, ctx, deadline, all, &n)) < 0)
         return rc;
     /* Go's partition: the first address's family are the primaries. */
     int fam = all[0].ss_family, nf = 0;
     for (int i = 0; i < n; i++)
         nf += all[i].ss_family != fam;
-    if (nf == 0 || nw.type != SOCK_STREAM)
+    bool cancellable = co_ctx_done(ctx) != NULL && nw.type == SOCK_STREAM;
+    if (nw.type != SOCK_STREAM || (nf == 0 && !cancellable))
         return dial_serial(&nw, all, n, deadline, NULL, 0);
     race_t *r = malloc(sizeof *r);
     if (!r)
@@ -420,7 +431,7 @@ int co_dial(const char *network, const char *address, int64_t deadline) {
         free(r);
         return rc;
     }
-    rc = dial_parallel(r);
+    rc = dial_parallel(r, ctx);
     race_unref(r);
     return rc;
 }
@@ -450,7 +461,7 @@ int co_listen(const char *network, const char *address, const struct co_listen_o
     } else {
         struct sockaddr_storage a[MAX_ADDRS];
         int n;
-        if ((rc = ip_addrs(&nw, address, true, CO_FOREVER, a, &n)) < 0)
+        if ((rc = ip_addrs(&nw, address, true, NULL, CO_FOREVER, a, &n)) < 0)
             return rc;
         /* Go listens on the first IPv4 address of a name, if it has one. A
          * wildcard of "tcp"/"udp" is [::] (dual stack) where IPv6 works. */
