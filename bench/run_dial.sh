@@ -55,22 +55,37 @@ if command -v go >/dev/null 2>&1; then
     fi
 fi
 
-# The DNS responder, shared by both sides.
-"$BUILD/bench_dial" serve-dns >"$OUT/dns.out" 2>&1 &
-DNS_PID=$!
-trap 'kill $DNS_PID 2>/dev/null' EXIT
+# The DNS responder, shared by both sides; started again (and said so in
+# the log) if it is found gone before a run.
+DNS_PID=""
 DNS_PORT=""
-i=0
-while [ $i -lt 100 ] && [ -z "$DNS_PORT" ]; do
-    DNS_PORT=$(sed -n 's/^port=\([0-9]*\)/\1/p' "$OUT/dns.out")
-    [ -z "$DNS_PORT" ] && sleep 0.05
-    i=$((i + 1))
-done
-[ -n "$DNS_PORT" ] || echo "bench/run_dial.sh: the DNS responder did not start" >&2
+dns_up() {
+    if [ -n "$DNS_PID" ] && kill -0 "$DNS_PID" 2>/dev/null; then
+        return 0
+    fi
+    [ -n "$DNS_PID" ] && echo "the DNS responder (pid $DNS_PID) was gone: started again" >>"$LOG"
+    : >"$OUT/dns.out"
+    "$BUILD/bench_dial" serve-dns >"$OUT/dns.out" 2>&1 &
+    DNS_PID=$!
+    DNS_PORT=""
+    i=0
+    while [ $i -lt 100 ] && [ -z "$DNS_PORT" ]; do
+        DNS_PORT=$(sed -n 's/^port=\([0-9]*\)/\1/p' "$OUT/dns.out")
+        [ -z "$DNS_PORT" ] && sleep 0.05
+        i=$((i + 1))
+    done
+    [ -n "$DNS_PORT" ] || echo "bench/run_dial.sh: the DNS responder did not start" >&2
+}
+trap '[ -n "$DNS_PID" ] && kill $DNS_PID 2>/dev/null' EXIT
+dns_up
 
 one() { # impl id mode n c [port]
     impl=$1 id=$2
     shift 2
+    if [ "$1" = dns ]; then
+        dns_up
+        set -- dns "$2" "$3" "$DNS_PORT"
+    fi
     if [ "$impl" = colony ]; then
         line=$(timeout 120 "$BUILD/bench_dial" "$@" 2>>"$LOG")
     else
