@@ -80,6 +80,10 @@ extern "C" {
 #define CO_EPERM (-10009)     /* not allowed from this context; a send or close on a receive-only channel */
 #define CO_ETLS (-10020)       /* TLS: handshake or record failure (bad peer, garbage, alert) */
 #define CO_ETLSVERIFY (-10021) /* TLS: the peer's certificate failed verification */
+#define CO_ENOTFOUND (-10010) /* no such host: the name has no address (NXDOMAIN, no data) */
+#define CO_EADDR (-10011)     /* malformed address, or none of the network's family */
+#define CO_ENETUNKNOWN (-10012) /* unknown network (not "tcp", "udp4", "unix", ...) */
+#define CO_EDNS (-10013)      /* the name servers failed (refused, server failure, bad answer) */
 CO_EXTERN const char *co_strerror(int err);
 
 /* ---- time -------------------------------------------------------------- */
@@ -324,8 +328,72 @@ CO_EXTERN int co_blocking(void (*fn)(void *arg), void *arg);
 /* ---- foreign code: descriptors closed behind colony's back ------------- */
 
 /* ---- net: dial and listen by address, the resolver --------------------- */
+/* docs/net.md. Networks: "tcp", "tcp4", "tcp6", "udp", "udp4", "udp6",
+ * "unix", "unixgram", "unixpacket". Addresses in Go's syntax: "host:port",
+ * "[::1]:80", ":8080" (every address to listen on; the local system to
+ * dial), a port may be a service name ("http"); for unix ones a path, or
+ * "@name" in the abstract namespace. A name is resolved with the deadline;
+ * a dial to a name tries its addresses as Go's dialer does (IPv6 and IPv4
+ * raced, RFC 6555). Both return a new non-blocking fd (>= 0) usable with
+ * every co_* I/O call, or a negative code: CO_ENETUNKNOWN, CO_EADDR,
+ * CO_ENOTFOUND, CO_EDNS, CO_ETIMEDOUT, CO_EINVAL (NULL), -errno. */
+struct co_listen_opts {
+    int backlog;          /* listen(2)'s; 0: SOMAXCONN */
+    bool reuseport;       /* SO_REUSEPORT: several listeners share the port */
+    bool delay;           /* keep Nagle's algorithm (TCP_NODELAY is set by default, as in Go) */
+    int64_t keepalive_ns; /* TCP keep-alive idle and interval: 0: 15 s, as Go; < 0: off */
+    bool v6only;          /* "tcp"/"udp" on an IPv6 address: IPv6 only, not dual stack */
+};
+CO_EXTERN int co_dial(const char *network, const char *address, int64_t deadline);
+/* co_dial that ctx's cancellation also ends (Go's DialContext): the
+ * lookup and a connect under way; co_ctx_err's code. ctx may be NULL. */
+CO_EXTERN int co_dial_ctx(co_ctx_t *ctx, const char *network, const char *address,
+                          int64_t deadline);
+CO_EXTERN int co_listen(const char *network, const char *address,
+                        const struct co_listen_opts *opts); /* opts may be NULL */
+
+/* The resolver (Go's net.DefaultResolver): c-ares on the netpoller where
+ * built with it (/etc/hosts, then DNS per /etc/resolv.conf), getaddrinfo
+ * in co_blocking otherwise and for names only other NSS sources know.
+ * ctx may be NULL; its cancellation ends the lookup (co_ctx_err's code).
+ * co_lookup_host writes up to max addresses of host (port 0), IPv6 and
+ * IPv4, and returns how many (>= 1); a literal IP is its own answer.
+ * co_lookup_addr writes addr's name (NUL-terminated, cut to cap). */
+CO_EXTERN int co_lookup_host(co_ctx_t *ctx, const char *host, struct sockaddr_storage *out,
+                             int max, int64_t deadline);
+CO_EXTERN int co_lookup_addr(co_ctx_t *ctx, const struct sockaddr *addr, socklen_t addrlen,
+                             char *name, size_t cap, int64_t deadline);
+/* Replace the resolver's configuration for lookups that start from now
+ * on; NULL: the system's again. Zero fields: /etc/resolv.conf's. -ENOTSUP
+ * without c-ares. */
+typedef struct co_resolver_conf {
+    const char *servers; /* "127.0.0.1:53,[::1]:5353"; NULL: resolv.conf's */
+    const char *search;  /* "a.example b.example"; NULL: resolv.conf's */
+    int ndots;           /* dots in a name below which search domains go first; 0: resolv.conf's */
+    int64_t timeout_ns;  /* first try's timeout per server; 0: resolv.conf's */
+    int attempts;        /* tries per server; 0: resolv.conf's */
+} co_resolver_conf_t;
+CO_EXTERN int co_resolver_configure(const co_resolver_conf_t *conf);
 
 /* ---- net: datagrams, messages and vectored I/O ------------------------- */
+/* docs/net.md. As co_read/co_write: the deadline, from coroutines and
+ * plain threads, -EBADF, CO_ECLOSED, CO_ETIMEDOUT, CO_EINVAL, -errno.
+ * co_writev and co_sendfile send all of it or fail (what went out before
+ * a co_close cut them is returned, as co_write does); the others make one
+ * system call's worth of progress. flags go to the system call (MSG_*;
+ * MSG_NOSIGNAL is always added to sends). */
+struct iovec;
+struct msghdr;
+CO_EXTERN ssize_t co_recvfrom(int fd, void *buf, size_t len, int flags, struct sockaddr *from,
+                              socklen_t *fromlen, int64_t deadline);
+CO_EXTERN ssize_t co_sendto(int fd, const void *buf, size_t len, int flags,
+                            const struct sockaddr *to, socklen_t tolen, int64_t deadline);
+CO_EXTERN ssize_t co_recvmsg(int fd, struct msghdr *msg, int flags, int64_t deadline);
+CO_EXTERN ssize_t co_sendmsg(int fd, const struct msghdr *msg, int flags, int64_t deadline);
+CO_EXTERN ssize_t co_readv(int fd, const struct iovec *iov, int iovcnt, int64_t deadline);
+CO_EXTERN ssize_t co_writev(int fd, const struct iovec *iov, int iovcnt, int64_t deadline);
+CO_EXTERN ssize_t co_sendfile(int out_fd, int in_fd, off_t *offset, size_t count,
+                              int64_t deadline);
 
 /* ---- signals as channel messages (Go's os/signal) ---------------------- */
 /* Relay signals to ch (elements int: the signal's number) from now on, in

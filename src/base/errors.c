@@ -20,6 +20,10 @@ const char *co_strerror(int err) {
     case CO_EPERM: return "not allowed from this context";
     case CO_ETLS: return "TLS handshake or protocol failure";
     case CO_ETLSVERIFY: return "TLS peer certificate failed verification";
+    case CO_ENOTFOUND: return "no such host";
+    case CO_EADDR: return "malformed address, or none of the network's family";
+    case CO_ENETUNKNOWN: return "unknown network";
+    case CO_EDNS: return "name server failure";
     default:
         if (err < 0 && err > -4096) {
             /* strerrordesc_np: glibc's own constant text, never the

@@ -28,6 +28,7 @@
 #include "runtime/runtime.h"
 
 #include "runtime/netpoll.h"
+#include "io/io.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -597,4 +598,74 @@ int co_wait_fd(int fd, int events, int64_t deadline) {
     }
     op_exit(pd, held);
     return rc;
+}
+
+/* ---- the door for the layers above (io.h) -------------------------------- */
+
+ssize_t co__io_op(int fd, int how, co__io_fn fn, void *arg, int64_t deadline) {
+    if (fd < 0)
+        return -EBADF;
+    if (!fn || !(how & (CO__IO_READ | CO__IO_WRITE)))
+        return CO_EINVAL;
+    co__pd_t *pd;
+    bool held;
+    int rc = pd_enter(fd, &pd, &held);
+    if (rc < 0)
+        return rc;
+    bool wl = how & CO__IO_WLOCK;
+    if (wl && (rc = wlock_take(pd, deadline)) < 0) {
+        op_exit(pd, held);
+        return rc;
+    }
+    bool wr = how & CO__IO_WRITE;
+    ssize_t n;
+    for (;;) {
+        uint32_t seq = __atomic_load_n(wr ? &pd->wseq : &pd->rseq, __ATOMIC_ACQUIRE);
+        n = fn(fd, arg);
+        if (n >= 0)
+            break;
+        if (n == -EINTR)
+            continue;
+        if (!again(n) || pd_plain(pd))
+            break;
+        int w = co__pd_wait(pd, wr ? CO__PD_WRITE : CO__PD_READ, wr ? 0 : seq, wr ? seq : 0,
+                            deadline);
+        if (w < 0) {
+            n = w;
+            break;
+        }
+        if (wl && CO_UNLIKELY(wlock_closed(pd))) {
+            n = CO_ECLOSED;
+            break;
+        }
+    }
+    if (wl)
+        wlock_give(pd);
+    op_exit(pd, held);
+    return n;
+}
+
+void co__io_fresh(int fd) {
+    co__pd_t *pd = fd >= 0 ? co__pd_peek(fd) : NULL;
+    if (!pd)
+        return;
+    co__lock(&pd->lock);
+    __atomic_store_n(&pd->kind, CO__PD_UNKNOWN, __ATOMIC_RELEASE);
+    co__unlock(&pd->lock);
+}
+
+void co__io_adopt(int fd, bool tcp) {
+    if (co__ensure_init() < 0)
+        return;
+    co__pd_t *pd = co__pd_get(fd);
+    if (!pd)
+        return;
+    co__lock(&pd->lock);
+    pd->is_sock = 1;
+    __atomic_store_n(&pd->stream, tcp, __ATOMIC_RELAXED);
+    __atomic_store_n(&pd->rdrained, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&pd->hup, 0, __ATOMIC_RELAXED);
+    int rc = co__np_register(fd);
+    __atomic_store_n(&pd->kind, rc == 0 ? CO__PD_POLLED : CO__PD_UNKNOWN, __ATOMIC_RELEASE);
+    co__unlock(&pd->lock);
 }

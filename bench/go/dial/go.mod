@@ -1,0 +1,3 @@
+module colony.bench/dial
+
+go 1.19
