@@ -22,7 +22,13 @@
 #include <time.h>
 
 /* co__unpark of a plain thread's parker. */
+static inline void plain_uncount(co__parker_t *pk) {
+    if (__atomic_load_n(&pk->counted, __ATOMIC_RELAXED) && __atomic_exchange_n(&pk->counted, 0, __ATOMIC_RELAXED))
+        __atomic_sub_fetch(&co__plain_parked_forever, 1, __ATOMIC_RELAXED);
+}
+
 void co__unpark_thread(co__parker_t *pk) {
+    plain_uncount(pk); /* before the release: pk may be gone after it */
     /* store-release: pairs with the sleeping thread's acquire load */
     __atomic_store_n(&pk->futex, 1, __ATOMIC_RELEASE);
     co__futex_wake(&pk->futex, 1);
@@ -132,6 +138,13 @@ static int park_until(co__parker_t *pk, int64_t deadline, void (*unlockf)(void *
         return timedout ? CO_ETIMEDOUT : 0;
     }
     co__forked_check(); /* in a forked child, the waker may be a thread not there */
+    const bool timed = deadline != CO_FOREVER;
+    if (!timed) { /* counted before it can be woken: deadlock.c */
+        __atomic_add_fetch(&co__plain_parked_forever, 1, __ATOMIC_RELAXED);
+        __atomic_store_n(&pk->counted, 1, __ATOMIC_RELAXED);
+    } else {
+        __atomic_add_fetch(&co__plain_parked_timed, 1, __ATOMIC_RELAXED);
+    }
     if (unlockf) unlockf(arg);
     for (;;) {
         /* acquire: pairs with co__unpark's store-release */
@@ -139,15 +152,21 @@ static int park_until(co__parker_t *pk, int64_t deadline, void (*unlockf)(void *
 #ifdef CO_TSAN
             __tsan_acquire(pk); /* its waker's hand-over (co__race_unpark) */
 #endif
+            if (!timed) plain_uncount(pk);
+            else __atomic_sub_fetch(&co__plain_parked_timed, 1, __ATOMIC_RELAXED);
             return 0;
         }
         int r = co__futex_wait(&pk->futex, 0, deadline);
         if (r == CO_ETIMEDOUT) {
             uint32_t w = CO__PK_WAITING;
             if (__atomic_compare_exchange_n(&pk->state, &w, CO__PK_TIMEDOUT, false,
-                                            __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+                                            __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+                __atomic_sub_fetch(&co__plain_parked_timed, 1, __ATOMIC_RELAXED);
                 return CO_ETIMEDOUT;
-            deadline = CO_FOREVER; /* a waker claimed us: wait for its wake */
+            }
+            /* a waker claimed us: wait for its wake, still counted as
+             * timed (its release is coming) */
+            deadline = CO_FOREVER;
         }
     }
 }

@@ -277,6 +277,7 @@ typedef struct co_sched {
     int64_t schedtrace_ms;     /* COLONY_DEBUG=schedtrace=MS; 0 off */
     int chaos;                 /* COLONY_DEBUG=chaos: widen race windows (tests) */
     int no_yslot;              /* COLONY_DEBUG=noyieldslot: never use the yield slot */
+    int no_deadlock;           /* COLONY_DEBUG=nodeadlock: no deadlock detection (deadlock.c) */
 
     /* lock protects: pidle, npidle writes, midle, nmidle, allm, mcount,
      * runq (the global queue), runqsize, pspare, pretiring. */
@@ -516,6 +517,11 @@ CO_HIDDEN void co__sysmon_stop(void);
 CO_HIDDEN void co__sysmon_kick(void);
 /* debug.c */
 CO_HIDDEN void co__schedtrace(FILE *out);
+/* Deadlock detection (deadlock.c), called by sysmon each round. */
+CO_HIDDEN void co__deadlock_check(int64_t now);
+/* Plain threads parked in a colony call (park.c counts them, deadlock.c
+ * reads them): atomics, relaxed. */
+CO_HIDDEN extern uint32_t co__plain_parked_forever, co__plain_parked_timed;
 CO_HIDDEN void co__debug_parse_env(void);
 #ifdef CO_TSAN
 /* race.c: the race detector's edges (docs/hacking.md, "The race detector") */

@@ -157,6 +157,11 @@ typedef struct co__parker {
     struct co_g *g;   /* the parked coroutine; NULL for a plain thread */
     void *winner;     /* set by the claimer: which waiter fired (select) */
     int wait_reason;  /* CO__WR_*, for co_dump */
+    /* A plain thread parked with no deadline counts itself in
+     * co__plain_parked_forever and sets this; whoever swaps it back to 0
+     * (its waker, before the release, or itself) uncounts it: the count
+     * never includes a thread already released (deadlock.c). Atomic. */
+    uint32_t counted;
 } co__parker_t;
 
 /* Wait reasons, shown by co_dump. Never reuse one; add new ones. */
@@ -173,6 +178,7 @@ static inline void co__parker_init_g(co__parker_t *pk, struct co_g *g, int wait_
     pk->g = g;
     pk->winner = NULL;
     pk->wait_reason = wait_reason;
+    pk->counted = 0;
 }
 /* Prepare a parker for the calling coroutine or thread. */
 static inline void co__parker_init(co__parker_t *pk, int wait_reason) {
