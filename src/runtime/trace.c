@@ -416,6 +416,7 @@ typedef struct gi {
     uint64_t key;     /* G id + 1; 0 an empty cell */
     uint64_t flow;    /* the flow (wake-up arrow) waiting for its next start, 0 none */
     bool exited;
+    bool started;     /* a start of it was seen */
     char label[56];   /* "G7 name" */
 } gi_t;
 
@@ -427,6 +428,7 @@ typedef struct lane {
     double spin_ts, sleep_ts, block_ts; /* open spans, < 0 none */
     uint64_t block_g;
     uint64_t last_create;
+    double free_ts;   /* when its last coroutine slice ended (0: the trace's start) */
 } lane_t;
 
 typedef struct plane {
@@ -570,6 +572,7 @@ static void close_g(lane_t *L, int slot, double ts, const char *end) {
     xev(1, lane_tid(slot), glabel(L->g), "g", L->gts, ts - L->gts, args);
     if (L->gp != NO_P && L->gp < J.nplanes && J.planes[L->gp].g == L->g) close_pg(L->gp, ts);
     L->g = 0;
+    L->free_ts = ts;
 }
 
 static void close_spans(lane_t *L, int slot, double ts) {
@@ -632,12 +635,18 @@ static void one_event(const tev_t *e, double ts) {
         open_g(L, e->a, e->p, ts);
         g = gget(e->a);
         if (g && g->exited) J.anomalies++;
+        if (g) g->started = true;
         if (g && g->flow) {
             flow('f', g->flow, lane_tid(slot), ts);
             g->flow = 0;
         }
         break;
     case CO__TEV_PARK: case CO__TEV_YIELD: case CO__TEV_EXIT: case CO__TEV_BLOCK: {
+        if (!L->g && (g = gget(e->a)) && !g->started && !g->exited) {
+            /* it was running here when the trace started */
+            g->started = true;
+            open_g(L, e->a, e->p, L->free_ts);
+        }
         if (L->g != e->a) {
             if (!L->g && L->block_ts >= 0 && L->block_g == e->a) {
                 /* left co_blocking with no P to run on (it requeues), or
