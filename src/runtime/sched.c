@@ -516,7 +516,6 @@ static inline __attribute__((always_inline)) void yield_fast_switch(co_m_t *m, c
      * tells DEAD and IDLE from the rest) */
     __atomic_store_n(&g->status, CO_G_RUNNABLE, __ATOMIC_RELAXED);
     __atomic_store_n(&p->yieldg, g, __ATOMIC_RELAXED); /* published by the close */
-    CO_TRACE(CO__TEV_YIELD_TO, g, next);
     /* next ran before (it yielded), so it has a stack: a plain switch */
     m->curg = next;
     __atomic_store_n(&next->status, CO_G_RUNNING, __ATOMIC_RELAXED);
@@ -555,7 +554,7 @@ void co_yield(void) {
      * the slot before it is saved: the window stays open across the switch
      * (run_post closes it on the other side, post_yslot), and until then
      * nobody else may take from the slot (yslot.h). */
-    if (p && (next = co__yslot_peek(p)) != NULL) {
+    if (p && (next = co__yslot_peek(p)) != NULL && !CO_TRACING()) {
         uint32_t tick = p->schedtick + 1;
         if (tick % 61 != 0 && yslot_fits(p) && co__yslot_open(p)) {
             /* Still next: only a sysmon could have emptied the slot since the

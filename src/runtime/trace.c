@@ -209,10 +209,6 @@ void co__trace_ev(int kind, uint64_t a, uint64_t b) {
     case CO__TEV_START:
         if (!g->is_g0) put(s, kind, ts, g->id, 0, p);
         break;
-    case CO__TEV_YIELD_TO:
-        put(s, CO__TEV_YIELD, ts, g->id, 0, p);
-        put(s, CO__TEV_START, ts, ((co_g_t *)(uintptr_t)b)->id, 0, p);
-        break;
     case CO__TEV_PARK: case CO__TEV_YIELD: case CO__TEV_READY: case CO__TEV_EXIT:
     case CO__TEV_STEAL: case CO__TEV_BLOCK: case CO__TEV_BLOCK_END:
         put(s, kind, ts, g->id, b, p);
@@ -606,6 +602,10 @@ static void one_event(const tev_t *e, double ts) {
     case CO__TEV_CREATE:
         g = gget(e->a);
         if (!g) break;
+        /* its entry function: by name where the dynamic symbols have it,
+         * else its address (addr2line -f -e program ADDR names it) */
+        snprintf(g->label, sizeof g->label, "G%llu 0x%llx", (unsigned long long)e->a,
+                 (unsigned long long)e->b);
 #if defined(__GLIBC__)
         Dl_info di;
         if (dladdr((void *)(uintptr_t)e->b, &di) && di.dli_sname)

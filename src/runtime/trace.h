@@ -20,7 +20,6 @@ enum {
     CO__TEV_START,      /* a: the G switched to (g0 ignored) */
     CO__TEV_PARK,       /* a: the running G, b: its CO__WR_* reason */
     CO__TEV_YIELD,      /* a: the running G, which stays runnable */
-    CO__TEV_YIELD_TO,   /* a: the yielder, b: the G it switches to (the fast path) */
     CO__TEV_READY,      /* a: the G made runnable */
     CO__TEV_EXIT,       /* a: the exiting G */
     CO__TEV_P_ACQUIRE,  /* a: P id, taken by this thread's M */
@@ -44,6 +43,10 @@ enum {
 CO_HIDDEN extern uint32_t co__trace_on;
 
 CO_HIDDEN void co__trace_ev(int kind, uint64_t a, uint64_t b);
+
+/* For a path that must not hold a call (co_yield's fast path keeps nothing
+ * in callee-saved registers): true while tracing, to take the slow path. */
+#define CO_TRACING() __builtin_expect(__atomic_load_n(&co__trace_on, __ATOMIC_RELAXED) != 0, 0)
 
 #define CO_TRACE(kind, a, b)                                                                \
     do {                                                                                    \
