@@ -7,7 +7,8 @@ Exits 0 if it holds: it parses as JSON; no two coroutine slices overlap on
 one thread's lane; each coroutine's events come in a valid order (created
 before it first runs, readied between a park and its next run, nothing
 after its exit); the writer saw no anomalies. --lost: the trace must
-report lost events, with a record of them. Prints what failed otherwise.
+report lost events, with a record of them (and then only the lanes are
+checked: a coroutine's story has gaps). Prints what failed otherwise.
 """
 import json
 import sys
@@ -27,7 +28,9 @@ def main():
     evs = d.get("traceEvents")
     if not isinstance(evs, list) or not evs:
         fail("no traceEvents")
-    if od.get("anomalies") != 0:
+    # a trace that lost events cannot show every coroutine's whole story:
+    # there only the lanes' consistency is checked
+    if od.get("anomalies") != 0 and not want_lost:
         fail("anomalies: %r" % od.get("anomalies"))
     lost_recs = [e for e in evs if e.get("cat") == "lost"]
     if want_lost:
@@ -65,7 +68,7 @@ def main():
                      (names.get((1, tid), tid), a["name"], a["ts"], a["dur"], b["name"], b["ts"]))
     if nslices == 0:
         fail("no coroutine slices")
-    for g, items in per_g.items():
+    for g, items in ([] if want_lost else per_g.items()):
         # a run and the ready that caused it share a timestamp at most; a
         # ready recorded by the waker sorts before the run it causes
         order = {"create": 0, "ready": 1, "run": 2}

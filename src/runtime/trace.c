@@ -862,6 +862,17 @@ static void close_slots(void) {
             sched_yield();
         }
         if (s->gen != T.gen) continue; /* handed out, never set up */
+        if (s->lost) {
+            /* its count of dropped events goes in as a record: wait for
+             * the writer to free a chunk (stop does not hold it up) */
+            for (int k = 0; k < 2000 && (s->chunk < 0 || s->n + 1 >= (uint32_t)T.chunk_ev); k++)
+                if (!chunk_next(s)) usleep(1000);
+            if (s->chunk >= 0 && s->n + 1 < (uint32_t)T.chunk_ev) {
+                T.evmem[(size_t)s->chunk * (size_t)T.chunk_ev + s->n++] =
+                    (tev_t){.ts = now_ts(), .a = s->lost, .slot = i, .kind = CO__TEV_LOST_, .p = NO_P};
+                s->lost = 0;
+            }
+        }
         if (s->chunk >= 0) {
             /* its partial chunk goes to the writer; the free one it may
              * take here is never used (the pool is freed after the join) */
@@ -886,6 +897,7 @@ int co_trace_stop(void) {
     }
     /* seq_cst: see co__trace_ev */
     __atomic_store_n(&co__trace_on, 0, __ATOMIC_SEQ_CST);
+    co__trace_hold_writer(false);
     close_slots();
     T.c1 = T.ns_clock ? (uint64_t)co_now() : co__cycles();
     T.t1 = co_now();
