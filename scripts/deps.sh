@@ -7,6 +7,7 @@ command -v clang >/dev/null 2>&1 || need="$need clang"
 command -v make >/dev/null 2>&1 || need="$need make"
 [ -f /usr/include/valgrind/valgrind.h ] || need="$need valgrind"
 command -v gdb >/dev/null 2>&1 || need="$need gdb" # tests/test_gdb.c (tools/colony-gdb.py)
+command -v chromium >/dev/null 2>&1 || need="$need chromium" # tests/test_trace_html.c renders tools/colony-trace's page
 # `sh scripts/deps.sh aarch64` (make aarch64): the AArch64 cross compiler and
 # qemu-user, which runs the cross-built tests on this machine.
 if [ "${1:-}" = aarch64 ]; then
