@@ -449,6 +449,15 @@ CO_EXTERN void co_sched_stats(co_sched_stats_t *out);
  * writes min(procs, max) entries to lens and returns how many. */
 CO_EXTERN int co_sched_runq_lens(int *lens, int max);
 CO_EXTERN void co_dump(FILE *out);
+/* The execution trace (docs/trace.md): scheduler events recorded from now
+ * on, written to path as Chrome trace-event JSON (Perfetto,
+ * chrome://tracing, tools/colony-trace) by co_trace_stop. COLONY_TRACE=path
+ * traces the whole run. co_trace_start: 0, CO_EINVAL for a NULL or empty
+ * path, CO_EBUSY while a trace is on, -errno if path cannot be written,
+ * CO_ENOMEM. co_trace_stop: 0, CO_EINVAL if no trace is on, -errno if the
+ * file could not be written. */
+CO_EXTERN int co_trace_start(const char *path);
+CO_EXTERN int co_trace_stop(void);
 
 #ifdef __cplusplus
 }

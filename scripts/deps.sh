@@ -12,6 +12,7 @@ command -v gdb >/dev/null 2>&1 || need="$need gdb" # tests/test_gdb.c (tools/col
 command -v openssl >/dev/null 2>&1 || need="$need openssl"
 command -v curl >/dev/null 2>&1 || need="$need curl"
 [ -f /usr/include/ares.h ] || need="$need libc-ares-dev pkg-config" # the resolver (docs/net.md)
+command -v chromium >/dev/null 2>&1 || need="$need chromium" # tests/test_trace_html.c renders tools/colony-trace's page
 # `sh scripts/deps.sh aarch64` (make aarch64): the AArch64 cross compiler and
 # qemu-user, which runs the cross-built tests on this machine.
 if [ "${1:-}" = aarch64 ]; then

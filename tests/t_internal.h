@@ -12,6 +12,7 @@
 #include "base/testhook.h"
 #include "runtime/runtime.h"
 #include "runtime/proc.h"
+#include "runtime/trace.h"
 #include "chan/chan_impl.h"
 #include "pool/pool_impl.h"
 

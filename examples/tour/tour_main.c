@@ -11,6 +11,7 @@ static int tour(void *arg) {
     if (tour_chan) tour_chan();
     if (tour_pool) tour_pool();
     if (tour_net) tour_net();
+    if (tour_trace) tour_trace();
     return 0;
 }
 

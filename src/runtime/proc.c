@@ -200,7 +200,9 @@ static void stopm(co_m_t *m) {
     s->nmidle++;
     co__unlock(&s->lock);
     /* acquire: pairs with startm's store-release */
+    CO_TRACE(CO__TEV_M_SLEEP, 0, 0);
     while (__atomic_load_n(&m->park, __ATOMIC_ACQUIRE) == 0) co__futex_wait(&m->park, 0, CO_FOREVER);
+    CO_TRACE(CO__TEV_M_WAKE, 0, 0);
 }
 
 /* ---- an idle M ---------------------------------------------------------- */
@@ -237,7 +239,9 @@ void co__block_idle(co_m_t *m) {
         if (co__globrunq_pending(__ATOMIC_ACQUIRE) &&
             __atomic_load_n(&s->npidle, __ATOMIC_ACQUIRE) > 0)
             delay = 0; /* work is waiting for a P: don't sleep */
+        CO_TRACE(CO__TEV_M_SLEEP, 0, 1);
         if (!__atomic_load_n(&s->stopping, __ATOMIC_ACQUIRE)) co__netpoll(delay);
+        CO_TRACE(CO__TEV_M_WAKE, 0, 0);
         __atomic_store_n(&s->lastpoll, co_now(), __ATOMIC_RELAXED);
         __atomic_store_n(&s->poll_until, 0, __ATOMIC_SEQ_CST);
         __atomic_store_n(&s->polling, 0, __ATOMIC_RELEASE);

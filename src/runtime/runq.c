@@ -210,6 +210,7 @@ co_g_t *co__stealwork(co_m_t *m) {
                 }
             }
             co_g_t *g = runqsteal(m->p, pp, last);
+            if (g) CO_TRACE(CO__TEV_STEAL, g, pp->id);
             if (g) return g;
         }
     }

@@ -200,6 +200,7 @@ static inline __attribute__((always_inline)) void gogo(co_m_t *m, co_g_t *from, 
         if (from->is_g0) return;
         to = &m->g0;
     }
+    CO_TRACE(CO__TEV_START, to, 0);
     m->curg = to->is_g0 ? NULL : to;
     if (!to->is_g0) __atomic_store_n(&to->status, CO_G_RUNNING, __ATOMIC_RELAXED);
     switch_to(from, to, from_exiting);
@@ -259,6 +260,7 @@ static void goexit_handover(co_m_t *m, co_g_t *g, co_g_t *next) __attribute__((n
 static void goexit_handover(co_m_t *m, co_g_t *g, co_g_t *next) {
     next->stack = g->stack;
     g->stack.map = NULL;
+    CO_TRACE(CO__TEV_START, next, 0);
     m->curg = next;
     __atomic_store_n(&next->status, CO_G_RUNNING, __ATOMIC_RELAXED);
 #ifdef CO_ASAN
@@ -279,6 +281,7 @@ static void goexit(co_g_t *g) __attribute__((noreturn));
 static void goexit(co_g_t *g) {
     co__stack_check(g);
     __atomic_store_n(&g->status, CO_G_DEAD, __ATOMIC_RELAXED);
+    CO_TRACE(CO__TEV_EXIT, g, 0);
     co_m_t *m = getm();
     live_add(m->p, -1);
     co_g_t *next = runq_next_fast(m->p);
@@ -321,6 +324,7 @@ void co__g_entry(co_g_t *g) {
 /* Make g runnable on this P (runnext), or on the global queue from a plain
  * thread, and wake an M if a P is idle and none spins. */
 static inline void ready_put(co_g_t *g) {
+    CO_TRACE(CO__TEV_READY, g, 0);
     __atomic_store_n(&g->status, CO_G_RUNNABLE, __ATOMIC_RELAXED);
     co_m_t *m = getm();
     if (m && m->p) {
@@ -381,6 +385,7 @@ void co__ready_many(co_g_t *const *gs, size_t n) {
     for (size_t i = 0; i < n; i++) {
         if (i + AHEAD < n) __builtin_prefetch(gs[i + AHEAD], 1);
         co_g_t *g = gs[i];
+        CO_TRACE(CO__TEV_READY, g, 0);
 #ifdef CO_TSAN
         co__race_ready(g); /* as co__ready */
 #endif
@@ -410,6 +415,7 @@ static inline __attribute__((always_inline)) void park_m(co_m_t *m, void (*post)
     co_g_t *g = m->curg;
     /* relaxed atomic: co_dump reads it from any thread, a hint */
     __atomic_store_n(&g->wait_reason, (int16_t)reason, __ATOMIC_RELAXED);
+    CO_TRACE(CO__TEV_PARK, g, reason);
     co__stack_check(g);
     m->post_fn = post;
     m->post_g = g;
@@ -485,6 +491,7 @@ __attribute__((noinline)) void co__yield_slow(co_m_t *m, co_g_t *g, co_p_t *p,
         next = &m->g0; /* our P was lent away: requeue globally via g0 */
     }
     co__stack_check(g);
+    CO_TRACE(CO__TEV_YIELD, g, 0);
     m->post_fn = post; /* run_post handles post_yield inline */
     m->post_g = g;
     gogo(m, g, next, false);
@@ -548,7 +555,7 @@ void co_yield(void) {
      * the slot before it is saved: the window stays open across the switch
      * (run_post closes it on the other side, post_yslot), and until then
      * nobody else may take from the slot (yslot.h). */
-    if (p && (next = co__yslot_peek(p)) != NULL) {
+    if (p && (next = co__yslot_peek(p)) != NULL && !CO_TRACING()) {
         uint32_t tick = p->schedtick + 1;
         if (tick % 61 != 0 && yslot_fits(p) && co__yslot_open(p)) {
             /* Still next: only a sysmon could have emptied the slot since the
@@ -572,6 +579,7 @@ void co_yield(void) {
 /* ---- M main loop -------------------------------------------------------- */
 
 static void resetspinning(co_m_t *m) {
+    CO_TRACE(CO__TEV_M_SPIN_END, 0, 0);
     m->spinning = false;
     __atomic_sub_fetch(&co__sched.nmspinning, 1, __ATOMIC_SEQ_CST);
     co__wakep();
@@ -618,6 +626,7 @@ static co_g_t *findrunnable(co_m_t *m) {
         uint32_t busy = (uint32_t)s->nprocs - __atomic_load_n(&s->npidle, __ATOMIC_SEQ_CST);
         if (m->spinning || 2 * __atomic_load_n(&s->nmspinning, __ATOMIC_SEQ_CST) < busy) {
             if (!m->spinning) {
+                CO_TRACE(CO__TEV_M_SPIN, 0, 0);
                 m->spinning = true;
                 __atomic_add_fetch(&s->nmspinning, 1, __ATOMIC_SEQ_CST);
             }
@@ -641,6 +650,7 @@ static co_g_t *findrunnable(co_m_t *m) {
         co__unlock(&s->lock);
         bool was_spinning = m->spinning;
         if (was_spinning) {
+            CO_TRACE(CO__TEV_M_SPIN_END, 0, 0);
             m->spinning = false;
             __atomic_sub_fetch(&s->nmspinning, 1, __ATOMIC_SEQ_CST);
             /* Re-check every queue after the decrement (see the essay). */

@@ -14,6 +14,7 @@
 
 #include "runtime/proc.h"
 #include "runtime/yslot.h"
+#include "runtime/trace.h"
 
 /* Hidden, as defined (sched.c): its fields are read PC-relative, with no
  * load of its address from the GOT first. */
@@ -102,6 +103,7 @@ static inline void plain_push(co_g_t *g) {
 
 /* m takes p, to run its coroutines. */
 static inline void acquirep(co_m_t *m, co_p_t *p) {
+    CO_TRACE(CO__TEV_P_ACQUIRE, p->id, 0);
     m->p = p;
     p->m = m;
     /* A new owner schedules: sysmon must not take a P that sat idle (its
@@ -113,6 +115,7 @@ static inline void acquirep(co_m_t *m, co_p_t *p) {
 
 /* sched.lock held. p goes on the idle list. */
 static inline void pidleput_locked(co_p_t *p) {
+    CO_TRACE(CO__TEV_P_RELEASE, p->id, 0);
     co_sched_t *s = &co__sched;
     p->m = NULL;
     __atomic_store_n(&p->status, CO_P_IDLE, __ATOMIC_RELEASE);

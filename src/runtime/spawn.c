@@ -123,6 +123,7 @@ static inline __attribute__((always_inline)) int spawn_on(co_m_t *m, void (*fn)(
     /* release: pairs with co_dump's acquire load, which then reads the id
      * and name g_init wrote (a plain store on x86-64) */
     __atomic_store_n(&g->status, CO_G_RUNNABLE, __ATOMIC_RELEASE);
+    CO_TRACE(CO__TEV_CREATE, g, 0);
     if (CO_UNLIKELY(!p)) {
         plain_push(g);
         return 0;

@@ -20,6 +20,7 @@
  */
 #include "runtime/proc.h"
 #include "runtime/yslot.h"
+#include "runtime/trace.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -67,6 +68,7 @@ static bool retake_syscall(co_p_t *p, int64_t now) {
                                      __ATOMIC_RELAXED))
         return false;
     p->m = NULL;
+    CO_TRACE(CO__TEV_RETAKE, p->id, 0);
     co__handoffp(p);
     return true;
 }
@@ -130,6 +132,7 @@ static bool lend_spare(co_p_t *p, int i, int64_t now) {
     /* store-release: p's owner sees it at its next scheduler entry */
     __atomic_store_n(&p->retire, 1, __ATOMIC_RELEASE);
     co__unlock(&s->lock);
+    CO_TRACE(CO__TEV_RETAKE, p->id, 1);
     /* p's timers to np. The owner may be retiring p at the same time and
      * moving them too: both move p -> np under both heap locks. */
     co__timers_move(p, np, false);
@@ -304,6 +307,7 @@ int co_blocking(void (*fn)(void *arg), void *arg) {
         return 0;
     }
     co_p_t *p = m->p;
+    CO_TRACE(CO__TEV_BLOCK, m->curg, 0);
     m->syscallp = p;
     m->p = NULL;
     __atomic_store_n(&p->syscalltick, p->syscalltick + 1, __ATOMIC_RELAXED);
@@ -325,5 +329,6 @@ int co_blocking(void (*fn)(void *arg), void *arg) {
         co_panic(pv);
     }
     blocking_exit();
+    CO_TRACE(CO__TEV_BLOCK_END, co__getm()->curg, 0);
     return 0;
 }

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"runtime/trace"
 	"sort"
 	"strconv"
 	"sync"
@@ -300,5 +301,19 @@ func main() {
 		os.Exit(2)
 	}
 	args = os.Args[2:]
+	// GO_TRACE=path: the run under runtime/trace, the anchor for colony's
+	// COLONY_TRACE overhead (bench/trace.sh)
+	if p := os.Getenv("GO_TRACE"); p != "" {
+		f, err := os.Create(p)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		if err := trace.Start(f); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		defer func() { trace.Stop(); f.Close() }()
+	}
 	cmds[os.Args[1]]()
 }

@@ -1,0 +1,935 @@
+/*
+ * The execution trace: scheduler events into bounded per-thread buffers,
+ * emptied by a writer thread into a scratch file, turned into Chrome
+ * trace-event JSON at co_trace_stop (docs/trace.md has the format).
+ *
+ * Recording. Each thread that records takes a slot (its M's, a plain
+ * thread's, sysmon's) the first time it records in a session. A slot holds
+ * one chunk of the session's pool (allocated at start: nothing is
+ * allocated on the recording path) and fills it; a full chunk goes on the
+ * full list, and the thread takes a free chunk. With none free (the writer
+ * behind), events are dropped and counted; the next chunk the thread gets
+ * starts with a "lost events" record of how many. Recording never waits:
+ * the scheduler is never held up by the trace.
+ *
+ * Stopping. co_trace_stop clears co__trace_on, takes every slot's busy flag
+ * for good (waiting out an event being written), hands their partial
+ * chunks to the writer, joins it, then sorts the events by time and writes
+ * the JSON. Conversion at the end, not as events come: a wake-up and the
+ * start it causes are often recorded by two threads whose chunks reach the
+ * writer in any order.
+ */
+#include "runtime/sched_impl.h"
+#include "runtime/trace.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#if defined(__GLIBC__)
+#include <dlfcn.h>
+#endif
+
+uint32_t co__trace_on;
+
+#define MAX_SLOTS 512
+#define DEF_CHUNKS 256       /* 16 MiB of buffers by default */
+#define DEF_CHUNK_EV 2048    /* 64 KiB a chunk */
+#define NO_P 0xffff
+
+typedef struct tev {
+    uint64_t ts;   /* co__cycles(), or co_now() where there is no counter */
+    uint64_t a, b; /* per kind (trace.h), G pointers already turned into ids */
+    uint32_t slot; /* the recording thread's slot */
+    uint16_t kind;
+    uint16_t p;    /* the recording M's P id, NO_P for none */
+} tev_t;
+_Static_assert(sizeof(tev_t) == 32, "a trace event is 32 bytes");
+
+/* A recording thread's slot. busy is its lock (atomic, seq_cst exchange
+ * and release store): it protects every other field. The owner thread
+ * takes it around each event; co_trace_stop takes it for good. */
+typedef struct slot {
+    _Alignas(64) uint32_t busy;
+    uint32_t gen;     /* the session that set it up; 0 after a reset */
+    int32_t chunk;    /* index of the chunk it fills, -1 none */
+    uint32_t n;       /* events in that chunk */
+    uint64_t lost;    /* dropped since its last recorded event */
+    int m;            /* the thread's M id, -1 a thread without one */
+} slot_t;
+
+enum { CH_FREE = 0, CH_OWNED, CH_FULL };
+
+/* The session. api protects active, the buffers' allocation and all the
+ * fields written by start and stop. */
+static struct {
+    pthread_mutex_t api;
+    bool active;
+    pid_t pid;                /* the process that started it (a fork's child stops quietly) */
+    uint32_t gen;             /* atomic: the session's number, bumped (release) by start */
+    int nchunks, chunk_ev;
+    tev_t *evmem;             /* nchunks * chunk_ev events */
+    uint32_t *cn;             /* events in each chunk, set by its filler before it goes full */
+    int32_t *cnext;           /* the full list's links, written by the pusher */
+    uint8_t *cstate;          /* atomic CH_*: FREE -> OWNED by a filler's CAS (acquire), OWNED ->
+                               * FULL by its push (release), FULL -> FREE by the writer (release) */
+    uint32_t chint;           /* atomic relaxed: where the next free-chunk search starts */
+    int32_t full_head;        /* atomic: pushed chunks (index + 1, 0 empty); pushers CAS
+                               * (release), the writer takes all by exchange (acquire) */
+    uint32_t wword;           /* futex: bumped to wake the writer */
+    uint32_t wstop, whold;    /* atomic: the writer's orders */
+    int werr;                 /* the writer's first write error (errno); read after its join */
+    pthread_t writer;
+    int rawfd;
+    FILE *out;
+    char *path;
+    slot_t slots[MAX_SLOTS];
+    uint32_t nslots;          /* atomic: slots handed out (fetch-add) */
+    uint64_t c0, c1;          /* clock at start and stop */
+    int64_t t0, t1;           /* co_now() at start and stop */
+    bool ns_clock;            /* no cycle counter: events carry co_now() */
+    int64_t lost_global;      /* atomic: events dropped with no slot to count them in */
+    int64_t lost_total;       /* the last stopped session's lost events */
+} T = {.api = PTHREAD_MUTEX_INITIALIZER};
+
+static __thread uint32_t tls_gen;
+static __thread slot_t *tls_slot;
+
+/* ---- recording ---------------------------------------------------------- */
+
+static inline uint64_t now_ts(void) {
+    return T.ns_clock ? (uint64_t)co_now() : co__cycles();
+}
+
+/* Slot s (busy held): its chunk, if any, goes to the writer; takes a free
+ * one. false if none is free. */
+static bool chunk_next(slot_t *s) {
+    if (s->chunk >= 0) {
+        int32_t c = s->chunk;
+        T.cn[c] = s->n;
+        __atomic_store_n(&T.cstate[c], CH_FULL, __ATOMIC_RELAXED);
+        int32_t h = __atomic_load_n(&T.full_head, __ATOMIC_RELAXED);
+        do
+            T.cnext[c] = h;
+        while (!__atomic_compare_exchange_n(&T.full_head, &h, c + 1, true, __ATOMIC_RELEASE,
+                                            __ATOMIC_RELAXED));
+        s->chunk = -1;
+        __atomic_add_fetch(&T.wword, 1, __ATOMIC_RELAXED);
+        co__futex_wake(&T.wword, 1);
+    }
+    int n = T.nchunks;
+    uint32_t start = __atomic_fetch_add(&T.chint, 1, __ATOMIC_RELAXED);
+    for (int i = 0; i < n; i++) {
+        int32_t c = (int32_t)((start + (uint32_t)i) % (uint32_t)n);
+        uint8_t f = CH_FREE;
+        if (__atomic_load_n(&T.cstate[c], __ATOMIC_RELAXED) == CH_FREE &&
+            __atomic_compare_exchange_n(&T.cstate[c], &f, CH_OWNED, false, __ATOMIC_ACQUIRE,
+                                        __ATOMIC_RELAXED)) {
+            s->chunk = c;
+            s->n = 0;
+            return true;
+        }
+    }
+    return false;
+}
+
+static inline void put(slot_t *s, int kind, uint64_t ts, uint64_t a, uint64_t b, uint16_t p) {
+    if (CO_UNLIKELY(s->chunk < 0 || s->n == (uint32_t)T.chunk_ev)) {
+        if (!chunk_next(s)) {
+            s->lost++;
+            return;
+        }
+    }
+    if (CO_UNLIKELY(s->lost)) { /* a fresh chunk (>= 4 events): the count goes first */
+        tev_t *e = &T.evmem[(size_t)s->chunk * (size_t)T.chunk_ev + s->n++];
+        *e = (tev_t){.ts = ts, .a = s->lost, .slot = (uint32_t)(s - T.slots),
+                     .kind = CO__TEV_LOST_, .p = p};
+        s->lost = 0;
+    }
+    tev_t *e = &T.evmem[(size_t)s->chunk * (size_t)T.chunk_ev + s->n++];
+    *e = (tev_t){.ts = ts, .a = a, .b = b, .slot = (uint32_t)(s - T.slots), .kind = (uint16_t)kind,
+                 .p = p};
+}
+
+void co__trace_ev(int kind, uint64_t a, uint64_t b) {
+    /* acquire: pairs with start's release; the slots' reset happened before */
+    uint32_t gen = __atomic_load_n(&T.gen, __ATOMIC_ACQUIRE);
+    slot_t *s = tls_slot;
+    bool fresh = false;
+    if (tls_gen != gen) {
+        uint32_t i = __atomic_fetch_add(&T.nslots, 1, __ATOMIC_RELAXED);
+        if (i >= MAX_SLOTS) {
+            __atomic_add_fetch(&T.lost_global, 1, __ATOMIC_RELAXED);
+            return;
+        }
+        s = &T.slots[i];
+        tls_slot = s;
+        tls_gen = gen;
+        fresh = true;
+    }
+    /* seq_cst: with stop's seq_cst store of co__trace_on then CAS of busy,
+     * either stop waits for this event or this sees the trace off */
+    if (__atomic_exchange_n(&s->busy, 1, __ATOMIC_SEQ_CST)) {
+        __atomic_add_fetch(&T.lost_global, 1, __ATOMIC_RELAXED); /* stop holds it */
+        return;
+    }
+    if (fresh) {
+        s->gen = gen;
+        s->chunk = -1;
+        s->n = 0;
+        s->lost = 0;
+        co_m_t *m0 = getm();
+        s->m = m0 ? m0->id : -1;
+    } else if (s->gen != gen) { /* a slot of a session that ended meanwhile */
+        __atomic_store_n(&s->busy, 0, __ATOMIC_RELEASE);
+        return;
+    }
+    if (!__atomic_load_n(&co__trace_on, __ATOMIC_SEQ_CST)) {
+        __atomic_store_n(&s->busy, 0, __ATOMIC_RELEASE);
+        return;
+    }
+    uint64_t ts = now_ts();
+    co_m_t *m = getm();
+    uint16_t p = m && m->p ? (uint16_t)m->p->id : NO_P;
+    co_g_t *g = (co_g_t *)(uintptr_t)a;
+    switch (kind) {
+    case CO__TEV_CREATE:
+        put(s, kind, ts, g->id, (uint64_t)(uintptr_t)g->fn, p);
+        if (g->named) {
+            uint64_t w[2] = {0, 0};
+            memcpy(w, g->name, strnlen(g->name, sizeof w));
+            put(s, CO__TEV_NAME_, ts, w[0], w[1], p);
+        }
+        break;
+    case CO__TEV_START:
+        if (!g->is_g0) put(s, kind, ts, g->id, 0, p);
+        break;
+    case CO__TEV_PARK: case CO__TEV_YIELD: case CO__TEV_READY: case CO__TEV_EXIT:
+    case CO__TEV_STEAL: case CO__TEV_BLOCK: case CO__TEV_BLOCK_END:
+        put(s, kind, ts, g->id, b, p);
+        break;
+    default:
+        put(s, kind, ts, a, b, p);
+        break;
+    }
+    __atomic_store_n(&s->busy, 0, __ATOMIC_RELEASE);
+}
+
+/* ---- the writer ----------------------------------------------------------- */
+
+static void write_all(int fd, const void *buf, size_t len) {
+    const char *p = buf;
+    while (len > 0 && T.werr == 0) {
+        ssize_t w = write(fd, p, len);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            T.werr = errno;
+            return;
+        }
+        p += w;
+        len -= (size_t)w;
+    }
+}
+
+/* Writes the full chunks out, oldest push first, and frees them. */
+static bool drain_full(void) {
+    int32_t h = __atomic_exchange_n(&T.full_head, 0, __ATOMIC_ACQUIRE);
+    if (!h) return false;
+    int32_t rev = 0; /* the pushes' order back (a thread's chunks in its order) */
+    while (h) {
+        int32_t c = h - 1;
+        h = T.cnext[c];
+        T.cnext[c] = rev;
+        rev = c + 1;
+    }
+    while (rev) {
+        int32_t c = rev - 1;
+        rev = T.cnext[c];
+        write_all(T.rawfd, &T.evmem[(size_t)c * (size_t)T.chunk_ev], T.cn[c] * sizeof(tev_t));
+        /* release: this write of the chunk is done before a filler reuses it */
+        __atomic_store_n(&T.cstate[c], CH_FREE, __ATOMIC_RELEASE);
+    }
+    return true;
+}
+
+static void *writer_main(void *arg) {
+    (void)arg;
+    for (;;) {
+        uint32_t w = __atomic_load_n(&T.wword, __ATOMIC_ACQUIRE);
+        bool stop = __atomic_load_n(&T.wstop, __ATOMIC_ACQUIRE);
+        if (!__atomic_load_n(&T.whold, __ATOMIC_ACQUIRE) || stop) {
+            if (drain_full()) continue;
+            if (stop) break;
+        }
+        co__futex_wait(&T.wword, w, co_now() + 50 * 1000000LL);
+    }
+    return NULL;
+}
+
+void co__trace_hold_writer(bool hold) {
+    __atomic_store_n(&T.whold, hold, __ATOMIC_RELEASE);
+    __atomic_add_fetch(&T.wword, 1, __ATOMIC_RELEASE);
+    co__futex_wake(&T.wword, 1);
+}
+
+int64_t co__trace_lost(void) {
+    pthread_mutex_lock(&T.api);
+    int64_t n = T.lost_total;
+    pthread_mutex_unlock(&T.api);
+    return n;
+}
+
+/* ---- start / stop --------------------------------------------------------- */
+
+static void trace_forked(void) {
+    /* The child has no writer: it records nothing, and stop only forgets. */
+    __atomic_store_n(&co__trace_on, 0, __ATOMIC_SEQ_CST);
+}
+
+static void free_buffers(void) {
+    free(T.evmem);
+    free(T.cn);
+    free(T.cnext);
+    free(T.cstate);
+    T.evmem = NULL;
+    T.cn = NULL;
+    T.cnext = NULL;
+    T.cstate = NULL;
+    free(T.path);
+    T.path = NULL;
+}
+
+static void atfork_child(void) { trace_forked(); }
+static void register_atfork(void) { pthread_atfork(NULL, NULL, atfork_child); }
+
+int co__trace_start_with(const char *path, int chunks, int chunk_events) {
+    if (!path || !*path || chunks < 0 || chunk_events < 0) return CO_EINVAL;
+    if (chunks == 0) chunks = DEF_CHUNKS;
+    if (chunk_events == 0) chunk_events = DEF_CHUNK_EV;
+    if (chunks < 2 || chunk_events < 4) return CO_EINVAL;
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_mutex_lock(&T.api);
+    if (T.active) {
+        pthread_mutex_unlock(&T.api);
+        return CO_EBUSY;
+    }
+    int rc = 0;
+    /* The JSON file first: a path that cannot be written fails here. */
+    FILE *out = fopen(path, "w");
+    if (!out) {
+        rc = -errno;
+        goto fail;
+    }
+    size_t plen = strlen(path);
+    char *raw = malloc(plen + 16);
+    T.path = strdup(path);
+    if (!raw || !T.path) {
+        free(raw);
+        fclose(out);
+        rc = CO_ENOMEM;
+        goto fail;
+    }
+    /* The scratch file beside it, unlinked at once: gone however we end. */
+    snprintf(raw, plen + 16, "%s.raw.XXXXXX", path);
+    int fd = mkstemp(raw);
+    if (fd < 0) {
+        rc = -errno;
+        free(raw);
+        fclose(out);
+        goto fail;
+    }
+    unlink(raw);
+    free(raw);
+    T.nchunks = chunks;
+    T.chunk_ev = chunk_events;
+    T.evmem = malloc((size_t)chunks * (size_t)chunk_events * sizeof(tev_t));
+    T.cn = calloc((size_t)chunks, sizeof *T.cn);
+    T.cnext = calloc((size_t)chunks, sizeof *T.cnext);
+    T.cstate = calloc((size_t)chunks, 1);
+    if (!T.evmem || !T.cn || !T.cnext || !T.cstate) {
+        close(fd);
+        fclose(out);
+        rc = CO_ENOMEM;
+        goto fail;
+    }
+    T.out = out;
+    T.rawfd = fd;
+    /* No thread records now (the trace is off, every slot's busy was
+     * taken by the last stop): the slots can be reset plainly. */
+    for (int i = 0; i < MAX_SLOTS; i++) {
+        T.slots[i].gen = 0;
+        T.slots[i].chunk = -1;
+        __atomic_store_n(&T.slots[i].busy, 0, __ATOMIC_RELAXED);
+    }
+    __atomic_store_n(&T.nslots, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&T.full_head, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&T.lost_global, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&T.wstop, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&T.whold, 0, __ATOMIC_RELAXED);
+    T.werr = 0;
+    T.pid = getpid();
+    T.c0 = co__cycles();
+    T.ns_clock = T.c0 == 0;
+    T.t0 = co_now();
+    if (T.ns_clock) T.c0 = (uint64_t)T.t0;
+    pthread_once(&once, register_atfork);
+    int e = pthread_create(&T.writer, NULL, writer_main, NULL);
+    if (e) {
+        close(fd);
+        fclose(out);
+        rc = -e;
+        goto fail;
+    }
+    T.active = true;
+    /* release: the resets above happen before a recorder sees the new gen */
+    __atomic_add_fetch(&T.gen, 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&co__trace_on, 1, __ATOMIC_SEQ_CST);
+    pthread_mutex_unlock(&T.api);
+    return 0;
+fail:
+    free_buffers();
+    pthread_mutex_unlock(&T.api);
+    return rc;
+}
+
+/* ---- the JSON ------------------------------------------------------------- */
+
+static const char *const wr_names[CO__WR_COUNT_] = {
+    [CO__WR_NONE] = "runnable", [CO__WR_SLEEP] = "sleep", [CO__WR_CHAN_SEND] = "chan send",
+    [CO__WR_CHAN_RECV] = "chan receive", [CO__WR_SELECT] = "select",
+    [CO__WR_MUTEX] = "sync.Mutex.Lock", [CO__WR_RWMUTEX] = "sync.RWMutex",
+    [CO__WR_COND] = "sync.Cond.Wait", [CO__WR_WAITGROUP] = "sync.WaitGroup.Wait",
+    [CO__WR_SEM] = "semacquire", [CO__WR_ONCE] = "sync.Once", [CO__WR_POOL] = "pool",
+    [CO__WR_IO] = "IO wait", [CO__WR_MAIN] = "co_main", [CO__WR_GROUP] = "group",
+};
+
+typedef struct gi {
+    uint64_t key;     /* G id + 1; 0 an empty cell */
+    uint64_t flow;    /* the flow (wake-up arrow) waiting for its next start, 0 none */
+    bool exited;
+    bool started;     /* a start of it was seen */
+    char label[56];   /* "G7 name" */
+} gi_t;
+
+typedef struct lane {
+    bool used, sysmon;
+    uint64_t g;       /* the G whose slice is open here, 0 none */
+    double gts;
+    int gp;           /* its P then, NO_P none */
+    double spin_ts, sleep_ts, block_ts; /* open spans, < 0 none */
+    uint64_t block_g;
+    uint64_t last_create;
+    double free_ts;   /* when its last coroutine slice ended (0: the trace's start) */
+} lane_t;
+
+typedef struct plane {
+    int owner;        /* the slot whose M holds it, -1 none */
+    double own_ts;
+    uint64_t g;       /* the G whose slice is open on its lane, 0 none */
+    double gts;
+    bool seen;
+} plane_t;
+
+static struct {
+    FILE *f;
+    const tev_t *ev;
+    gi_t *gt;
+    size_t gcap, gn;
+    lane_t *lanes;
+    plane_t *planes;
+    int nplanes;
+    double ns_per_tick;
+    bool first;
+    uint64_t flows, anomalies, lost;
+} J;
+
+static int cmp_ev(const void *x, const void *y) {
+    uint32_t i = *(const uint32_t *)x, k = *(const uint32_t *)y;
+    uint64_t a = J.ev[i].ts, b = J.ev[k].ts;
+    if (a != b) return a < b ? -1 : 1;
+    return i < k ? -1 : i > k;
+}
+
+static gi_t *gget(uint64_t id) {
+    if (2 * (J.gn + 1) > J.gcap) {
+        size_t ncap = J.gcap ? 2 * J.gcap : 1024;
+        gi_t *nt = calloc(ncap, sizeof *nt);
+        if (!nt) return NULL;
+        for (size_t i = 0; i < J.gcap; i++) {
+            if (!J.gt[i].key) continue;
+            size_t h = (J.gt[i].key * 0x9E3779B97F4A7C15ull) & (ncap - 1);
+            while (nt[h].key) h = (h + 1) & (ncap - 1);
+            nt[h] = J.gt[i];
+        }
+        free(J.gt);
+        J.gt = nt;
+        J.gcap = ncap;
+    }
+    uint64_t key = id + 1;
+    size_t h = (key * 0x9E3779B97F4A7C15ull) & (J.gcap - 1);
+    while (J.gt[h].key && J.gt[h].key != key) h = (h + 1) & (J.gcap - 1);
+    if (!J.gt[h].key) {
+        J.gt[h].key = key;
+        snprintf(J.gt[h].label, sizeof J.gt[h].label, "G%llu", (unsigned long long)id);
+        J.gn++;
+    }
+    return &J.gt[h];
+}
+
+static const char *glabel(uint64_t id) {
+    gi_t *g = gget(id);
+    return g ? g->label : "G?";
+}
+
+static void jstr(const char *s) {
+    fputc('"', J.f);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            fprintf(J.f, "\\%c", c);
+        else if (c < 0x20 || c >= 0x7f)
+            fprintf(J.f, "\\u%04x", c);
+        else
+            fputc(c, J.f);
+    }
+    fputc('"', J.f);
+}
+
+static int lane_tid(int slot) {
+    int m = T.slots[slot].m;
+    return m >= 0 ? m : 1000 + slot;
+}
+
+static void sep(void) {
+    if (!J.first) fputs(",\n", J.f);
+    J.first = false;
+}
+
+/* A slice: pid 1 the threads' lanes, 2 the Ps'. args: JSON members or "". */
+static void xev(int pid, int tid, const char *name, const char *cat, double ts, double dur,
+                const char *args) {
+    sep();
+    fprintf(J.f, "{\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,\"cat\":\"%s\",\"name\":",
+            pid, tid, ts, dur < 0 ? 0 : dur, cat);
+    jstr(name);
+    if (*args) fprintf(J.f, ",\"args\":{%s}", args);
+    fputc('}', J.f);
+}
+
+static void flow(char ph, uint64_t id, int tid, double ts) {
+    sep();
+    fprintf(J.f, "{\"ph\":\"%c\",%s\"id\":%llu,\"pid\":1,\"tid\":%d,\"ts\":%.3f,\"cat\":\"wake\",\"name\":\"wake\"}",
+            ph, ph == 'f' ? "\"bp\":\"e\"," : "", (unsigned long long)id, tid, ts);
+}
+
+static void close_pg(int p, double ts) {
+    plane_t *P = &J.planes[p];
+    if (!P->g) return;
+    char args[64];
+    snprintf(args, sizeof args, "\"g\":%llu", (unsigned long long)P->g);
+    xev(2, p, glabel(P->g), "g", P->gts, ts - P->gts, args);
+    P->g = 0;
+}
+
+static void close_own(int p, double ts) {
+    if (p < 0 || p >= J.nplanes) return;
+    plane_t *P = &J.planes[p];
+    close_pg(p, ts);
+    if (P->owner < 0) return;
+    char name[32];
+    int m = T.slots[P->owner].m;
+    if (m >= 0)
+        snprintf(name, sizeof name, "M%d", m);
+    else
+        snprintf(name, sizeof name, "thread %d", P->owner);
+    xev(2, p, name, "p", P->own_ts, ts - P->own_ts, "");
+    P->owner = -1;
+}
+
+static void own(int p, int slot, double ts) {
+    if (p < 0 || p >= J.nplanes) return;
+    plane_t *P = &J.planes[p];
+    P->seen = true;
+    if (P->owner == slot) return;
+    close_own(p, ts);
+    P->owner = slot;
+    P->own_ts = ts;
+}
+
+static void close_g(lane_t *L, int slot, double ts, const char *end) {
+    if (!L->g) return;
+    char args[96];
+    snprintf(args, sizeof args, "\"g\":%llu,\"end\":\"%s\"", (unsigned long long)L->g, end);
+    xev(1, lane_tid(slot), glabel(L->g), "g", L->gts, ts - L->gts, args);
+    if (L->gp != NO_P && L->gp < J.nplanes && J.planes[L->gp].g == L->g) close_pg(L->gp, ts);
+    L->g = 0;
+    L->free_ts = ts;
+}
+
+static void close_spans(lane_t *L, int slot, double ts) {
+    if (L->spin_ts >= 0) xev(1, lane_tid(slot), "spinning", "m", L->spin_ts, ts - L->spin_ts, "");
+    if (L->sleep_ts >= 0) xev(1, lane_tid(slot), "idle", "m", L->sleep_ts, ts - L->sleep_ts, "");
+    L->spin_ts = L->sleep_ts = -1;
+}
+
+static void open_g(lane_t *L, uint64_t g, int p, double ts) {
+    L->g = g;
+    L->gts = ts;
+    L->gp = p;
+    if (p != NO_P && p < J.nplanes) {
+        close_pg(p, ts);
+        J.planes[p].g = g;
+        J.planes[p].gts = ts;
+    }
+}
+
+static void instant(int slot, const char *name, const char *cat, double ts, const char *args) {
+    xev(1, lane_tid(slot), name, cat, ts, 0, args);
+}
+
+static void one_event(const tev_t *e, double ts) {
+    int slot = (int)e->slot;
+    lane_t *L = &J.lanes[slot];
+    char name[96], args[96];
+    gi_t *g;
+    if (e->p != NO_P && e->kind != CO__TEV_P_RELEASE) own(e->p, slot, ts);
+    switch (e->kind) {
+    case CO__TEV_CREATE:
+        g = gget(e->a);
+        if (!g) break;
+        /* its entry function: by name where the dynamic symbols have it,
+         * else its address (addr2line -f -e program ADDR names it) */
+        snprintf(g->label, sizeof g->label, "G%llu 0x%llx", (unsigned long long)e->a,
+                 (unsigned long long)e->b);
+#if defined(__GLIBC__)
+        Dl_info di;
+        if (dladdr((void *)(uintptr_t)e->b, &di) && di.dli_sname)
+            snprintf(g->label, sizeof g->label, "G%llu %s", (unsigned long long)e->a, di.dli_sname);
+#endif
+        L->last_create = e->a;
+        snprintf(name, sizeof name, "create G%llu", (unsigned long long)e->a);
+        snprintf(args, sizeof args, "\"g\":%llu", (unsigned long long)e->a);
+        instant(slot, name, "create", ts, args);
+        g->flow = ++J.flows;
+        flow('s', g->flow, lane_tid(slot), ts);
+        break;
+    case CO__TEV_NAME_: {
+        char nm[17] = {0};
+        memcpy(nm, &e->a, 8);
+        memcpy(nm + 8, &e->b, 8);
+        g = gget(L->last_create);
+        if (g) snprintf(g->label, sizeof g->label, "G%llu %s", (unsigned long long)L->last_create, nm);
+        break;
+    }
+    case CO__TEV_START:
+        close_spans(L, slot, ts);
+        if (L->g) {
+            J.anomalies++;
+            close_g(L, slot, ts, "?");
+        }
+        open_g(L, e->a, e->p, ts);
+        g = gget(e->a);
+        if (g && g->exited) J.anomalies++;
+        if (g) g->started = true;
+        if (g && g->flow) {
+            flow('f', g->flow, lane_tid(slot), ts);
+            g->flow = 0;
+        }
+        break;
+    case CO__TEV_PARK: case CO__TEV_YIELD: case CO__TEV_EXIT: case CO__TEV_BLOCK: {
+        if (!L->g && (g = gget(e->a)) && !g->started && !g->exited) {
+            /* it was running here when the trace started */
+            g->started = true;
+            open_g(L, e->a, e->p, L->free_ts);
+        }
+        if (L->g != e->a) {
+            if (!L->g && L->block_ts >= 0 && L->block_g == e->a) {
+                /* left co_blocking with no P to run on (it requeues), or
+                 * by a panic: the call ends here */
+                xev(1, lane_tid(slot), "co_blocking", "blocking", L->block_ts, ts - L->block_ts, "");
+                L->block_ts = -1;
+                if (e->kind == CO__TEV_EXIT && (g = gget(e->a))) g->exited = true;
+                break;
+            }
+            J.anomalies++;
+            close_g(L, slot, ts, "?");
+            break;
+        }
+        char end[48];
+        if (e->kind == CO__TEV_PARK)
+            snprintf(end, sizeof end, "park: %s",
+                     e->b < CO__WR_COUNT_ && wr_names[e->b] ? wr_names[e->b] : "?");
+        else
+            snprintf(end, sizeof end, "%s",
+                     e->kind == CO__TEV_YIELD ? "yield" : e->kind == CO__TEV_EXIT ? "exit" : "co_blocking");
+        close_g(L, slot, ts, end);
+        if (e->kind == CO__TEV_EXIT && (g = gget(e->a))) g->exited = true;
+        if (e->kind == CO__TEV_BLOCK) {
+            L->block_g = e->a;
+            L->block_ts = ts;
+            if (e->p != NO_P) close_own(e->p, ts);
+        }
+        break;
+    }
+    case CO__TEV_BLOCK_END:
+        if (L->g == e->a && L->block_ts < 0) break; /* it requeued and runs again: seen above */
+        if (L->block_ts >= 0 && L->block_g == e->a) {
+            snprintf(args, sizeof args, "\"g\":%llu", (unsigned long long)e->a);
+            xev(1, lane_tid(slot), "co_blocking", "blocking", L->block_ts, ts - L->block_ts, args);
+        } else {
+            J.anomalies++;
+        }
+        L->block_ts = -1;
+        if (L->g) close_g(L, slot, ts, "?");
+        open_g(L, e->a, e->p, ts);
+        break;
+    case CO__TEV_READY:
+        g = gget(e->a);
+        if (!g) break;
+        if (g->flow) J.anomalies++; /* readied twice without a start between */
+        snprintf(name, sizeof name, "ready G%llu", (unsigned long long)e->a);
+        snprintf(args, sizeof args, "\"g\":%llu", (unsigned long long)e->a);
+        instant(slot, name, "ready", ts, args);
+        g->flow = ++J.flows;
+        flow('s', g->flow, lane_tid(slot), ts);
+        break;
+    case CO__TEV_P_ACQUIRE:
+        own((int)e->a, slot, ts);
+        break;
+    case CO__TEV_P_RELEASE:
+        close_own((int)e->a, ts);
+        break;
+    case CO__TEV_M_SPIN:
+        if (L->spin_ts < 0) L->spin_ts = ts;
+        break;
+    case CO__TEV_M_SPIN_END:
+        if (L->spin_ts >= 0) xev(1, lane_tid(slot), "spinning", "m", L->spin_ts, ts - L->spin_ts, "");
+        L->spin_ts = -1;
+        break;
+    case CO__TEV_M_SLEEP:
+        close_spans(L, slot, ts);
+        L->sleep_ts = ts;
+        break;
+    case CO__TEV_M_WAKE:
+        close_spans(L, slot, ts);
+        break;
+    case CO__TEV_STEAL:
+        snprintf(name, sizeof name, "steal G%llu from P%llu", (unsigned long long)e->a,
+                 (unsigned long long)e->b);
+        snprintf(args, sizeof args, "\"g\":%llu,\"from\":%llu", (unsigned long long)e->a,
+                 (unsigned long long)e->b);
+        instant(slot, name, "steal", ts, args);
+        break;
+    case CO__TEV_RETAKE:
+        L->sysmon = true;
+        snprintf(name, sizeof name, "retake P%llu%s", (unsigned long long)e->a,
+                 e->b ? " (spare lent)" : " (co_blocking)");
+        instant(slot, name, "retake", ts, "");
+        break;
+    case CO__TEV_LOST_:
+        snprintf(args, sizeof args, "\"count\":%llu", (unsigned long long)e->a);
+        close_g(L, slot, ts, "lost");
+        close_spans(L, slot, ts);
+        instant(slot, "lost events", "lost", ts, args);
+        J.lost += e->a;
+        break;
+    }
+}
+
+/* Writes the JSON from the scratch file. 0 or a negative code. */
+static int convert(void) {
+    struct stat st;
+    if (fstat(T.rawfd, &st) < 0) return -errno;
+    size_t n = (size_t)st.st_size / sizeof(tev_t);
+    tev_t *ev = n ? malloc(n * sizeof *ev) : NULL;
+    uint32_t *ix = n ? malloc(n * sizeof *ix) : NULL;
+    int rc = 0;
+    memset(&J, 0, sizeof J);
+    J.nplanes = CO_MAX_PROCS < NO_P ? CO_MAX_PROCS : NO_P;
+    J.lanes = calloc(MAX_SLOTS, sizeof *J.lanes);
+    J.planes = calloc((size_t)J.nplanes, sizeof *J.planes);
+    if ((n && (!ev || !ix)) || !J.lanes || !J.planes) {
+        rc = CO_ENOMEM;
+        goto out;
+    }
+    for (size_t done = 0; done < n * sizeof *ev;) {
+        ssize_t r = pread(T.rawfd, (char *)ev + done, n * sizeof *ev - done, (off_t)done);
+        if (r <= 0) {
+            rc = r < 0 ? -errno : CO_EINVAL;
+            goto out;
+        }
+        done += (size_t)r;
+    }
+    for (size_t i = 0; i < n; i++) ix[i] = (uint32_t)i;
+    J.ev = ev;
+    if (n) qsort(ix, n, sizeof *ix, cmp_ev);
+    J.f = T.out;
+    J.first = true;
+    J.ns_per_tick = T.ns_clock || T.c1 == T.c0 ? 1.0 : (double)(T.t1 - T.t0) / (double)(T.c1 - T.c0);
+    for (int i = 0; i < MAX_SLOTS; i++) {
+        J.lanes[i].spin_ts = J.lanes[i].sleep_ts = J.lanes[i].block_ts = -1;
+        J.lanes[i].gp = NO_P;
+    }
+    for (int i = 0; i < J.nplanes; i++) J.planes[i].owner = -1;
+    fputs("{\"traceEvents\":[\n", J.f);
+#define US(c) ((double)(int64_t)((c) - T.c0) * J.ns_per_tick / 1000.0)
+    for (size_t i = 0; i < n; i++) {
+        const tev_t *e = &ev[ix[i]];
+        if (e->slot >= MAX_SLOTS || e->kind == 0 || e->kind >= CO__TEV_COUNT_) {
+            J.anomalies++;
+            continue;
+        }
+        J.lanes[e->slot].used = true;
+        one_event(e, US(e->ts));
+    }
+    double end = US(T.c1);
+    for (int s = 0; s < MAX_SLOTS; s++) {
+        lane_t *L = &J.lanes[s];
+        if (!L->used) continue;
+        close_g(L, s, end, "running");
+        close_spans(L, s, end);
+        if (L->block_ts >= 0)
+            xev(1, lane_tid(s), "co_blocking", "blocking", L->block_ts, end - L->block_ts, "");
+    }
+    for (int p = 0; p < J.nplanes; p++) close_own(p, end);
+#undef US
+    /* lanes' names and order: threads (pid 1) above Ps (pid 2) */
+    sep();
+    fputs("{\"ph\":\"M\",\"pid\":1,\"name\":\"process_name\",\"args\":{\"name\":\"threads (M)\"}},\n"
+          "{\"ph\":\"M\",\"pid\":1,\"name\":\"process_sort_index\",\"args\":{\"sort_index\":1}},\n"
+          "{\"ph\":\"M\",\"pid\":2,\"name\":\"process_name\",\"args\":{\"name\":\"processors (P)\"}},\n"
+          "{\"ph\":\"M\",\"pid\":2,\"name\":\"process_sort_index\",\"args\":{\"sort_index\":2}}",
+          J.f);
+    for (int s = 0; s < MAX_SLOTS; s++) {
+        if (!J.lanes[s].used) continue;
+        int m = T.slots[s].m;
+        char nm[32];
+        if (m >= 0)
+            snprintf(nm, sizeof nm, "M%d", m);
+        else
+            snprintf(nm, sizeof nm, J.lanes[s].sysmon ? "sysmon" : "thread %d", s);
+        fprintf(J.f, ",\n{\"ph\":\"M\",\"pid\":1,\"tid\":%d,\"name\":\"thread_name\",\"args\":{\"name\":\"%s\"}}",
+                lane_tid(s), nm);
+        fprintf(J.f, ",\n{\"ph\":\"M\",\"pid\":1,\"tid\":%d,\"name\":\"thread_sort_index\",\"args\":{\"sort_index\":%d}}",
+                lane_tid(s), lane_tid(s));
+    }
+    for (int p = 0; p < J.nplanes; p++) {
+        if (!J.planes[p].seen) continue;
+        fprintf(J.f, ",\n{\"ph\":\"M\",\"pid\":2,\"tid\":%d,\"name\":\"thread_name\",\"args\":{\"name\":\"P%d\"}}",
+                p, p);
+    }
+    uint64_t lost = J.lost + (uint64_t)__atomic_load_n(&T.lost_global, __ATOMIC_RELAXED);
+    for (int s = 0; s < MAX_SLOTS; s++) lost += T.slots[s].gen == T.gen ? T.slots[s].lost : 0;
+    T.lost_total = (int64_t)lost;
+    fprintf(J.f,
+            "\n],\n\"displayTimeUnit\":\"ns\",\n\"otherData\":{\"colony_trace\":1,\"events\":%zu,"
+            "\"lost_events\":%llu,\"anomalies\":%llu,\"clock\":\"%s\",\"ns_per_tick\":%.6f,"
+            "\"duration_us\":%.3f}}\n",
+            n, (unsigned long long)lost, (unsigned long long)J.anomalies,
+            T.ns_clock ? "CLOCK_MONOTONIC"
+#if defined(__x86_64__)
+                       : "rdtsc",
+#else
+                       : "cntvct",
+#endif
+            J.ns_per_tick, (double)(T.t1 - T.t0) / 1000.0);
+out:
+    free(ev);
+    free(ix);
+    free(J.gt);
+    free(J.lanes);
+    free(J.planes);
+    memset(&J, 0, sizeof J);
+    return rc;
+}
+
+/* Takes every slot for good: waits out an event being recorded (a few
+ * instructions), then nobody records into the session again. */
+static void close_slots(void) {
+    uint32_t n = __atomic_exchange_n(&T.nslots, MAX_SLOTS, __ATOMIC_SEQ_CST);
+    if (n > MAX_SLOTS) n = MAX_SLOTS;
+    for (uint32_t i = 0; i < n; i++) {
+        slot_t *s = &T.slots[i];
+        uint32_t z = 0;
+        while (!__atomic_compare_exchange_n(&s->busy, &z, 1, false, __ATOMIC_SEQ_CST,
+                                            __ATOMIC_RELAXED)) {
+            z = 0;
+            sched_yield();
+        }
+        if (s->gen != T.gen) continue; /* handed out, never set up */
+        if (s->lost) {
+            /* its count of dropped events goes in as a record: wait for
+             * the writer to free a chunk (stop does not hold it up) */
+            for (int k = 0; k < 2000 && (s->chunk < 0 || s->n + 1 >= (uint32_t)T.chunk_ev); k++)
+                if (!chunk_next(s)) usleep(1000);
+            if (s->chunk >= 0 && s->n + 1 < (uint32_t)T.chunk_ev) {
+                T.evmem[(size_t)s->chunk * (size_t)T.chunk_ev + s->n++] =
+                    (tev_t){.ts = now_ts(), .a = s->lost, .slot = i, .kind = CO__TEV_LOST_, .p = NO_P};
+                s->lost = 0;
+            }
+        }
+        if (s->chunk >= 0) {
+            /* its partial chunk goes to the writer; the free one it may
+             * take here is never used (the pool is freed after the join) */
+            chunk_next(s);
+        }
+    }
+}
+
+int co_trace_start(const char *path) { return co__trace_start_with(path, 0, 0); }
+
+int co_trace_stop(void) {
+    pthread_mutex_lock(&T.api);
+    if (!T.active) {
+        pthread_mutex_unlock(&T.api);
+        return CO_EINVAL;
+    }
+    T.active = false;
+    if (T.pid != getpid()) { /* a fork's child: the writer is the parent's */
+        __atomic_store_n(&co__trace_on, 0, __ATOMIC_SEQ_CST);
+        pthread_mutex_unlock(&T.api);
+        return CO_EINVAL;
+    }
+    /* seq_cst: see co__trace_ev */
+    __atomic_store_n(&co__trace_on, 0, __ATOMIC_SEQ_CST);
+    co__trace_hold_writer(false);
+    close_slots();
+    T.c1 = T.ns_clock ? (uint64_t)co_now() : co__cycles();
+    T.t1 = co_now();
+    __atomic_store_n(&T.wstop, 1, __ATOMIC_RELEASE);
+    __atomic_add_fetch(&T.wword, 1, __ATOMIC_RELEASE);
+    co__futex_wake(&T.wword, 1);
+    pthread_join(T.writer, NULL);
+    int rc = T.werr ? -T.werr : convert();
+    if (fclose(T.out) != 0 && rc == 0) rc = -errno;
+    close(T.rawfd);
+    T.out = NULL;
+    free_buffers();
+    pthread_mutex_unlock(&T.api);
+    return rc;
+}
+
+/* ---- COLONY_TRACE=path ---------------------------------------------------- */
+
+static void trace_atexit(void) {
+    if (!__atomic_load_n(&co__trace_on, __ATOMIC_RELAXED)) return;
+    int rc = co_trace_stop();
+    if (rc < 0 && rc != CO_EINVAL) fprintf(stderr, "colony: COLONY_TRACE: writing the trace failed (%d)\n", rc);
+}
+
+__attribute__((constructor)) static void trace_env(void) {
+    const char *p = getenv("COLONY_TRACE");
+    if (!p || !*p) return;
+    int rc = co_trace_start(p);
+    if (rc < 0) {
+        fprintf(stderr, "colony: COLONY_TRACE=%s: cannot trace (%s)\n", p,
+                rc > -4096 ? strerror(-rc) : "invalid");
+        return;
+    }
+    atexit(trace_atexit);
+}

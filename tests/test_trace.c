@@ -1,0 +1,189 @@
+/* The execution trace (co_trace_start/stop, src/runtime/trace.c): a run of
+ * channels, locks, sleeps, blocking calls and spawns over two Ps gives
+ * JSON that parses, whose coroutine slices never overlap on one M and
+ * whose coroutines' events come in a valid order (tests/trace_check.py);
+ * buffers that run out drop events and say how many (in a record); the API twice over;
+ * bad paths. */
+// ctest-no-chaos
+// ctest-timeout: 60
+#include "colony.h"
+#include "t.h"
+#include "t_internal.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static char dir[] = "/tmp/colony-trace-XXXXXX";
+
+static bool have_python(void) { return system("python3 -c 'import json' >/dev/null 2>&1") == 0; }
+
+/* tests/trace_check.py on path; its exit status */
+static int check(const char *path, const char *flag) {
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "python3 %s/tests/trace_check.py %s %s", CO_SOURCE_DIR, path, flag);
+    int st = system(cmd);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* ---- a workload ----------------------------------------------------------- */
+
+static co_chan_t *ping, *pong;
+static co_mutex_t mu = CO_MUTEX_INIT;
+static co_waitgroup_t wg = CO_WAITGROUP_INIT;
+static long counter;
+
+static void pinger(void *arg) {
+    (void)arg;
+    for (int i = 0; i < 200; i++) {
+        int v = i;
+        co_chan_send(ping, &v, CO_FOREVER);
+        co_chan_recv(pong, &v, CO_FOREVER);
+    }
+    co_waitgroup_done(&wg);
+}
+
+static void ponger(void *arg) {
+    (void)arg;
+    for (int i = 0; i < 200; i++) {
+        int v;
+        co_chan_recv(ping, &v, CO_FOREVER);
+        co_chan_send(pong, &v, CO_FOREVER);
+    }
+    co_waitgroup_done(&wg);
+}
+
+static void nap(void *arg) {
+    (void)arg;
+    usleep(2000);
+}
+
+static void locker(void *arg) {
+    (void)arg;
+    for (int i = 0; i < 100; i++) {
+        co_mutex_lock(&mu);
+        counter++;
+        if (i % 10 == 0) co_yield();
+        co_mutex_unlock(&mu);
+    }
+    co_sleep(1000000);
+    co_blocking(nap, NULL);
+    co_waitgroup_done(&wg);
+}
+
+static void leaf(void *arg) {
+    (void)arg;
+    co_waitgroup_done(&wg);
+}
+
+static void spawner(void *arg) {
+    (void)arg;
+    for (int i = 0; i < 300; i++) co_go(leaf, NULL);
+    co_waitgroup_done(&wg);
+}
+
+static void workload(void) {
+    CHECK_EQ(co_chan_new(&ping, sizeof(int), 0), 0);
+    CHECK_EQ(co_chan_new(&pong, sizeof(int), 0), 0);
+    co_waitgroup_add(&wg, 2 + 4 + 1 + 300);
+    co_go(pinger, NULL);
+    co_go(ponger, NULL);
+    for (int i = 0; i < 4; i++) co_go(locker, NULL);
+    co_go(spawner, NULL);
+    co_waitgroup_wait(&wg);
+    CHECK_EQ(counter % 100, 0);
+    co_chan_free(ping);
+    co_chan_free(pong);
+}
+
+/* ---- tests ---------------------------------------------------------------- */
+
+static void test_run_parses_and_holds(void) {
+    char path[128];
+    snprintf(path, sizeof path, "%s/run.json", dir);
+    CHECK_EQ(co_trace_start(path), 0);
+    workload();
+    CHECK_EQ(co_trace_stop(), 0);
+    CHECK_EQ(co__trace_lost(), 0);
+    CHECK_EQ(check(path, ""), 0);
+}
+
+static void spawn_many(void *arg) {
+    (void)arg;
+    for (int i = 0; i < 3000; i++) co_go(leaf, NULL);
+    co_waitgroup_done(&wg);
+}
+
+/* Two chunks of 16 events, the writer held: the recorders run out of
+ * buffers at once, drop and count; the counts are recorded once chunks are
+ * free again (at the latest by the stop). The trace still parses, and
+ * says what it lost. */
+static void test_overflow_counted(void) {
+    char path[128];
+    snprintf(path, sizeof path, "%s/lost.json", dir);
+    CHECK_EQ(co__trace_start_with(path, 2, 16), 0);
+    co__trace_hold_writer(true);
+    co_waitgroup_add(&wg, 1 + 3000);
+    co_go(spawn_many, NULL);
+    co_waitgroup_wait(&wg);
+    co__trace_hold_writer(false);
+    CHECK_EQ(co_trace_stop(), 0);
+    /* 3000 coroutines created, started and ended: 9000 events at least,
+     * 32 kept */
+    CHECK(co__trace_lost() > 8000);
+    CHECK_EQ(check(path, "--lost"), 0);
+}
+
+static void test_api_twice(void) {
+    char p1[128], p2[128];
+    snprintf(p1, sizeof p1, "%s/a.json", dir);
+    snprintf(p2, sizeof p2, "%s/b.json", dir);
+    CHECK_EQ(co_trace_stop(), CO_EINVAL); /* none on */
+    for (int round = 0; round < 2; round++) {
+        CHECK_EQ(co_trace_start(p1), 0);
+        CHECK_EQ(co_trace_start(p2), CO_EBUSY);
+        workload();
+        CHECK_EQ(co_trace_stop(), 0);
+        CHECK_EQ(co_trace_stop(), CO_EINVAL);
+        CHECK_EQ(check(p1, ""), 0);
+    }
+    struct stat st;
+    CHECK(stat(p2, &st) < 0); /* the refused start wrote nothing */
+}
+
+static void test_bad_paths(void) {
+    CHECK_EQ(co_trace_start(NULL), CO_EINVAL);
+    CHECK_EQ(co_trace_start(""), CO_EINVAL);
+    CHECK_EQ(co_trace_start("/nonexistent-colony-dir/x.json"), -ENOENT);
+    CHECK_EQ(co_trace_start(dir), -EISDIR);
+    CHECK_EQ(co__trace_start_with("/tmp/x.json", 1, 16), CO_EINVAL); /* too few chunks */
+    CHECK_EQ(co_trace_stop(), CO_EINVAL); /* nothing started */
+    /* and a good one works after them */
+    char path[128];
+    snprintf(path, sizeof path, "%s/after.json", dir);
+    CHECK_EQ(co_trace_start(path), 0);
+    CHECK_EQ(co_trace_stop(), 0);
+}
+
+int main(void) {
+    if (!have_python()) {
+        fprintf(stderr, "skip: python3 (with json) not found\n");
+        return 77;
+    }
+    t_begin(60);
+    CHECK(mkdtemp(dir) != NULL);
+    co_config_t cfg = {.procs = 2};
+    CHECK_EQ(co_init(&cfg), 0);
+    T_RUN(test_run_parses_and_holds);
+    T_RUN(test_overflow_counted);
+    T_RUN(test_api_twice);
+    T_RUN(test_bad_paths);
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+    CHECK_EQ(T_SHUTDOWN(), 0);
+    return t_end();
+}
