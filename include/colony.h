@@ -285,6 +285,13 @@ CO_EXTERN int co_close(int fd);
 CO_EXTERN int co_blocking(void (*fn)(void *arg), void *arg);
 
 /* ---- foreign code: descriptors closed behind colony's back ------------- */
+/* fd is going away, or was closed with close(2) behind colony's back (a
+ * library's own close): every coroutine or thread waiting on it in co_read,
+ * co_write, co_wait_fd & co is woken with CO_ECLOSED, colony drops it from
+ * the netpoller and forgets what it knew, and does NOT close it. 0 (also
+ * for an fd colony never saw) or -EBADF for a negative fd. co_wait_fd needs
+ * no such call: it notices a number that names a new file by itself. */
+CO_EXTERN int co_fd_forget(int fd);
 
 /* ---- net: dial and listen by address, the resolver --------------------- */
 
