@@ -292,6 +292,14 @@ CO_EXTERN int co_blocking(void (*fn)(void *arg), void *arg);
  * for an fd colony never saw) or -EBADF for a negative fd. co_wait_fd needs
  * no such call: it notices a number that names a new file by itself. */
 CO_EXTERN int co_fd_forget(int fd);
+/* co_blocking's cap: at most this many threads inside co_blocking at once
+ * (default 128, or $COLONY_BLOCKING_MAX); callers beyond it wait, in FIFO
+ * order, parked as coroutines. n > 0 sets it, 0 only asks; returns the
+ * previous cap, CO_EINVAL for n < 0. */
+CO_EXTERN int co_blocking_max(int n);
+/* The cap, and in *busy / *waiting (each may be NULL) how many coroutines
+ * are inside co_blocking now and how many wait for a slot (a snapshot). */
+CO_EXTERN int co_blocking_stats(int *busy, int *waiting);
 
 /* ---- net: dial and listen by address, the resolver --------------------- */
 
