@@ -35,6 +35,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 /* ---- references and close ----------------------------------------------- */
@@ -85,12 +86,14 @@ static int pd_setup(co__pd_t *pd) {
     int rc = 0;
     co__lock(&pd->lock);
     if (pd->kind == CO__PD_UNKNOWN) {
-        int fl = fcntl(pd->fd, F_GETFL);
+        /* The kernel's flags, not an interposed fcntl's view of them
+         * (libcolony_hook.so shows a program its own O_NONBLOCK). */
+        int fl = (int)syscall(SYS_fcntl, pd->fd, F_GETFL);
         if (fl < 0) {
             rc = -errno;
             goto out;
         }
-        if (!(fl & O_NONBLOCK) && fcntl(pd->fd, F_SETFL, fl | O_NONBLOCK) < 0) {
+        if (!(fl & O_NONBLOCK) && syscall(SYS_fcntl, pd->fd, F_SETFL, fl | O_NONBLOCK) < 0) {
             rc = -errno;
             goto out;
         }
@@ -253,6 +256,10 @@ int co_fd_forget(int fd) {
     co__pd_t *pd = co__pd_peek(fd);
     if (!pd)
         return 0; /* never seen: nothing to forget */
+    /* Called from the close(2) of co_close's own finaliser (an interposed
+     * close, libcolony_hook.so): that close forgets it already. */
+    if (__atomic_load_n(&pd->state, __ATOMIC_ACQUIRE) & CO__PD_FINAL)
+        return 0;
     bool held = co__cur_g() == NULL && co__rt_hold_if_up();
     int rc = close_pd(pd, true);
     if (held)
