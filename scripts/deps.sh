@@ -7,6 +7,14 @@ command -v clang >/dev/null 2>&1 || need="$need clang"
 command -v make >/dev/null 2>&1 || need="$need make"
 [ -f /usr/include/valgrind/valgrind.h ] || need="$need valgrind"
 command -v gdb >/dev/null 2>&1 || need="$need gdb" # tests/test_gdb.c (tools/colony-gdb.py)
+# The real-server tests and benchmarks of libcolony_hook.so (docs/hook.md):
+# client libraries, the servers they start themselves, pkg-config to find them.
+command -v pkg-config >/dev/null 2>&1 || need="$need pkg-config"
+[ -f /usr/include/hiredis/hiredis.h ] || need="$need libhiredis-dev"
+[ -f /usr/include/postgresql/libpq-fe.h ] || need="$need libpq-dev"
+ls /usr/include/*/curl/curl.h /usr/include/curl/curl.h >/dev/null 2>&1 || need="$need libcurl4-openssl-dev"
+command -v redis-server >/dev/null 2>&1 || need="$need redis-server"
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need="$need postgresql"
 # `sh scripts/deps.sh aarch64` (make aarch64): the AArch64 cross compiler and
 # qemu-user, which runs the cross-built tests on this machine.
 if [ "${1:-}" = aarch64 ]; then

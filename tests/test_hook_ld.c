@@ -4,6 +4,7 @@
  * program's own O_NONBLOCK gives EAGAIN; SO_RCVTIMEO is a deadline; close
  * retires a number. Behaviour, not timing. */
 // ctest-timeout: 60
+// ctest-preload-hook
 #define _GNU_SOURCE 1
 #include "t.h"
 
