@@ -12,7 +12,7 @@ command -v gdb >/dev/null 2>&1 || need="$need gdb" # tests/test_gdb.c (tools/col
 command -v pkg-config >/dev/null 2>&1 || need="$need pkg-config"
 [ -f /usr/include/hiredis/hiredis.h ] || need="$need libhiredis-dev"
 [ -f /usr/include/postgresql/libpq-fe.h ] || need="$need libpq-dev"
-ls /usr/include/*/curl/curl.h /usr/include/curl/curl.h >/dev/null 2>&1 || need="$need libcurl4-openssl-dev"
+[ -n "$(ls /usr/include/*/curl/curl.h /usr/include/curl/curl.h 2>/dev/null)" ] || need="$need libcurl4-openssl-dev"
 command -v redis-server >/dev/null 2>&1 || need="$need redis-server"
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need="$need postgresql"
 # `sh scripts/deps.sh aarch64` (make aarch64): the AArch64 cross compiler and
