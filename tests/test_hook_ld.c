@@ -222,6 +222,25 @@ static void test_poll_one(void) {
     close(sv[1]);
 }
 
+/* poll() of several fds parks until one is ready; a timeout says 0. */
+static void test_poll_many(void) {
+    int a[2], b[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, a), 0);
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, b), 0);
+    struct pollfd p[3] = {{.fd = a[0], .events = POLLIN}, {.fd = -1}, {.fd = b[0], .events = POLLIN}};
+    CHECK_EQ(poll(p, 3, 20), 0);
+    int t0 = threads_now();
+    CHECK_EQ(co_go(late_writer, (void *)(intptr_t)b[1]), 0);
+    CHECK_EQ(poll(p, 3, 10000), 1);
+    CHECK_EQ(p[0].revents, 0);
+    CHECK(p[2].revents & POLLIN);
+    CHECK(threads_now() <= t0 + 1);
+    close(a[0]);
+    close(a[1]);
+    close(b[0]);
+    close(b[1]);
+}
+
 /* Sleeps in coroutines are co_sleep: 200 of them, few threads. */
 static int slept;
 static void sleeper(void *arg) {
@@ -303,6 +322,7 @@ static int run(void *arg) {
     T_RUN(test_close_retires);
     T_RUN(test_tcp_echo);
     T_RUN(test_poll_one);
+    T_RUN(test_poll_many);
     T_RUN(test_sleeps);
     T_RUN(test_regular_file);
     T_RUN(test_plain_thread);

@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 /* A port nobody listens on now (bound to port 0, then released). */
-static int hs_free_port(void) {
+__attribute__((unused)) static int hs_free_port(void) {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     socklen_t l = sizeof a;
@@ -33,7 +33,7 @@ static int hs_free_port(void) {
 }
 
 /* Whether something accepts on 127.0.0.1:port. */
-static int hs_port_open(int port) {
+__attribute__((unused)) static int hs_port_open(int port) {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
@@ -44,7 +44,7 @@ static int hs_port_open(int port) {
 
 /* Waits up to ms for the port to open (polling every 20 ms), unless pid
  * died meanwhile. 1 if it opened. */
-static int hs_wait_port(int port, pid_t pid, int ms) {
+__attribute__((unused)) static int hs_wait_port(int port, pid_t pid, int ms) {
     for (int i = 0; i < ms / 20; i++) {
         if (hs_port_open(port)) return 1;
         if (pid > 0 && waitpid(pid, NULL, WNOHANG) == pid) return 0;
@@ -56,7 +56,7 @@ static int hs_wait_port(int port, pid_t pid, int ms) {
 
 /* fork + exec argv with stdout/stderr to /dev/null (LD_PRELOAD dropped:
  * the server is not ours to hook); -1 on failure. */
-static pid_t hs_spawn(char *const argv[]) {
+__attribute__((unused)) static pid_t hs_spawn(char *const argv[]) {
     pid_t pid = fork();
     if (pid < 0) return -1;
     if (pid == 0) {
@@ -74,7 +74,7 @@ static pid_t hs_spawn(char *const argv[]) {
 }
 
 /* SIGKILL (or SIGTERM first, then SIGKILL after 3 s) and reap. */
-static void hs_stop(pid_t pid, int sig) {
+__attribute__((unused)) static void hs_stop(pid_t pid, int sig) {
     if (pid <= 0) return;
     kill(pid, sig);
     for (int i = 0; i < 150; i++) {
@@ -88,7 +88,7 @@ static void hs_stop(pid_t pid, int sig) {
 
 /* Raises the soft fd limit towards want (the hard limit caps it); returns
  * the soft limit in force. */
-static long hs_raise_nofile(long want) {
+__attribute__((unused)) static long hs_raise_nofile(long want) {
     struct rlimit r;
     if (getrlimit(RLIMIT_NOFILE, &r) < 0) return 1024;
     if ((long)r.rlim_cur < want) {
@@ -99,5 +99,5 @@ static long hs_raise_nofile(long want) {
     return (long)r.rlim_cur;
 }
 
-static int hs_executable(const char *p) { return access(p, X_OK) == 0; }
+__attribute__((unused)) static int hs_executable(const char *p) { return access(p, X_OK) == 0; }
 #endif

@@ -20,8 +20,8 @@
  *    the number can name another file; socket, accept and dup give a
  *    number a fresh entry.
  *  - sleep, usleep, nanosleep in a coroutine are co_sleep.
- *  - poll of one fd parks; poll of several, and select, run inside
- *    co_blocking (a thread held, within its cap).
+ *  - poll parks (several fds: through a private epoll set); select runs
+ *    inside co_blocking (a thread held, within its cap).
  * The program's errno is set after the coroutine resumes, on the thread it
  * resumed on (see docs/hook.md for code that caches &errno).
  */
@@ -35,6 +35,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/select.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -375,6 +376,41 @@ static void poll_blocking(void *arg) {
     a->err = errno;
 }
 
+/* poll of several fds from a coroutine: a private epoll set of them,
+ * which is itself pollable, parks the coroutine in one co_wait_fd; a poll
+ * with timeout 0 then fills in revents. -2 if the set could not be made
+ * (the caller falls back to co_blocking). */
+static int poll_many(struct pollfd *p, nfds_t n, int ms) {
+    int ep = epoll_create1(EPOLL_CLOEXEC);
+    if (ep < 0) return -2;
+    for (nfds_t i = 0; i < n; i++) {
+        if (p[i].fd < 0) continue;
+        struct epoll_event e = {.events = 0, .data.u64 = i};
+        if (p[i].events & (POLLIN | POLLPRI)) e.events |= EPOLLIN | EPOLLPRI;
+        if (p[i].events & POLLOUT) e.events |= EPOLLOUT;
+        if (p[i].events & POLLRDHUP) e.events |= EPOLLRDHUP;
+        /* EEXIST: the same file twice; EPERM: a regular file (always
+         * ready, so the try before us saw it) */
+        if (epoll_ctl(ep, EPOLL_CTL_ADD, p[i].fd, &e) < 0 && errno != EEXIST &&
+            errno != EPERM) {
+            REAL(close)(ep);
+            return -2;
+        }
+    }
+    int64_t dl = ms < 0 ? CO_FOREVER : co_deadline_after((int64_t)ms * 1000000);
+    int r;
+    for (;;) {
+        int w = co_wait_fd(ep, CO_READABLE, dl);
+        r = REAL(poll)(p, n, 0);
+        if (r != 0 || w == CO_ETIMEDOUT || (w < 0 && w != CO_ECLOSED)) break;
+    }
+    int e = get_errno();
+    (void)co_fd_forget(ep); /* before its number can name another file */
+    REAL(close)(ep);
+    set_errno(e);
+    return r;
+}
+
 HOOK_API int poll(struct pollfd *p, nfds_t n, int ms) {
     if (ms == 0 || !in_coroutine()) return REAL(poll)(p, n, ms);
     int r = REAL(poll)(p, n, 0);
@@ -390,6 +426,10 @@ HOOK_API int poll(struct pollfd *p, nfds_t n, int ms) {
             if (r != 0 || w == CO_ETIMEDOUT) return r;
             if (w < 0 && w != CO_ECLOSED) return r; /* a poll of it says what */
         }
+    }
+    if (n > 1) {
+        r = poll_many(p, n, ms);
+        if (r != -2) return r;
     }
     struct poll_args a = {p, n, ms, 0, 0};
     co_blocking(poll_blocking, &a);
