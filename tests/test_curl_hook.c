@@ -8,6 +8,7 @@
 // ctest-no-chaos
 #define _GNU_SOURCE 1
 #include "t.h"
+#include "test_hook_servers.h"
 
 #include <colony.h>
 
@@ -112,6 +113,7 @@ int main(void) {
         fprintf(stderr, "skip: libcolony_hook.so is not preloaded\n");
         return 77;
     }
+    HS_SKIP_TSAN();
     signal(SIGPIPE, SIG_IGN);
     struct rlimit r;
     if (getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur < 4096 && r.rlim_max >= 4096) {

@@ -60,17 +60,17 @@ static void storm(void *arg) {
         int r = co_wait_fd(num, CO_READABLE, co_deadline_after(LONG_WAIT));
         if (r != CO_READABLE) {
             fprintf(stderr, "reconnect %d: co_wait_fd = %d\n", i, r);
-            storm_fails++;
+            __atomic_add_fetch(&storm_fails, 1, __ATOMIC_RELAXED);
         }
         char c;
-        if (read(num, &c, 1) != 1) storm_fails++;
+        if (read(num, &c, 1) != 1) __atomic_add_fetch(&storm_fails, 1, __ATOMIC_RELAXED);
         co_sleep(MS); /* let the writer finish with w */
         close(peer);
         reopen_as_pair(num, &peer);
     }
     close(peer);
     close(num);
-    storm_done = 1;
+    __atomic_store_n(&storm_done, 1, __ATOMIC_RELEASE);
 }
 static void test_reconnect_storm(void) {
     storm_fails = storm_done = 0;

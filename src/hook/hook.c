@@ -119,11 +119,24 @@ static void hfd_reset(int fd) {
 static bool in_coroutine(void) { return co_id() != 0; }
 
 /* errno of the thread the caller runs on NOW. glibc declares
- * __errno_location const, so within one function the compiler may reuse
- * the address it got before a park, i.e. another thread's errno: every
- * errno access after a possible park goes through these. */
-static __attribute__((noinline)) void set_errno(int e) { errno = e; }
-static __attribute__((noinline)) int get_errno(void) { return errno; }
+ * __errno_location const, so within one function (and what is inlined
+ * into it) the compiler may reuse the address it got before a park, i.e.
+ * another thread's errno: every errno access in this file goes through
+ * these two. */
+#if defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define HOOK_NO_TSAN __attribute__((no_sanitize("thread")))
+#endif
+#endif
+#ifndef HOOK_NO_TSAN
+#define HOOK_NO_TSAN
+#endif
+/* Not instrumented under TSan: errno belongs to whichever coroutine runs
+ * on the thread (the race detector gives each coroutine a fiber of its
+ * own, and libc's own errno stores are not instrumented either). */
+static __attribute__((noinline)) HOOK_NO_TSAN void set_errno(int e) { errno = e; }
+static __attribute__((noinline)) HOOK_NO_TSAN int get_errno(void) { return errno; }
+
 
 /* The fd's entry if it is hooked. A coroutine's first use of an unknown
  * fd decides: a socket or a pipe is hooked (made O_NONBLOCK in the kernel),
@@ -135,25 +148,25 @@ static hfd_t *hooked(int fd, bool co) {
     if (k == FD_HOOKED) return h;
     if (k == FD_PLAIN || !co) return NULL;
     struct stat st;
-    int e = errno;
+    int e = get_errno();
     if (fstat(fd, &st) < 0 || !(S_ISSOCK(st.st_mode) || S_ISFIFO(st.st_mode))) {
-        if (errno != EBADF) __atomic_store_n(&h->kind, FD_PLAIN, __ATOMIC_RELAXED);
-        errno = e;
+        if (get_errno() != EBADF) __atomic_store_n(&h->kind, FD_PLAIN, __ATOMIC_RELAXED);
+        set_errno(e);
         return NULL;
     }
     int fl = REAL(fcntl)(fd, F_GETFL);
     if (fl < 0 || (!(fl & O_NONBLOCK) && REAL(fcntl)(fd, F_SETFL, fl | O_NONBLOCK) < 0)) {
-        errno = e;
+        set_errno(e);
         return NULL;
     }
     __atomic_store_n(&h->user_nb, (fl & O_NONBLOCK) != 0, __ATOMIC_RELAXED);
     __atomic_store_n(&h->kind, FD_HOOKED, __ATOMIC_RELAXED);
-    errno = e;
+    set_errno(e);
     return h;
 }
 
 /* Wait until fd is ready for `ev` (CO_READABLE / CO_WRITABLE) or timeo ns
- * (0: none) pass. 0 when ready (retry the call), else the errno to fail
+ * (0: none) pass. 0 when ready (retry the call), else the get_errno() to fail
  * with: EAGAIN on the timeout (libc's answer for SO_RCVTIMEO/SO_SNDTIMEO),
  * EBADF if the fd was closed meanwhile. */
 static int wait_fd(int fd, int ev, int64_t timeo, bool co) {
@@ -172,7 +185,7 @@ static int wait_fd(int fd, int ev, int64_t timeo, bool co) {
         int r = REAL(poll)(&p, 1, ms);
         if (r > 0) return (p.revents & POLLNVAL) ? EBADF : 0;
         if (r == 0) return EAGAIN;
-        if (errno != EINTR) return errno;
+        if (get_errno() != EINTR) return get_errno();
     }
 }
 
@@ -288,7 +301,7 @@ static void retire(int fd) {
     hfd_t *h = hfd(fd);
     if (h && __atomic_load_n(&h->kind, __ATOMIC_RELAXED) == FD_HOOKED) {
         int e = get_errno();
-        (void)co_fd_forget(fd); /* may yield: errno through the helpers */
+        (void)co_fd_forget(fd); /* may yield: get_errno() through the helpers */
         set_errno(e);
     }
     hfd_reset(fd);
@@ -373,7 +386,7 @@ struct poll_args {
 static void poll_blocking(void *arg) {
     struct poll_args *a = arg;
     a->r = REAL(poll)(a->p, a->n, a->ms);
-    a->err = errno;
+    a->err = get_errno();
 }
 
 /* poll of several fds from a coroutine: a private epoll set of them,
@@ -391,8 +404,8 @@ static int poll_many(struct pollfd *p, nfds_t n, int ms) {
         if (p[i].events & POLLRDHUP) e.events |= EPOLLRDHUP;
         /* EEXIST: the same file twice; EPERM: a regular file (always
          * ready, so the try before us saw it) */
-        if (epoll_ctl(ep, EPOLL_CTL_ADD, p[i].fd, &e) < 0 && errno != EEXIST &&
-            errno != EPERM) {
+        if (epoll_ctl(ep, EPOLL_CTL_ADD, p[i].fd, &e) < 0 && get_errno() != EEXIST &&
+            get_errno() != EPERM) {
             REAL(close)(ep);
             return -2;
         }
@@ -446,7 +459,7 @@ struct select_args {
 static void select_blocking(void *arg) {
     struct select_args *a = arg;
     a->res = REAL(select)(a->n, a->r, a->w, a->e, a->tv);
-    a->err = errno;
+    a->err = get_errno();
 }
 HOOK_API int select(int n, fd_set *r, fd_set *w, fd_set *e, struct timeval *tv) {
     if (!in_coroutine() || (tv && tv->tv_sec == 0 && tv->tv_usec == 0))
@@ -462,7 +475,7 @@ HOOK_API int select(int n, fd_set *r, fd_set *w, fd_set *e, struct timeval *tv) 
 HOOK_API int nanosleep(const struct timespec *req, struct timespec *rem) {
     if (!in_coroutine()) return REAL(nanosleep)(req, rem);
     if (!req || req->tv_nsec < 0 || req->tv_nsec >= 1000000000 || req->tv_sec < 0) {
-        errno = EINVAL;
+        set_errno(EINVAL);
         return -1;
     }
     co_sleep((int64_t)req->tv_sec * 1000000000 + req->tv_nsec);
