@@ -300,6 +300,16 @@ CO_EXTERN int co_blocking_max(int n);
 /* The cap, and in *busy / *waiting (each may be NULL) how many coroutines
  * are inside co_blocking now and how many wait for a slot (a snapshot). */
 CO_EXTERN int co_blocking_stats(int *busy, int *waiting);
+/* co_blocking, but the coroutine goes on on the thread it called from,
+ * before and after fn: it never waits for a slot (it is counted, possibly
+ * beyond the cap) and, coming back, its thread waits for a P rather than
+ * letting another thread take the coroutine on. For foreign code that
+ * keeps the address of errno or of a thread-local across the call. */
+CO_EXTERN int co_blocking_on_thread(void (*fn)(void *arg), void *arg);
+/* Whether a wait here parks a coroutine (true: a coroutine holding a P)
+ * or blocks the thread (false: a plain thread, or inside co_blocking's fn):
+ * for code that interposes blocking calls. */
+CO_EXTERN bool co_parkable(void);
 
 /* ---- net: dial and listen by address, the resolver --------------------- */
 

@@ -19,7 +19,10 @@
  *  - close and dup2/dup3 over a hooked fd retire it (co_fd_forget) before
  *    the number can name another file; socket, accept and dup give a
  *    number a fresh entry.
- *  - sleep, usleep, nanosleep in a coroutine are co_sleep.
+ *  - sleep, usleep, nanosleep in a coroutine are co_sleep_until.
+ *  - $COLONY_HOOK_PIN=1: every wait keeps the coroutine on its thread
+ *    (inside co_blocking), for foreign code that caches &errno or the
+ *    address of a thread-local across a call (see co_wait below).
  *  - poll parks (several fds: through a private epoll set); select runs
  *    inside co_blocking (a thread held, within its cap).
  * The program's errno is set after the coroutine resumes, on the thread it
@@ -34,6 +37,7 @@
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/select.h>
@@ -116,7 +120,10 @@ static void hfd_reset(int fd) {
     __atomic_store_n(&h->sndtimeo, 0, __ATOMIC_RELAXED);
 }
 
-static bool in_coroutine(void) { return co_id() != 0; }
+/* A coroutine that can park here. Not inside co_blocking's fn (the hook's
+ * own or the program's): there colony's waits block the thread and call
+ * libc's sleeps and polls themselves, which must then be libc's. */
+static bool in_coroutine(void) { return co_parkable(); }
 
 /* errno of the thread the caller runs on NOW. glibc declares
  * __errno_location const, so within one function (and what is inlined
@@ -165,6 +172,42 @@ static hfd_t *hooked(int fd, bool co) {
     return h;
 }
 
+/* ---- where a coroutine waits ----------------------------------------------
+ * By default it parks: its thread runs other coroutines, and it may resume
+ * on another thread. With $COLONY_HOOK_PIN=1 (read once) every wait of the
+ * hook runs inside co_blocking_on_thread instead: the coroutine keeps its
+ * thread (its P goes to another thread meanwhile), so foreign code that
+ * took &errno or the address of a thread-local before the call finds the
+ * right thread after it. It costs a thread per waiting coroutine, beyond
+ * co_blocking's cap if need be. */
+static int pin_mode = -1; /* atomic relaxed: -1 unread, 0 park, 1 pin */
+static bool pinned(void) {
+    int m = __atomic_load_n(&pin_mode, __ATOMIC_RELAXED);
+    if (m < 0) {
+        const char *e = getenv("COLONY_HOOK_PIN");
+        m = e && e[0] == '1';
+        __atomic_store_n(&pin_mode, m, __ATOMIC_RELAXED);
+    }
+    return m == 1;
+}
+struct wait_args {
+    int fd, ev;
+    int64_t deadline;
+    int r;
+};
+static void wait_in_thread(void *arg) {
+    struct wait_args *a = arg;
+    a->r = a->fd >= 0 ? co_wait_fd(a->fd, a->ev, a->deadline) : co_sleep_until(a->deadline);
+}
+/* co_wait_fd (fd >= 0) or co_sleep_until (fd < 0), on this thread if pinned */
+static int co_wait(int fd, int ev, int64_t deadline) {
+    if (!pinned())
+        return fd >= 0 ? co_wait_fd(fd, ev, deadline) : co_sleep_until(deadline);
+    struct wait_args a = {fd, ev, deadline, 0};
+    co_blocking_on_thread(wait_in_thread, &a);
+    return a.r;
+}
+
 /* Wait until fd is ready for `ev` (CO_READABLE / CO_WRITABLE) or timeo ns
  * (0: none) pass. 0 when ready (retry the call), else the get_errno() to fail
  * with: EAGAIN on the timeout (libc's answer for SO_RCVTIMEO/SO_SNDTIMEO),
@@ -172,7 +215,7 @@ static hfd_t *hooked(int fd, bool co) {
 static int wait_fd(int fd, int ev, int64_t timeo, bool co) {
     if (co) {
         int64_t dl = timeo > 0 ? co_deadline_after(timeo) : CO_FOREVER;
-        int r = co_wait_fd(fd, ev, dl);
+        int r = co_wait(fd, ev, dl);
         if (r > 0) return 0;
         if (r == CO_ETIMEDOUT) return EAGAIN;
         if (r == CO_ECLOSED) return EBADF;
@@ -413,7 +456,7 @@ static int poll_many(struct pollfd *p, nfds_t n, int ms) {
     int64_t dl = ms < 0 ? CO_FOREVER : co_deadline_after((int64_t)ms * 1000000);
     int r;
     for (;;) {
-        int w = co_wait_fd(ep, CO_READABLE, dl);
+        int w = co_wait(ep, CO_READABLE, dl);
         r = REAL(poll)(p, n, 0);
         if (r != 0 || w == CO_ETIMEDOUT || (w < 0 && w != CO_ECLOSED)) break;
     }
@@ -434,7 +477,7 @@ HOOK_API int poll(struct pollfd *p, nfds_t n, int ms) {
                  (p[0].events & POLLOUT ? CO_WRITABLE : 0);
         int64_t dl = ms < 0 ? CO_FOREVER : co_deadline_after((int64_t)ms * 1000000);
         for (;;) {
-            int w = co_wait_fd(p[0].fd, ev, dl);
+            int w = co_wait(p[0].fd, ev, dl);
             r = REAL(poll)(p, 1, 0);
             if (r != 0 || w == CO_ETIMEDOUT) return r;
             if (w < 0 && w != CO_ECLOSED) return r; /* a poll of it says what */
@@ -478,18 +521,20 @@ HOOK_API int nanosleep(const struct timespec *req, struct timespec *rem) {
         set_errno(EINVAL);
         return -1;
     }
-    co_sleep((int64_t)req->tv_sec * 1000000000 + req->tv_nsec);
+    /* (a sleep of 31 years and more is one of 31 years: no overflow) */
+    int64_t sec = req->tv_sec > 1000000000 ? 1000000000 : (int64_t)req->tv_sec;
+    co_wait(-1, 0, co_deadline_after(sec * 1000000000 + req->tv_nsec));
     if (rem) rem->tv_sec = rem->tv_nsec = 0;
     return 0;
 }
 HOOK_API int usleep(useconds_t us) {
     if (!in_coroutine()) return REAL(usleep)(us);
-    co_sleep((int64_t)us * 1000);
+    co_wait(-1, 0, co_deadline_after((int64_t)us * 1000));
     return 0;
 }
 HOOK_API unsigned sleep(unsigned s) {
     if (!in_coroutine()) return REAL(sleep)(s);
-    co_sleep((int64_t)s * 1000000000);
+    co_wait(-1, 0, co_deadline_after((int64_t)s * 1000000000));
     return 0;
 }
 

@@ -23,6 +23,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 #define SYSMON_MIN_NS 20000
 #define SYSMON_MAX_NS 10000000
@@ -295,7 +296,7 @@ static co_p_t *steal_syscall_p(co_m_t *m) {
  * P of another M still inside co_blocking, or, with none, the front of the
  * global queue, ahead of what waits there (this M then goes idle:
  * exitsyscall0). */
-static void blocking_exit(void) {
+static void blocking_exit(bool pinned) {
     co_m_t *m = co__getm(); /* same thread: a G cannot migrate inside fn */
     co_p_t *p = m->syscallp;
     m->syscallp = NULL;
@@ -316,6 +317,24 @@ static void blocking_exit(void) {
     }
     if (steal_syscall_p(m))
         return;
+    if (pinned) {
+        /* The coroutine must go on on this thread: wait here, as a thread,
+         * for a P to come free (an idle one, or one sysmon retakes from an
+         * M in co_blocking), backing off from 10 us to 1 ms. */
+        for (long ns = 10000;; ns = ns < 1000000 ? ns * 2 : ns) {
+            struct timespec ts = {0, ns};
+            nanosleep(&ts, NULL);
+            if ((p2 = co__pidleget()) != NULL) {
+                m->p = p2;
+                p2->m = m;
+                __atomic_store_n(&p2->schedtick, p2->schedtick + 1, __ATOMIC_RELAXED);
+                __atomic_store_n(&p2->status, CO_P_RUNNING, __ATOMIC_RELEASE);
+                return;
+            }
+            if (steal_syscall_p(m))
+                return;
+        }
+    }
     co__park_current(post_requeue, NULL, CO__WR_NONE);
 }
 
@@ -370,9 +389,10 @@ int co_blocking_max(int n) {
     return old;
 }
 
-static void blocking_take(void) {
+static void blocking_take(bool pinned) {
     co__lock(&blk.lock);
-    if (blk.busy < blocking_cap() && co__waitq_empty(&blk.q)) {
+    /* a pinned call must not move before fn: counted, never queued */
+    if (pinned || (blk.busy < blocking_cap() && co__waitq_empty(&blk.q))) {
         blk.busy++;
         co__unlock(&blk.lock);
         return;
@@ -411,7 +431,16 @@ int co_blocking_stats(int *busy, int *waiting) {
 /* The tag of co_blocking's own recover frames (co__recover_tagged). */
 static const char blocking_tag;
 
-int co_blocking(void (*fn)(void *arg), void *arg) {
+bool co_parkable(void) {
+    co_m_t *m = co__getm();
+    return m && m->curg && m->p;
+}
+
+static int blocking(void (*fn)(void *arg), void *arg, bool pinned);
+int co_blocking(void (*fn)(void *arg), void *arg) { return blocking(fn, arg, false); }
+int co_blocking_on_thread(void (*fn)(void *arg), void *arg) { return blocking(fn, arg, true); }
+
+static int blocking(void (*fn)(void *arg), void *arg, bool pinned) {
     if (!fn) return CO_EINVAL;
     co_m_t *m = co__getm();
     /* A plain thread, or a co_blocking inside another one's fn: this M
@@ -420,7 +449,7 @@ int co_blocking(void (*fn)(void *arg), void *arg) {
         fn(arg);
         return 0;
     }
-    blocking_take(); /* may park: this coroutine may run on another M after */
+    blocking_take(pinned); /* may park: this coroutine may run on another M after */
     m = co__getm();
     co_p_t *p = m->p;
     m->syscallp = p;
@@ -440,11 +469,11 @@ int co_blocking(void (*fn)(void *arg), void *arg) {
     if (*co__panic_slot() == NULL) {
         fn(arg);
     } else if (co__recover_tagged(fn, arg, &pv, &blocking_tag)) {
-        blocking_exit();
+        blocking_exit(pinned);
         blocking_give();
         co_panic(pv);
     }
-    blocking_exit();
+    blocking_exit(pinned);
     blocking_give();
     return 0;
 }
