@@ -77,7 +77,6 @@ int main(void) {
         fprintf(stderr, "skip: libcolony_hook.so is not preloaded\n");
         return 77;
     }
-    HS_SKIP_TSAN();
     if (!getenv("COLONY_HOOK_PIN")) setenv("COLONY_HOOK_PIN", "1", 1);
     co_config_t cfg = {.procs = 4};
     if (co_init(&cfg) < 0) return 1;
