@@ -77,7 +77,9 @@ GOPQ="$GOC/hook-pq"
     go build -o "$GOPQ" .) >>"$LOG" 2>&1 || GOPQ=""
 
 export BENCH_REDIS_PORT=$RPORT
-export BENCH_PG_CONNINFO="hostaddr=127.0.0.1 port=$PGPORT user=postgres dbname=postgres"
+# as lib/pq does: no GSSAPI encryption or SSL negotiation (libpq's
+# gssencmode=prefer initialises Kerberos at each connect, blocking its thread)
+export BENCH_PG_CONNINFO="hostaddr=127.0.0.1 port=$PGPORT user=postgres dbname=postgres gssencmode=disable sslmode=disable"
 export BENCH_PG_DSN="host=127.0.0.1 port=$PGPORT user=postgres dbname=postgres sslmode=disable"
 RES="$TMP/results"
 : >"$RES"
