@@ -182,7 +182,10 @@ try:
 except Exception:
     cpu = platform.processor()
 with open(out, "w") as f:
+    import datetime
     f.write("# Foreign blocking libraries on coroutines (bench/run_hook.sh)\n\n")
+    f.write("Command: `BENCH_RUNS=%s sh bench/run_hook.sh <builddir>`, finished %s UTC.\n\n"
+            % (runs, datetime.datetime.utcnow().strftime("%Y-%m-%d %H:%M")))
     f.write("Machine: %s, %d CPUs, Linux %s. Shared with other builds: load average %s "
             "before, %s after. %s round(s), medians (ranges). redis: 1,000 clients "
             "sharing %s INCR/GET plus ten 300 ms BLPOPs; pg: 1,000 clients sharing %s "
