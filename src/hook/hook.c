@@ -209,7 +209,7 @@ static int co_wait(int fd, int ev, int64_t deadline) {
 }
 
 /* Wait until fd is ready for `ev` (CO_READABLE / CO_WRITABLE) or timeo ns
- * (0: none) pass. 0 when ready (retry the call), else the get_errno() to fail
+ * (0: none) pass. 0 when ready (retry the call), else the errno to fail
  * with: EAGAIN on the timeout (libc's answer for SO_RCVTIMEO/SO_SNDTIMEO),
  * EBADF if the fd was closed meanwhile. */
 static int wait_fd(int fd, int ev, int64_t timeo, bool co) {
@@ -344,7 +344,7 @@ static void retire(int fd) {
     hfd_t *h = hfd(fd);
     if (h && __atomic_load_n(&h->kind, __ATOMIC_RELAXED) == FD_HOOKED) {
         int e = get_errno();
-        (void)co_fd_forget(fd); /* may yield: get_errno() through the helpers */
+        (void)co_fd_forget(fd); /* may yield: errno through the helpers */
         set_errno(e);
     }
     hfd_reset(fd);
