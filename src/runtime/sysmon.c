@@ -369,16 +369,17 @@ int co_blocking_max(int n) {
     int old = blocking_cap();
     if (n == 0) return old;
     __atomic_store_n(&blk.cap, n, __ATOMIC_RELAXED);
-    /* a larger cap lets waiters in now */
-    co__waiter_t *list = NULL;
+    /* a larger cap lets waiters in now, first come first */
+    co__waiter_t *list = NULL, **tail = &list;
     co__lock(&blk.lock);
     while (blk.busy < n) {
         co__waiter_t *w = co__waitq_pop(&blk.q);
         if (!w) break;
         if (!co__claim(w->pk, w)) continue;
         blk.busy++;
-        w->next = list;
-        list = w;
+        w->next = NULL;
+        *tail = w;
+        tail = &w->next;
     }
     co__unlock(&blk.lock);
     while (list) {
