@@ -13,7 +13,8 @@
 #            pthreads     the same on 1,000 threads
 #            nb+wait_fd   non-blocking hiredis driven with co_wait_fd
 #            redis-benchmark -c 1000 -t incr,get (redis's own event loop)
-#   pg     1,000 clients sharing 20,000 SELECT 1:
+#   pg     1,000 clients sharing 20,000 SELECT 1, then 20,000 of a prepared
+#          point query on a 100k-row table (pg point):
 #            colony+hook (libpq), pthreads (libpq), Go 1.19 database/sql +
 #            lib/pq (a pool of 1,000)
 #   co_blocking  1,000 concurrent co_blocking(usleep(200 ms)) (default cap)
@@ -62,6 +63,10 @@ $AS "$PGBIN/initdb" -D "$PGDATA" -A trust -U postgres --no-sync >>"$LOG" 2>&1 &&
     $AS "$PGBIN/pg_ctl" -D "$PGDATA" -l "$TMP/pg.log" -w -t 30 \
         -o "-p $PGPORT -k $TMP -c listen_addresses=127.0.0.1 -c max_connections=1100 -c fsync=off" \
         start >>"$LOG" 2>&1 || { echo "bench/run_hook.sh: PostgreSQL did not start (see $LOG)" >&2; }
+# the point query's table: 100k rows, id -> 2 * id
+"$PGBIN/psql" -q -h 127.0.0.1 -p "$PGPORT" -U postgres -d postgres -c \
+    "CREATE TABLE bench_t(id int PRIMARY KEY, v int); INSERT INTO bench_t SELECT g, 2 * g FROM generate_series(1, 100000) g; ANALYZE bench_t;" \
+    >>"$LOG" 2>&1 || echo "bench/run_hook.sh: could not create bench_t" >&2
 cleanup() {
     kill "$RPID" 2>/dev/null
     $AS "$PGBIN/pg_ctl" -D "$PGDATA" -m immediate -w stop >/dev/null 2>&1
@@ -119,8 +124,14 @@ pg_set() {
     run "pg colony+hook" "$POPS" env LD_PRELOAD="$HOOK" "$BH" pg-co 1000 "$POPS"
     run "pg pthreads" "$POPS" "$BH" pg-pt 1000 "$POPS"
     [ -n "$GOPQ" ] && run "pg Go+lib/pq" "$POPS" "$GOPQ" 1000 "$POPS"
+    run "pg point colony+hook" "$POPS" env LD_PRELOAD="$HOOK" "$BH" pgprep-co 1000 "$POPS"
+    run "pg point pthreads" "$POPS" "$BH" pgprep-pt 1000 "$POPS"
+    [ -n "$GOPQ" ] && run "pg point Go+lib/pq" "$POPS" "$GOPQ" 1000 "$POPS" prep
 }
 pg_set_rev() {
+    [ -n "$GOPQ" ] && run "pg point Go+lib/pq" "$POPS" "$GOPQ" 1000 "$POPS" prep
+    run "pg point pthreads" "$POPS" "$BH" pgprep-pt 1000 "$POPS"
+    run "pg point colony+hook" "$POPS" env LD_PRELOAD="$HOOK" "$BH" pgprep-co 1000 "$POPS"
     [ -n "$GOPQ" ] && run "pg Go+lib/pq" "$POPS" "$GOPQ" 1000 "$POPS"
     run "pg pthreads" "$POPS" "$BH" pg-pt 1000 "$POPS"
     run "pg colony+hook" "$POPS" env LD_PRELOAD="$HOOK" "$BH" pg-co 1000 "$POPS"
@@ -203,7 +214,8 @@ with open(out, "w") as f:
     f.write("\nRatios of medians (ops/s):\n\n")
     pairs = [("colony+hook", "pthreads"), ("colony+hook", "nb+wait_fd"),
              ("colony+hook", "redis-benchmark"), ("pg colony+hook", "pg pthreads"),
-             ("pg colony+hook", "pg Go+lib/pq")]
+             ("pg colony+hook", "pg Go+lib/pq"), ("pg point colony+hook", "pg point pthreads"),
+             ("pg point colony+hook", "pg point Go+lib/pq")]
     for a, b in pairs:
         x, y = med(a, "ops_s"), med(b, "ops_s")
         if x and y:

@@ -11,6 +11,8 @@
  *   redis-nb   non-blocking hiredis driven with co_wait_fd, coroutines
  *   pg-co      libpq, `ops` SELECT 1 in all from `clients` coroutines (hook)
  *   pg-pt      the same from pthreads
+ *   pgprep-co, pgprep-pt  a prepared point query (SELECT v FROM bench_t
+ *              WHERE id = $1, 100k rows) instead of SELECT 1
  *   blocking   `clients` concurrent co_blocking(usleep(`ops` ms))
  * Environment: BENCH_REDIS_PORT, BENCH_PG_CONNINFO.
  * Prints one line: key=value pairs (ops_s, hb_worst_ms, threads_max,
@@ -186,6 +188,34 @@ static void pg_work(int id) {
     PQfinish(c);
 }
 
+/* a prepared point query on bench_t (100k rows, run_hook.sh creates it) */
+static void pg_prep_work(int id) {
+    (void)id;
+    PGconn *c = PQconnectdb(conninfo);
+    if (PQstatus(c) != CONNECTION_OK) {
+        atomic_fetch_add(&errors, 1);
+        PQfinish(c);
+        return;
+    }
+    PGresult *pr = PQprepare(c, "pt", "SELECT v FROM bench_t WHERE id = $1", 1, NULL);
+    if (PQresultStatus(pr) != PGRES_COMMAND_OK) atomic_fetch_add(&errors, 1);
+    PQclear(pr);
+    for (;;) {
+        int k = atomic_fetch_add(&next_op, 1);
+        if (k >= ops) break;
+        int key = (int)((k * 7919L) % 100000) + 1;
+        char v[16];
+        snprintf(v, sizeof v, "%d", key);
+        const char *params[1] = {v};
+        PGresult *r = PQexecPrepared(c, "pt", 1, params, NULL, NULL, 0);
+        if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1 ||
+            atoi(PQgetvalue(r, 0, 0)) != 2 * key)
+            atomic_fetch_add(&errors, 1);
+        PQclear(r);
+    }
+    PQfinish(c);
+}
+
 /* ---- co_blocking --------------------------------------------------------------- */
 static void sleep_fn(void *arg) {
     (void)arg;
@@ -230,6 +260,7 @@ int main(int argc, char **argv) {
     bool threads = strstr(mode, "-pt") != NULL;
     if (!strncmp(mode, "redis-nb", 8)) work = redis_nb_work;
     else if (!strncmp(mode, "redis", 5)) work = redis_work;
+    else if (!strncmp(mode, "pgprep", 6)) work = pg_prep_work;
     else if (!strncmp(mode, "pg", 2)) work = pg_work;
     else if (!strcmp(mode, "blocking")) work = blocking_work;
     else {
