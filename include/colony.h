@@ -326,6 +326,31 @@ CO_EXTERN int co_close(int fd);
 CO_EXTERN int co_blocking(void (*fn)(void *arg), void *arg);
 
 /* ---- foreign code: descriptors closed behind colony's back ------------- */
+/* fd is going away, or was closed with close(2) behind colony's back (a
+ * library's own close): every coroutine or thread waiting on it in co_read,
+ * co_write, co_wait_fd & co is woken with CO_ECLOSED, colony drops it from
+ * the netpoller and forgets what it knew, and does NOT close it. 0 (also
+ * for an fd colony never saw) or -EBADF for a negative fd. co_wait_fd needs
+ * no such call: it notices a number that names a new file by itself. */
+CO_EXTERN int co_fd_forget(int fd);
+/* co_blocking's cap: at most this many threads inside co_blocking at once
+ * (default 128, or $COLONY_BLOCKING_MAX); callers beyond it wait, in FIFO
+ * order, parked as coroutines. n > 0 sets it, 0 only asks; returns the
+ * previous cap, CO_EINVAL for n < 0. */
+CO_EXTERN int co_blocking_max(int n);
+/* The cap, and in *busy / *waiting (each may be NULL) how many coroutines
+ * are inside co_blocking now and how many wait for a slot (a snapshot). */
+CO_EXTERN int co_blocking_stats(int *busy, int *waiting);
+/* co_blocking, but the coroutine goes on on the thread it called from,
+ * before and after fn: it never waits for a slot (it is counted, possibly
+ * beyond the cap) and, coming back, its thread waits for a P rather than
+ * letting another thread take the coroutine on. For foreign code that
+ * keeps the address of errno or of a thread-local across the call. */
+CO_EXTERN int co_blocking_on_thread(void (*fn)(void *arg), void *arg);
+/* Whether a wait here parks a coroutine (true: a coroutine holding a P)
+ * or blocks the thread (false: a plain thread, or inside co_blocking's fn):
+ * for code that interposes blocking calls. */
+CO_EXTERN bool co_parkable(void);
 
 /* ---- net: dial and listen by address, the resolver --------------------- */
 /* docs/net.md. Networks: "tcp", "tcp4", "tcp6", "udp", "udp4", "udp6",

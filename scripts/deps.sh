@@ -13,6 +13,14 @@ command -v openssl >/dev/null 2>&1 || need="$need openssl"
 command -v curl >/dev/null 2>&1 || need="$need curl"
 [ -f /usr/include/ares.h ] || need="$need libc-ares-dev pkg-config" # the resolver (docs/net.md)
 command -v chromium >/dev/null 2>&1 || need="$need chromium" # tests/test_trace_html.c renders tools/colony-trace's page
+# The real-server tests and benchmarks of libcolony_hook.so (docs/hook.md):
+# client libraries, the servers they start themselves, pkg-config to find them.
+command -v pkg-config >/dev/null 2>&1 || need="$need pkg-config"
+[ -f /usr/include/hiredis/hiredis.h ] || need="$need libhiredis-dev"
+[ -f /usr/include/postgresql/libpq-fe.h ] || need="$need libpq-dev"
+[ -n "$(ls /usr/include/*/curl/curl.h /usr/include/curl/curl.h 2>/dev/null)" ] || need="$need libcurl4-openssl-dev"
+command -v redis-server >/dev/null 2>&1 || need="$need redis-server"
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need="$need postgresql"
 # `sh scripts/deps.sh aarch64` (make aarch64): the AArch64 cross compiler and
 # qemu-user, which runs the cross-built tests on this machine.
 if [ "${1:-}" = aarch64 ]; then

@@ -36,6 +36,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 /* ---- references and close ----------------------------------------------- */
@@ -59,10 +60,13 @@ static bool pd_try_finalize(co__pd_t *pd, int *rc) {
     /* A stale edge for the old file just costs a retry. */
     __atomic_add_fetch(&pd->rseq, 1, __ATOMIC_RELEASE);
     __atomic_add_fetch(&pd->wseq, 1, __ATOMIC_RELEASE);
+    bool keep = __atomic_load_n(&pd->noclose, __ATOMIC_RELAXED);
+    __atomic_store_n(&pd->noclose, 0, __ATOMIC_RELAXED);
     co__unlock(&pd->lock);
     if (polled)
         co__np_unregister(pd->fd);
-    int r = close(pd->fd) < 0 ? -errno : 0;
+    /* co_fd_forget: the file is its owner's to close (or gone already) */
+    int r = keep ? 0 : close(pd->fd) < 0 ? -errno : 0;
     /* From here the number may be reused; let operations on it in. */
     __atomic_and_fetch(&pd->state, ~(CO__PD_CLOSING | CO__PD_FINAL), __ATOMIC_RELEASE);
     if (rc)
@@ -83,12 +87,14 @@ static int pd_setup(co__pd_t *pd) {
     int rc = 0;
     co__lock(&pd->lock);
     if (pd->kind == CO__PD_UNKNOWN) {
-        int fl = fcntl(pd->fd, F_GETFL);
+        /* The kernel's flags, not an interposed fcntl's view of them
+         * (libcolony_hook.so shows a program its own O_NONBLOCK). */
+        int fl = (int)syscall(SYS_fcntl, pd->fd, F_GETFL);
         if (fl < 0) {
             rc = -errno;
             goto out;
         }
-        if (!(fl & O_NONBLOCK) && fcntl(pd->fd, F_SETFL, fl | O_NONBLOCK) < 0) {
+        if (!(fl & O_NONBLOCK) && syscall(SYS_fcntl, pd->fd, F_SETFL, fl | O_NONBLOCK) < 0) {
             rc = -errno;
             goto out;
         }
@@ -193,7 +199,7 @@ static bool pd_plain(co__pd_t *pd) {
     return __atomic_load_n(&pd->kind, __ATOMIC_RELAXED) == CO__PD_PLAIN;
 }
 
-static int close_pd(co__pd_t *pd) {
+static int close_pd(co__pd_t *pd, bool keep) {
     for (;;) {
         uint32_t s = __atomic_fetch_add(&pd->state, 1, __ATOMIC_ACQUIRE);
         if (!(s & CO__PD_FINAL))
@@ -208,6 +214,8 @@ static int close_pd(co__pd_t *pd) {
         pd_exit(pd);
         return -EBADF; /* already being closed */
     }
+    if (keep) /* before our reference goes: the finaliser reads it after */
+        __atomic_store_n(&pd->noclose, 1, __ATOMIC_RELAXED);
     /* Refuse the write lock before waking its waiters: one woken earlier
      * (by the last holder's unlock, or an edge) and not yet run must not
      * take it and start a write now. */
@@ -230,10 +238,34 @@ int co_close(int fd) {
      * that co_shutdown does not close the poller under the unregistering.
      * Never starts it: with the runtime down no fd is registered. */
     bool held = co__cur_g() == NULL && co__rt_hold_if_up();
-    int rc = close_pd(pd);
+    int rc = close_pd(pd, false);
     if (held)
         co__rt_unhold();
     return rc;
+}
+
+/* co_close without the close(2): the same wake (CO_ECLOSED), the same wait
+ * for the operations under way, the registration dropped and the slot's
+ * knowledge reset, so that the number's next file starts afresh. Safe
+ * whether the file is still open (its owner closes it after) or already
+ * closed, or the number already names another file (the poller's set is
+ * keyed by number and file: the stale entry, if any, only costs a
+ * spurious wake-up). */
+int co_fd_forget(int fd) {
+    if (fd < 0)
+        return -EBADF;
+    co__pd_t *pd = co__pd_peek(fd);
+    if (!pd)
+        return 0; /* never seen: nothing to forget */
+    /* Called from the close(2) of co_close's own finaliser (an interposed
+     * close, libcolony_hook.so): that close forgets it already. */
+    if (__atomic_load_n(&pd->state, __ATOMIC_ACQUIRE) & CO__PD_FINAL)
+        return 0;
+    bool held = co__cur_g() == NULL && co__rt_hold_if_up();
+    int rc = close_pd(pd, true);
+    if (held)
+        co__rt_unhold();
+    return rc == -EBADF ? 0 : rc; /* a close under way forgets it as well */
 }
 
 /* Syscall wrappers returning -errno. Not inlined: glibc declares
@@ -592,6 +624,26 @@ int co_wait_fd(int fd, int events, int64_t deadline) {
             rc |= CO_WRITABLE;
         if (rc)
             break;
+        /* Before parking: the number may have been closed with close(2)
+         * and given to a new file (a library reconnecting), which the
+         * poller has never seen and would never report. The check
+         * registers it; its first edge is then the current state. */
+        int e = co__np_ensure(fd);
+        if (CO_UNLIKELY(e != 0)) {
+            if (e < 0 && e != -EPERM) {
+                rc = e;
+                break;
+            }
+            /* a new file: what the slot knew was the old one's */
+            co__lock(&pd->lock);
+            __atomic_store_n(&pd->kind, e == -EPERM ? CO__PD_PLAIN : CO__PD_UNKNOWN,
+                             __ATOMIC_RELEASE);
+            __atomic_store_n(&pd->rdrained, 0, __ATOMIC_RELAXED);
+            __atomic_store_n(&pd->hup, 0, __ATOMIC_RELAXED);
+            co__unlock(&pd->lock);
+            if (e == -EPERM)
+                continue;
+        }
         rc = co__pd_wait(pd, modes, rs, ws, deadline);
         if (rc < 0)
             break;

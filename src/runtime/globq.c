@@ -89,6 +89,19 @@ void co__globrunqput(co_g_t **gs, int n) {
     co__unlock(&co__sched.lock);
 }
 
+void co__globrunqput_front(co_g_t *g) {
+    co_sched_t *s = &co__sched;
+    co__lock(&s->lock);
+    g->schedlink = NULL;
+    if (s->fronttail)
+        s->fronttail->schedlink = g;
+    else
+        s->fronthead = g;
+    s->fronttail = g;
+    __atomic_store_n(&s->runqsize, s->runqsize + 1, __ATOMIC_RELEASE);
+    co__unlock(&s->lock);
+}
+
 /* A token taken off a queue that must wait its turn again (runtime.h). */
 void co__token_requeue(co__token_t *t) {
     co_g_t *e = (co_g_t *)((uintptr_t)t | RQ_TOKEN);
@@ -98,6 +111,12 @@ void co__token_requeue(co__token_t *t) {
 /* sched.lock held. The next queued G, or NULL. */
 static inline co_g_t *rq_pop_locked(void) {
     co_sched_t *s = &co__sched;
+    co_g_t *fg = s->fronthead;
+    if (CO_UNLIKELY(fg != NULL)) {
+        s->fronthead = fg->schedlink;
+        if (!s->fronthead) s->fronttail = NULL;
+        return fg;
+    }
     co__gchunk_t *c = s->rq_first;
     while (c && c->head == c->tail) { /* drop empty chunks */
         s->rq_first = c->next;
@@ -132,7 +151,7 @@ void co__globrunq_pop_n_locked(co_g_t **out, int n) {
     co_sched_t *s = &co__sched;
     for (int i = 0; i < n;) {
         co__gchunk_t *c = s->rq_first;
-        if (CO_LIKELY(c != NULL)) { /* straight from the first chunk */
+        if (CO_LIKELY(c != NULL && !s->fronthead)) { /* straight from the first chunk */
             uint32_t h = c->head, k = c->tail - h;
             if (k > (uint32_t)(n - i)) k = (uint32_t)(n - i);
             memcpy(out + i, c->g + h, k * sizeof *out);

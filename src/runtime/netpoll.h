@@ -86,6 +86,10 @@ typedef struct co__pd {
     uint8_t hup;       /* atomic: a hang-up, an error or urgent data was reported (never
                           skip a read after that); set before the rseq bump (release)
                           that reports it */
+    uint8_t noclose;   /* set by co_fd_forget after it won CLOSING, read by the
+                          finaliser after its CAS on state (the acq_rel chain on
+                          state orders them): retire without close(2); cleared
+                          by the finaliser */
     int fd;            /* the fd number this slot belongs to (constant) */
     co__waitq_t rq;    /* parked readers (co_read, co_accept, co_wait_fd) */
     co__waitq_t wq;    /* parked writers (co_write, co_connect, co_wait_fd) */
@@ -127,6 +131,11 @@ CO_HIDDEN void co__pd_forget_all(void);
  * means "this fd cannot be polled" (regular files). Called by the fd
  * layer's set-up, under pd->lock. */
 CO_HIDDEN int co__np_register(int fd);
+/* Make sure the file that fd names now is in the set: 1 if it was not (the
+ * number was closed behind the fd layer's back and names another file, or
+ * was never registered; it is registered now), 0 if it was, -errno on
+ * failure (-EPERM: a regular file; -EBADF: fd is closed). One epoll_ctl. */
+CO_HIDDEN int co__np_ensure(int fd);
 /* Forget fd (before it is closed). Errors are ignored. */
 CO_HIDDEN void co__np_unregister(int fd);
 /* Count of operations parked on the netpoller (co__netpoll_has_waiters).

@@ -108,6 +108,20 @@ int co__np_register(int fd) {
     return -err;
 }
 
+int co__np_ensure(int fd) {
+    if (np.epfd < 0)
+        return -EBADF;
+    /* The kernel keys its set by (number, open file description): ADD
+     * fails with EEXIST exactly when this number's current file is in. */
+    struct epoll_event e = {
+        .events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLPRI | EPOLLET,
+        .data.u64 = (uint64_t)(uint32_t)fd,
+    };
+    if (epoll_ctl(np.epfd, EPOLL_CTL_ADD, fd, &e) == 0)
+        return 1;
+    return errno == EEXIST ? 0 : -errno;
+}
+
 void co__np_unregister(int fd) {
     if (np.epfd >= 0)
         (void)epoll_ctl(np.epfd, EPOLL_CTL_DEL, fd, NULL);

@@ -296,6 +296,10 @@ typedef struct co_sched {
     int rq_nspare;
     co_g_t *runqhead, *runqtail;
     struct co__token *tokhead, *toktail; /* tokens, when no chunk could be allocated */
+    /* Gs back from co_blocking that found no P: FIFO through schedlink,
+     * taken before everything else of the global queue (they must not
+     * wait behind it); counted in runqsize. */
+    co_g_t *fronthead, *fronttail;
     int64_t runqsize;          /* atomic for lock-free emptiness checks: all Gs queued */
     co_p_t *pspare;            /* retired Ps, ready to be lent again */
     co_p_t *pretiring;         /* Ps lent away whose M has not retired them yet */
@@ -387,6 +391,7 @@ static inline co_g_t *rq_strip(co_g_t *e) {
 }
 /* globq.c: the global run queue and the injection stack */
 CO_HIDDEN void co__globrunqput(co_g_t **gs, int n); /* n Gs, in order, to the global queue */
+CO_HIDDEN void co__globrunqput_front(co_g_t *g); /* ahead of the global queue (FIFO among these) */
 /* A plain thread's run-queue entry (a G, or a tagged token), lock-free. */
 CO_HIDDEN void co__globrunq_inject(co_g_t *e);
 /* Entries in the global queue (the injection stack moved into it first). */

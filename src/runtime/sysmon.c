@@ -24,6 +24,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 #define SYSMON_MIN_NS 20000
 #define SYSMON_MAX_NS 10000000
@@ -31,6 +32,7 @@
 #define GFREE_TRIM_NS 1000000000 /* dead Gs unused this long are freed... */
 #define GFREE_KEEP 1024          /* ...beyond this many kept for the next burst */
 #define STACKWAIT_RETRY_NS 10000000 /* Gs that found no stack to start on retry this often */
+#define BLOCKING_TIMER_SOON_NS 1000000 /* a P in co_blocking with a timer this near is retaken */
 
 /* p is retiring (p->retire set): its yield slot's coroutine and its
  * owner's batch to the global queue, unless its owner is in a window now
@@ -56,7 +58,11 @@ static bool retake_syscall(co_p_t *p, int64_t now) {
     }
     /* Go's rule: keep the P with its M if it has nothing to run, somebody
      * else is looking for work, and the call is young (< 10 ms). */
-    bool has_work = !co__runq_empty(p) || co__globrunq_pending(__ATOMIC_ACQUIRE);
+    /* A timer due within a round is work too: left with the P, it would
+     * fire late, from sysmon, into the global queue. */
+    int64_t tw = __atomic_load_n(&p->timer0_when, __ATOMIC_ACQUIRE);
+    bool has_work = !co__runq_empty(p) || co__globrunq_pending(__ATOMIC_ACQUIRE) ||
+                    (tw != 0 && tw - now < BLOCKING_TIMER_SOON_NS);
     bool others = __atomic_load_n(&s->nmspinning, __ATOMIC_SEQ_CST) +
                       __atomic_load_n(&s->npidle, __ATOMIC_SEQ_CST) >
                   0;
@@ -266,13 +272,35 @@ void co__sysmon_stop(void) {
 static void post_requeue(co_g_t *g, void *arg) {
     (void)arg;
     __atomic_store_n(&g->status, CO_G_RUNNABLE, __ATOMIC_RELAXED);
-    co__globrunqput(&g, 1);
+    co__globrunqput_front(g);
     co__wakep();
 }
 
-/* co_blocking's way back: its P if sysmon left it, another idle one, or
- * the global queue (this M then goes idle: exitsyscall0). */
-static void blocking_exit(void) {
+/* The P of another M inside co_blocking, taken as sysmon's retake would
+ * (the CAS from SYSCALL decides against its M's way back and sysmon),
+ * for this M; NULL if none. */
+static co_p_t *steal_syscall_p(co_m_t *m) {
+    co_sched_t *s = &co__sched;
+    for (int i = 0; i < s->nprocs; i++) {
+        co_p_t *p = co__allp(i);
+        uint32_t st = CO_P_SYSCALL;
+        if (__atomic_load_n(&p->status, __ATOMIC_RELAXED) != st ||
+            !__atomic_compare_exchange_n(&p->status, &st, CO_P_RUNNING, false, __ATOMIC_ACQ_REL,
+                                         __ATOMIC_RELAXED))
+            continue;
+        m->p = p;
+        p->m = m;
+        __atomic_store_n(&p->schedtick, p->schedtick + 1, __ATOMIC_RELAXED);
+        return p;
+    }
+    return NULL;
+}
+
+/* co_blocking's way back: its P if sysmon left it, another idle one, the
+ * P of another M still inside co_blocking, or, with none, the front of the
+ * global queue, ahead of what waits there (this M then goes idle:
+ * exitsyscall0). */
+static void blocking_exit(bool pinned) {
     co_m_t *m = co__getm(); /* same thread: a G cannot migrate inside fn */
     co_p_t *p = m->syscallp;
     m->syscallp = NULL;
@@ -291,13 +319,133 @@ static void blocking_exit(void) {
         __atomic_store_n(&p2->status, CO_P_RUNNING, __ATOMIC_RELEASE);
         return;
     }
+    if (steal_syscall_p(m))
+        return;
+    if (pinned) {
+        /* The coroutine must go on on this thread: wait here, as a thread,
+         * for a P to come free (an idle one, or one sysmon retakes from an
+         * M in co_blocking), backing off from 10 us to 1 ms. */
+        for (long ns = 10000;; ns = ns < 1000000 ? ns * 2 : ns) {
+            struct timespec ts = {0, ns};
+            nanosleep(&ts, NULL);
+            if ((p2 = co__pidleget()) != NULL) {
+                m->p = p2;
+                p2->m = m;
+                __atomic_store_n(&p2->schedtick, p2->schedtick + 1, __ATOMIC_RELAXED);
+                __atomic_store_n(&p2->status, CO_P_RUNNING, __ATOMIC_RELEASE);
+                return;
+            }
+            if (steal_syscall_p(m))
+                return;
+        }
+    }
     co__park_current(post_requeue, NULL, CO__WR_NONE);
+}
+
+/* ---- co_blocking's cap: at most `cap` Ms inside it at once ---------------
+ * A coroutine takes a slot before it gives its P up and gives it back once
+ * it holds a P again; beyond the cap it parks (its P runs on) in FIFO
+ * order, and a slot given back goes straight to the first of them (busy
+ * does not drop: nobody can overtake it). */
+#define BLOCKING_CAP_DEFAULT 128
+static struct {
+    co__lock_t lock; /* protects busy and q */
+    int busy;        /* slots held */
+    co__waitq_t q;   /* coroutines waiting for a slot, FIFO */
+    int cap;         /* atomic relaxed: read at each take, changed by co_blocking_max;
+                        0 until first read from $COLONY_BLOCKING_MAX */
+} blk;
+
+static int blocking_cap(void) {
+    int c = __atomic_load_n(&blk.cap, __ATOMIC_RELAXED);
+    if (CO_LIKELY(c > 0)) return c;
+    const char *e = getenv("COLONY_BLOCKING_MAX");
+    long v = e ? strtol(e, NULL, 10) : 0;
+    c = v > 0 && v <= 1000000 ? (int)v : BLOCKING_CAP_DEFAULT;
+    int z = 0; /* a co_blocking_max meanwhile wins */
+    if (!__atomic_compare_exchange_n(&blk.cap, &z, c, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+        c = z;
+    return c;
+}
+
+int co_blocking_max(int n) {
+    if (n < 0) return CO_EINVAL;
+    int old = blocking_cap();
+    if (n == 0) return old;
+    __atomic_store_n(&blk.cap, n, __ATOMIC_RELAXED);
+    /* a larger cap lets waiters in now, first come first */
+    co__waiter_t *list = NULL, **tail = &list;
+    co__lock(&blk.lock);
+    while (blk.busy < n) {
+        co__waiter_t *w = co__waitq_pop(&blk.q);
+        if (!w) break;
+        if (!co__claim(w->pk, w)) continue;
+        blk.busy++;
+        w->next = NULL;
+        *tail = w;
+        tail = &w->next;
+    }
+    co__unlock(&blk.lock);
+    while (list) {
+        co__waiter_t *next = list->next;
+        co__unpark(list->pk);
+        list = next;
+    }
+    return old;
+}
+
+static void blocking_take(bool pinned) {
+    co__lock(&blk.lock);
+    /* a pinned call must not move before fn: counted, never queued */
+    if (pinned || (blk.busy < blocking_cap() && co__waitq_empty(&blk.q))) {
+        blk.busy++;
+        co__unlock(&blk.lock);
+        return;
+    }
+    co__pkw_t pw;
+    co__wait_prepare(&pw, CO__WR_NONE);
+    co__waitq_push(&blk.q, &pw.w);
+    (void)co__wait(&pw.w, &blk.lock, CO_FOREVER, 0); /* the giver counted our slot */
+}
+
+static void blocking_give(void) {
+    co__waiter_t *w;
+    co__lock(&blk.lock);
+    for (;;) {
+        w = NULL;
+        if (blk.busy > blocking_cap()) break; /* the cap was lowered: shrink first */
+        w = co__waitq_pop(&blk.q);
+        if (!w || co__claim(w->pk, w)) break;
+    }
+    if (!w) blk.busy--;
+    co__unlock(&blk.lock);
+    if (w) co__unpark(w->pk); /* into this P's runnext: it runs next */
+}
+
+int co_blocking_stats(int *busy, int *waiting) {
+    int b, n = 0;
+    co__lock(&blk.lock);
+    b = blk.busy;
+    for (co__waiter_t *w = blk.q.head; w; w = w->next) n++;
+    co__unlock(&blk.lock);
+    if (busy) *busy = b;
+    if (waiting) *waiting = n;
+    return blocking_cap();
 }
 
 /* The tag of co_blocking's own recover frames (co__recover_tagged). */
 static const char blocking_tag;
 
-int co_blocking(void (*fn)(void *arg), void *arg) {
+bool co_parkable(void) {
+    co_m_t *m = co__getm();
+    return m && m->curg && m->p;
+}
+
+static int blocking(void (*fn)(void *arg), void *arg, bool pinned);
+int co_blocking(void (*fn)(void *arg), void *arg) { return blocking(fn, arg, false); }
+int co_blocking_on_thread(void (*fn)(void *arg), void *arg) { return blocking(fn, arg, true); }
+
+static int blocking(void (*fn)(void *arg), void *arg, bool pinned) {
     if (!fn) return CO_EINVAL;
     co_m_t *m = co__getm();
     /* A plain thread, or a co_blocking inside another one's fn: this M
@@ -306,6 +454,8 @@ int co_blocking(void (*fn)(void *arg), void *arg) {
         fn(arg);
         return 0;
     }
+    blocking_take(pinned); /* may park: this coroutine may run on another M after */
+    m = co__getm();
     co_p_t *p = m->p;
     CO_TRACE(CO__TEV_BLOCK, m->curg, 0);
     m->syscallp = p;
@@ -325,10 +475,12 @@ int co_blocking(void (*fn)(void *arg), void *arg) {
     if (*co__panic_slot() == NULL) {
         fn(arg);
     } else if (co__recover_tagged(fn, arg, &pv, &blocking_tag)) {
-        blocking_exit();
+        blocking_exit(pinned);
+        blocking_give();
         co_panic(pv);
     }
-    blocking_exit();
+    blocking_exit(pinned);
+    blocking_give();
     CO_TRACE(CO__TEV_BLOCK_END, co__getm()->curg, 0);
     return 0;
 }

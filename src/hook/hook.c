@@ -1,0 +1,543 @@
+/*
+ * libcolony_hook.so: the blocking socket, pipe and sleep calls of foreign
+ * code, made to park the calling coroutine instead of its thread.
+ * LD_PRELOAD it into a program linked with colony's shared library; each
+ * call below finds libc's own with dlsym(RTLD_NEXT).
+ *
+ * Which calls change, and how (docs/hook.md):
+ *  - On a plain thread, and for an fd that is not a socket or a pipe, a
+ *    call is libc's. The hook looks at an fd the first time a coroutine
+ *    uses it (fstat); a socket or pipe is then "hooked": O_NONBLOCK is set
+ *    in the kernel, and the program's own view of that flag (user_nb) is
+ *    kept here and shown by fcntl(F_GETFL).
+ *  - A hooked fd's read, write & co: the call is tried; on EAGAIN, a
+ *    program that set O_NONBLOCK itself (or passed MSG_DONTWAIT) gets
+ *    EAGAIN, as from libc; otherwise a coroutine parks in co_wait_fd until
+ *    the fd is ready or the SO_RCVTIMEO / SO_SNDTIMEO deadline passes
+ *    (then EAGAIN, as libc), and a plain thread waits in poll(2) the same
+ *    way (its blocking view of the fd stays libc's).
+ *  - close and dup2/dup3 over a hooked fd retire it (co_fd_forget) before
+ *    the number can name another file; socket, accept and dup give a
+ *    number a fresh entry.
+ *  - sleep, usleep, nanosleep in a coroutine are co_sleep_until.
+ *  - $COLONY_HOOK_PIN=1: every wait keeps the coroutine on its thread
+ *    (inside co_blocking), for foreign code that caches &errno or the
+ *    address of a thread-local across a call (see co_wait below).
+ *  - poll parks (several fds: through a private epoll set); select runs
+ *    inside co_blocking (a thread held, within its cap).
+ * The program's errno is set after the coroutine resumes, on the thread it
+ * resumed on (see docs/hook.md for code that caches &errno).
+ */
+#include <colony.h>
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/select.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#define HOOK_API __attribute__((visibility("default")))
+
+/* ---- libc's calls ---------------------------------------------------------- */
+
+static ssize_t (*real_read)(int, void *, size_t);
+static ssize_t (*real_write)(int, const void *, size_t);
+static ssize_t (*real_readv)(int, const struct iovec *, int);
+static ssize_t (*real_writev)(int, const struct iovec *, int);
+static ssize_t (*real_recv)(int, void *, size_t, int);
+static ssize_t (*real_recvfrom)(int, void *, size_t, int, struct sockaddr *, socklen_t *);
+static ssize_t (*real_recvmsg)(int, struct msghdr *, int);
+static ssize_t (*real_send)(int, const void *, size_t, int);
+static ssize_t (*real_sendto)(int, const void *, size_t, int, const struct sockaddr *, socklen_t);
+static ssize_t (*real_sendmsg)(int, const struct msghdr *, int);
+static int (*real_socket)(int, int, int);
+static int (*real_connect)(int, const struct sockaddr *, socklen_t);
+static int (*real_accept)(int, struct sockaddr *, socklen_t *);
+static int (*real_accept4)(int, struct sockaddr *, socklen_t *, int);
+static int (*real_close)(int);
+static int (*real_dup)(int);
+static int (*real_dup2)(int, int);
+static int (*real_dup3)(int, int, int);
+static int (*real_fcntl)(int, int, ...);
+static int (*real_setsockopt)(int, int, int, const void *, socklen_t);
+static int (*real_poll)(struct pollfd *, nfds_t, int);
+static int (*real_select)(int, fd_set *, fd_set *, fd_set *, struct timeval *);
+static unsigned (*real_sleep)(unsigned);
+static int (*real_usleep)(useconds_t);
+static int (*real_nanosleep)(const struct timespec *, struct timespec *);
+
+/* Resolved once, on the first hooked call of any thread; a race only
+ * stores the same pointers twice. */
+static void resolve(void) {
+#define R(name) __atomic_store_n((void **)&real_##name, dlsym(RTLD_NEXT, #name), __ATOMIC_RELAXED)
+    R(read); R(write); R(readv); R(writev); R(recv); R(recvfrom); R(recvmsg);
+    R(send); R(sendto); R(sendmsg); R(socket); R(connect); R(accept); R(accept4);
+    R(close); R(dup); R(dup2); R(dup3); R(fcntl); R(setsockopt); R(poll); R(select);
+    R(sleep); R(usleep); R(nanosleep);
+#undef R
+}
+static int resolved; /* atomic: 1 once resolve() ran (release/acquire) */
+#define REAL(name)                                                                  \
+    (CO_LIKELY_(__atomic_load_n(&resolved, __ATOMIC_ACQUIRE)) ? real_##name            \
+                                                               : (resolve_once(), real_##name))
+#define CO_LIKELY_(x) __builtin_expect(!!(x), 1)
+static void resolve_once(void) {
+    resolve();
+    __atomic_store_n(&resolved, 1, __ATOMIC_RELEASE);
+}
+
+/* ---- what the hook knows of each fd ---------------------------------------- */
+
+enum { FD_UNKNOWN = 0, FD_PLAIN = 1, FD_HOOKED = 2 };
+#define HOOK_NFD 65536 /* numbers above are left to libc */
+typedef struct {
+    uint8_t kind;    /* FD_*; atomic relaxed: set by the first coroutine use, reset
+                        by close/dup/socket/accept of that number */
+    uint8_t user_nb; /* atomic relaxed: the program's own O_NONBLOCK */
+    int64_t rcvtimeo, sndtimeo; /* atomic relaxed: ns, 0 = none */
+} hfd_t;
+static hfd_t fds[HOOK_NFD];
+
+static hfd_t *hfd(int fd) { return fd >= 0 && fd < HOOK_NFD ? &fds[fd] : NULL; }
+
+static void hfd_reset(int fd) {
+    hfd_t *h = hfd(fd);
+    if (!h) return;
+    __atomic_store_n(&h->kind, FD_UNKNOWN, __ATOMIC_RELAXED);
+    __atomic_store_n(&h->user_nb, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&h->rcvtimeo, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&h->sndtimeo, 0, __ATOMIC_RELAXED);
+}
+
+/* A coroutine that can park here. Not inside co_blocking's fn (the hook's
+ * own or the program's): there colony's waits block the thread and call
+ * libc's sleeps and polls themselves, which must then be libc's. */
+static bool in_coroutine(void) { return co_parkable(); }
+
+/* errno of the thread the caller runs on NOW. glibc declares
+ * __errno_location const, so within one function (and what is inlined
+ * into it) the compiler may reuse the address it got before a park, i.e.
+ * another thread's errno: every errno access in this file goes through
+ * these two. */
+#if defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define HOOK_NO_TSAN __attribute__((no_sanitize("thread")))
+#endif
+#endif
+#ifndef HOOK_NO_TSAN
+#define HOOK_NO_TSAN
+#endif
+/* Not instrumented under TSan: errno belongs to whichever coroutine runs
+ * on the thread (the race detector gives each coroutine a fiber of its
+ * own, and libc's own errno stores are not instrumented either). */
+static __attribute__((noinline)) HOOK_NO_TSAN void set_errno(int e) { errno = e; }
+static __attribute__((noinline)) HOOK_NO_TSAN int get_errno(void) { return errno; }
+
+
+/* The fd's entry if it is hooked. A coroutine's first use of an unknown
+ * fd decides: a socket or a pipe is hooked (made O_NONBLOCK in the kernel),
+ * anything else (or an fd beyond the table) is libc's. */
+static hfd_t *hooked(int fd, bool co) {
+    hfd_t *h = hfd(fd);
+    if (!h) return NULL;
+    uint8_t k = __atomic_load_n(&h->kind, __ATOMIC_RELAXED);
+    if (k == FD_HOOKED) return h;
+    if (k == FD_PLAIN || !co) return NULL;
+    struct stat st;
+    int e = get_errno();
+    if (fstat(fd, &st) < 0 || !(S_ISSOCK(st.st_mode) || S_ISFIFO(st.st_mode))) {
+        if (get_errno() != EBADF) __atomic_store_n(&h->kind, FD_PLAIN, __ATOMIC_RELAXED);
+        set_errno(e);
+        return NULL;
+    }
+    int fl = REAL(fcntl)(fd, F_GETFL);
+    if (fl < 0 || (!(fl & O_NONBLOCK) && REAL(fcntl)(fd, F_SETFL, fl | O_NONBLOCK) < 0)) {
+        set_errno(e);
+        return NULL;
+    }
+    __atomic_store_n(&h->user_nb, (fl & O_NONBLOCK) != 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&h->kind, FD_HOOKED, __ATOMIC_RELAXED);
+    set_errno(e);
+    return h;
+}
+
+/* ---- where a coroutine waits ----------------------------------------------
+ * By default it parks: its thread runs other coroutines, and it may resume
+ * on another thread. With $COLONY_HOOK_PIN=1 (read once) every wait of the
+ * hook runs inside co_blocking_on_thread instead: the coroutine keeps its
+ * thread (its P goes to another thread meanwhile), so foreign code that
+ * took &errno or the address of a thread-local before the call finds the
+ * right thread after it. It costs a thread per waiting coroutine, beyond
+ * co_blocking's cap if need be. */
+static int pin_mode = -1; /* atomic relaxed: -1 unread, 0 park, 1 pin */
+static bool pinned(void) {
+    int m = __atomic_load_n(&pin_mode, __ATOMIC_RELAXED);
+    if (m < 0) {
+        const char *e = getenv("COLONY_HOOK_PIN");
+        m = e && e[0] == '1';
+        __atomic_store_n(&pin_mode, m, __ATOMIC_RELAXED);
+    }
+    return m == 1;
+}
+struct wait_args {
+    int fd, ev;
+    int64_t deadline;
+    int r;
+};
+static void wait_in_thread(void *arg) {
+    struct wait_args *a = arg;
+    a->r = a->fd >= 0 ? co_wait_fd(a->fd, a->ev, a->deadline) : co_sleep_until(a->deadline);
+}
+/* co_wait_fd (fd >= 0) or co_sleep_until (fd < 0), on this thread if pinned */
+static int co_wait(int fd, int ev, int64_t deadline) {
+    if (!pinned())
+        return fd >= 0 ? co_wait_fd(fd, ev, deadline) : co_sleep_until(deadline);
+    struct wait_args a = {fd, ev, deadline, 0};
+    co_blocking_on_thread(wait_in_thread, &a);
+    return a.r;
+}
+
+/* Wait until fd is ready for `ev` (CO_READABLE / CO_WRITABLE) or timeo ns
+ * (0: none) pass. 0 when ready (retry the call), else the errno to fail
+ * with: EAGAIN on the timeout (libc's answer for SO_RCVTIMEO/SO_SNDTIMEO),
+ * EBADF if the fd was closed meanwhile. */
+static int wait_fd(int fd, int ev, int64_t timeo, bool co) {
+    if (co) {
+        int64_t dl = timeo > 0 ? co_deadline_after(timeo) : CO_FOREVER;
+        int r = co_wait(fd, ev, dl);
+        if (r > 0) return 0;
+        if (r == CO_ETIMEDOUT) return EAGAIN;
+        if (r == CO_ECLOSED) return EBADF;
+        return r < 0 && r > -4096 ? -r : EIO;
+    }
+    struct pollfd p = {.fd = fd, .events = (short)((ev & CO_READABLE ? POLLIN : 0) |
+                                                   (ev & CO_WRITABLE ? POLLOUT : 0))};
+    int ms = timeo > 0 ? (int)((timeo + 999999) / 1000000) : -1;
+    for (;;) {
+        int r = REAL(poll)(&p, 1, ms);
+        if (r > 0) return (p.revents & POLLNVAL) ? EBADF : 0;
+        if (r == 0) return EAGAIN;
+        if (get_errno() != EINTR) return get_errno();
+    }
+}
+
+/* The shape of every hooked data call: try it; on EAGAIN on a hooked fd the
+ * program did not make non-blocking, wait and try again. */
+#define HOOK_IO(fd, ev, dontwait, timeo_field, call)                                   \
+    do {                                                                               \
+        bool co_ = in_coroutine();                                                     \
+        hfd_t *h_ = hooked(fd, co_);                                                   \
+        for (;;) {                                                                     \
+            ssize_t r_ = (call);                                                       \
+            int er_ = r_ < 0 ? get_errno() : 0;                                        \
+            if (r_ >= 0 || !h_ || (er_ != EAGAIN && er_ != EWOULDBLOCK) ||             \
+                (dontwait) || __atomic_load_n(&h_->user_nb, __ATOMIC_RELAXED))         \
+                return r_;                                                             \
+            int e_ = wait_fd(fd, ev, __atomic_load_n(&h_->timeo_field, __ATOMIC_RELAXED), \
+                             co_);                                                     \
+            if (e_) {                                                                  \
+                set_errno(e_);                                                         \
+                return -1;                                                             \
+            }                                                                          \
+        }                                                                              \
+    } while (0)
+
+HOOK_API ssize_t read(int fd, void *buf, size_t n) {
+    HOOK_IO(fd, CO_READABLE, false, rcvtimeo, REAL(read)(fd, buf, n));
+}
+HOOK_API ssize_t write(int fd, const void *buf, size_t n) {
+    HOOK_IO(fd, CO_WRITABLE, false, sndtimeo, REAL(write)(fd, buf, n));
+}
+HOOK_API ssize_t readv(int fd, const struct iovec *iov, int cnt) {
+    HOOK_IO(fd, CO_READABLE, false, rcvtimeo, REAL(readv)(fd, iov, cnt));
+}
+HOOK_API ssize_t writev(int fd, const struct iovec *iov, int cnt) {
+    HOOK_IO(fd, CO_WRITABLE, false, sndtimeo, REAL(writev)(fd, iov, cnt));
+}
+HOOK_API ssize_t recv(int fd, void *buf, size_t n, int fl) {
+    HOOK_IO(fd, CO_READABLE, fl & MSG_DONTWAIT, rcvtimeo, REAL(recv)(fd, buf, n, fl));
+}
+HOOK_API ssize_t recvfrom(int fd, void *buf, size_t n, int fl, struct sockaddr *a,
+                          socklen_t *al) {
+    HOOK_IO(fd, CO_READABLE, fl & MSG_DONTWAIT, rcvtimeo, REAL(recvfrom)(fd, buf, n, fl, a, al));
+}
+HOOK_API ssize_t recvmsg(int fd, struct msghdr *m, int fl) {
+    HOOK_IO(fd, CO_READABLE, fl & MSG_DONTWAIT, rcvtimeo, REAL(recvmsg)(fd, m, fl));
+}
+HOOK_API ssize_t send(int fd, const void *buf, size_t n, int fl) {
+    HOOK_IO(fd, CO_WRITABLE, fl & MSG_DONTWAIT, sndtimeo, REAL(send)(fd, buf, n, fl));
+}
+HOOK_API ssize_t sendto(int fd, const void *buf, size_t n, int fl, const struct sockaddr *a,
+                        socklen_t al) {
+    HOOK_IO(fd, CO_WRITABLE, fl & MSG_DONTWAIT, sndtimeo, REAL(sendto)(fd, buf, n, fl, a, al));
+}
+HOOK_API ssize_t sendmsg(int fd, const struct msghdr *m, int fl) {
+    HOOK_IO(fd, CO_WRITABLE, fl & MSG_DONTWAIT, sndtimeo, REAL(sendmsg)(fd, m, fl));
+}
+
+HOOK_API int accept4(int fd, struct sockaddr *a, socklen_t *al, int fl) {
+    int r;
+    bool co = in_coroutine();
+    hfd_t *h = hooked(fd, co);
+    socklen_t al0 = al ? *al : 0;
+    for (;;) {
+        if (al) *al = al0;
+        r = REAL(accept4)(fd, a, al, fl);
+        int er = r < 0 ? get_errno() : 0;
+        if (r >= 0 || !h || (er != EAGAIN && er != EWOULDBLOCK) ||
+            __atomic_load_n(&h->user_nb, __ATOMIC_RELAXED))
+            break;
+        int e = wait_fd(fd, CO_READABLE, __atomic_load_n(&h->rcvtimeo, __ATOMIC_RELAXED), co);
+        if (e) {
+            set_errno(e);
+            return -1;
+        }
+    }
+    if (r >= 0) hfd_reset(r);
+    return r;
+}
+HOOK_API int accept(int fd, struct sockaddr *a, socklen_t *al) { return accept4(fd, a, al, 0); }
+
+HOOK_API int connect(int fd, const struct sockaddr *a, socklen_t al) {
+    bool co = in_coroutine();
+    hfd_t *h = hooked(fd, co);
+    int r = REAL(connect)(fd, a, al);
+    if (r == 0 || !h || get_errno() != EINPROGRESS || __atomic_load_n(&h->user_nb, __ATOMIC_RELAXED))
+        return r;
+    /* in progress on a socket the program thinks blocking: wait, then
+     * SO_ERROR says how it went; a timeout is libc's EINPROGRESS */
+    int e = wait_fd(fd, CO_WRITABLE, __atomic_load_n(&h->sndtimeo, __ATOMIC_RELAXED), co);
+    if (e) {
+        set_errno(e == EAGAIN ? EINPROGRESS : e);
+        return -1;
+    }
+    int err = 0;
+    socklen_t l = sizeof err;
+    if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &l) < 0) return -1;
+    if (err) {
+        set_errno(err);
+        return -1;
+    }
+    return 0;
+}
+
+HOOK_API int socket(int dom, int type, int proto) {
+    int r = REAL(socket)(dom, type, proto);
+    if (r >= 0) hfd_reset(r);
+    return r;
+}
+
+/* The number stops naming its file: colony forgets it first (its waiters
+ * get EBADF), then the entry is cleared for whatever file gets it next. */
+static void retire(int fd) {
+    hfd_t *h = hfd(fd);
+    if (h && __atomic_load_n(&h->kind, __ATOMIC_RELAXED) == FD_HOOKED) {
+        int e = get_errno();
+        (void)co_fd_forget(fd); /* may yield: errno through the helpers */
+        set_errno(e);
+    }
+    hfd_reset(fd);
+}
+
+HOOK_API int close(int fd) {
+    retire(fd);
+    return REAL(close)(fd);
+}
+HOOK_API int dup(int fd) {
+    int r = REAL(dup)(fd);
+    if (r >= 0) hfd_reset(r);
+    return r;
+}
+HOOK_API int dup2(int fd, int nfd) {
+    if (fd != nfd) retire(nfd);
+    return REAL(dup2)(fd, nfd);
+}
+HOOK_API int dup3(int fd, int nfd, int fl) {
+    if (fd != nfd) retire(nfd);
+    return REAL(dup3)(fd, nfd, fl);
+}
+
+/* F_GETFL shows the program's own O_NONBLOCK; F_SETFL records it and keeps
+ * the kernel's set; F_DUPFD* give a fresh number. */
+static int fcntl_impl(int fd, int cmd, va_list ap) {
+    void *arg = va_arg(ap, void *);
+    hfd_t *h = hfd(fd);
+    bool hk = h && __atomic_load_n(&h->kind, __ATOMIC_RELAXED) == FD_HOOKED;
+    if (hk && cmd == F_GETFL) {
+        int r = REAL(fcntl)(fd, F_GETFL);
+        if (r < 0) return r;
+        return (r & ~O_NONBLOCK) | (__atomic_load_n(&h->user_nb, __ATOMIC_RELAXED) ? O_NONBLOCK : 0);
+    }
+    if (hk && cmd == F_SETFL) {
+        int v = (int)(intptr_t)arg;
+        int r = REAL(fcntl)(fd, F_SETFL, v | O_NONBLOCK);
+        if (r == 0) __atomic_store_n(&h->user_nb, (v & O_NONBLOCK) != 0, __ATOMIC_RELAXED);
+        return r;
+    }
+    int r = REAL(fcntl)(fd, cmd, arg);
+    if (r >= 0 && (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC)) hfd_reset(r);
+    return r;
+}
+HOOK_API int fcntl(int fd, int cmd, ...) {
+    va_list ap;
+    va_start(ap, cmd);
+    int r = fcntl_impl(fd, cmd, ap);
+    va_end(ap);
+    return r;
+}
+HOOK_API int fcntl64(int fd, int cmd, ...) {
+    va_list ap;
+    va_start(ap, cmd);
+    int r = fcntl_impl(fd, cmd, ap);
+    va_end(ap);
+    return r;
+}
+
+HOOK_API int setsockopt(int fd, int lvl, int name, const void *v, socklen_t l) {
+    int r = REAL(setsockopt)(fd, lvl, name, v, l);
+    hfd_t *h = hfd(fd);
+    if (r == 0 && h && lvl == SOL_SOCKET && (name == SO_RCVTIMEO || name == SO_SNDTIMEO) && v &&
+        l >= sizeof(struct timeval)) {
+        const struct timeval *tv = v;
+        int64_t ns = (int64_t)tv->tv_sec * 1000000000 + (int64_t)tv->tv_usec * 1000;
+        if (ns < 0) ns = 0;
+        __atomic_store_n(name == SO_RCVTIMEO ? &h->rcvtimeo : &h->sndtimeo, ns,
+                         __ATOMIC_RELAXED);
+    }
+    return r;
+}
+
+/* ---- poll and select ------------------------------------------------------- */
+
+struct poll_args {
+    struct pollfd *p;
+    nfds_t n;
+    int ms;
+    int r, err;
+};
+static void poll_blocking(void *arg) {
+    struct poll_args *a = arg;
+    a->r = REAL(poll)(a->p, a->n, a->ms);
+    a->err = get_errno();
+}
+
+/* poll of several fds from a coroutine: a private epoll set of them,
+ * which is itself pollable, parks the coroutine in one co_wait_fd; a poll
+ * with timeout 0 then fills in revents. -2 if the set could not be made
+ * (the caller falls back to co_blocking). */
+static int poll_many(struct pollfd *p, nfds_t n, int ms) {
+    int ep = epoll_create1(EPOLL_CLOEXEC);
+    if (ep < 0) return -2;
+    for (nfds_t i = 0; i < n; i++) {
+        if (p[i].fd < 0) continue;
+        struct epoll_event e = {.events = 0, .data.u64 = i};
+        if (p[i].events & (POLLIN | POLLPRI)) e.events |= EPOLLIN | EPOLLPRI;
+        if (p[i].events & POLLOUT) e.events |= EPOLLOUT;
+        if (p[i].events & POLLRDHUP) e.events |= EPOLLRDHUP;
+        /* EEXIST: the same file twice; EPERM: a regular file (always
+         * ready, so the try before us saw it) */
+        if (epoll_ctl(ep, EPOLL_CTL_ADD, p[i].fd, &e) < 0 && get_errno() != EEXIST &&
+            get_errno() != EPERM) {
+            REAL(close)(ep);
+            return -2;
+        }
+    }
+    int64_t dl = ms < 0 ? CO_FOREVER : co_deadline_after((int64_t)ms * 1000000);
+    int r;
+    for (;;) {
+        int w = co_wait(ep, CO_READABLE, dl);
+        r = REAL(poll)(p, n, 0);
+        if (r != 0 || w == CO_ETIMEDOUT || (w < 0 && w != CO_ECLOSED)) break;
+    }
+    int e = get_errno();
+    (void)co_fd_forget(ep); /* before its number can name another file */
+    REAL(close)(ep);
+    set_errno(e);
+    return r;
+}
+
+HOOK_API int poll(struct pollfd *p, nfds_t n, int ms) {
+    if (ms == 0 || !in_coroutine()) return REAL(poll)(p, n, ms);
+    int r = REAL(poll)(p, n, 0);
+    if (r != 0) return r;
+    if (n == 1 && p[0].fd >= 0 && hooked(p[0].fd, true) &&
+        (p[0].events & (POLLIN | POLLOUT | POLLPRI | POLLRDHUP))) {
+        int ev = (p[0].events & (POLLIN | POLLPRI | POLLRDHUP) ? CO_READABLE : 0) |
+                 (p[0].events & POLLOUT ? CO_WRITABLE : 0);
+        int64_t dl = ms < 0 ? CO_FOREVER : co_deadline_after((int64_t)ms * 1000000);
+        for (;;) {
+            int w = co_wait(p[0].fd, ev, dl);
+            r = REAL(poll)(p, 1, 0);
+            if (r != 0 || w == CO_ETIMEDOUT) return r;
+            if (w < 0 && w != CO_ECLOSED) return r; /* a poll of it says what */
+        }
+    }
+    if (n > 1) {
+        r = poll_many(p, n, ms);
+        if (r != -2) return r;
+    }
+    struct poll_args a = {p, n, ms, 0, 0};
+    co_blocking(poll_blocking, &a);
+    set_errno(a.err);
+    return a.r;
+}
+
+struct select_args {
+    int n;
+    fd_set *r, *w, *e;
+    struct timeval *tv;
+    int res, err;
+};
+static void select_blocking(void *arg) {
+    struct select_args *a = arg;
+    a->res = REAL(select)(a->n, a->r, a->w, a->e, a->tv);
+    a->err = get_errno();
+}
+HOOK_API int select(int n, fd_set *r, fd_set *w, fd_set *e, struct timeval *tv) {
+    if (!in_coroutine() || (tv && tv->tv_sec == 0 && tv->tv_usec == 0))
+        return REAL(select)(n, r, w, e, tv);
+    struct select_args a = {n, r, w, e, tv, 0, 0};
+    co_blocking(select_blocking, &a);
+    set_errno(a.err);
+    return a.res;
+}
+
+/* ---- sleeps ---------------------------------------------------------------- */
+
+HOOK_API int nanosleep(const struct timespec *req, struct timespec *rem) {
+    if (!in_coroutine()) return REAL(nanosleep)(req, rem);
+    if (!req || req->tv_nsec < 0 || req->tv_nsec >= 1000000000 || req->tv_sec < 0) {
+        set_errno(EINVAL);
+        return -1;
+    }
+    /* (a sleep of 31 years and more is one of 31 years: no overflow) */
+    int64_t sec = req->tv_sec > 1000000000 ? 1000000000 : (int64_t)req->tv_sec;
+    co_wait(-1, 0, co_deadline_after(sec * 1000000000 + req->tv_nsec));
+    if (rem) rem->tv_sec = rem->tv_nsec = 0;
+    return 0;
+}
+HOOK_API int usleep(useconds_t us) {
+    if (!in_coroutine()) return REAL(usleep)(us);
+    co_wait(-1, 0, co_deadline_after((int64_t)us * 1000));
+    return 0;
+}
+HOOK_API unsigned sleep(unsigned s) {
+    if (!in_coroutine()) return REAL(sleep)(s);
+    co_wait(-1, 0, co_deadline_after((int64_t)s * 1000000000));
+    return 0;
+}
+
+/* A program (or its test) asks dlsym(RTLD_DEFAULT, "colony_hook_active")
+ * whether the hook is loaded. */
+HOOK_API const int colony_hook_active = 1;

@@ -1,0 +1,378 @@
+/* libcolony_hook.so, preloaded (CMake sets LD_PRELOAD for test_hook_ld*):
+ * libc's blocking calls made from coroutines park the coroutine, not the
+ * thread; plain threads and regular files get libc's behaviour; a
+ * program's own O_NONBLOCK gives EAGAIN; SO_RCVTIMEO is a deadline; close
+ * retires a number. Behaviour, not timing. */
+// ctest-timeout: 60
+// ctest-preload-hook
+#define _GNU_SOURCE 1
+#include "t.h"
+#include "test_hook_servers.h"
+
+#include <colony.h>
+
+#include <arpa/inet.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MS 1000000LL
+
+/* errno read afresh: this file's own code may not cache &errno across a
+ * call that parks (see docs/hook.md) */
+static __attribute__((noinline)) int err_now(void) { return errno; }
+static __attribute__((noinline)) void err_clear(void) { errno = 0; }
+#define GIVE_UP (10000 * MS)
+
+static int threads_now(void) {
+    co_sched_stats_t st;
+    co_sched_stats(&st);
+    return st.threads;
+}
+
+/* 300 coroutines each in a blocking read() of its own socket: they park,
+ * the threads stay few, and each gets its own bytes. */
+enum { NR = 300 };
+static int pairs[NR][2];
+static int reads_ok, reads_done;
+static void reader(void *arg) {
+    int i = (int)(intptr_t)arg;
+    char buf[16] = {0};
+    ssize_t n = read(pairs[i][0], buf, sizeof buf);
+    char want[16];
+    snprintf(want, sizeof want, "m%d", i);
+    if (n == (ssize_t)strlen(want) && memcmp(buf, want, (size_t)n) == 0)
+        __atomic_add_fetch(&reads_ok, 1, __ATOMIC_RELAXED);
+    else
+        fprintf(stderr, "reader %d: n=%zd errno=%d\n", i, n, err_now());
+    __atomic_add_fetch(&reads_done, 1, __ATOMIC_RELEASE);
+}
+static void test_reads_park(void) {
+    reads_ok = reads_done = 0;
+    for (int i = 0; i < NR; i++) CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, pairs[i]), 0);
+    int t0 = threads_now();
+    for (int i = 0; i < NR; i++) CHECK_EQ(co_go(reader, (void *)(intptr_t)i), 0);
+    co_sleep(50 * MS); /* they all sit in read() now */
+    int t1 = threads_now();
+    CHECK_EQ(__atomic_load_n(&reads_done, __ATOMIC_ACQUIRE), 0);
+    fprintf(stderr, "threads: %d before, %d with %d readers parked\n", t0, t1, NR);
+    CHECK(t1 <= t0 + co_procs() + 4); /* not one per blocked read */
+    for (int i = 0; i < NR; i++) {
+        char m[16];
+        int l = snprintf(m, sizeof m, "m%d", i);
+        CHECK_EQ(write(pairs[i][1], m, (size_t)l), l);
+    }
+    int64_t s = co_now();
+    while (__atomic_load_n(&reads_done, __ATOMIC_ACQUIRE) < NR && co_now() - s < GIVE_UP)
+        co_sleep(MS);
+    CHECK_EQ(reads_ok, NR);
+    /* the kernel flag is set, the program's view is not */
+    CHECK_EQ(fcntl(pairs[0][0], F_GETFL) & O_NONBLOCK, 0);
+    for (int i = 0; i < NR; i++) {
+        close(pairs[i][0]);
+        close(pairs[i][1]);
+    }
+}
+
+/* The program's own O_NONBLOCK: EAGAIN, never a park; cleared again: a park. */
+static int writes_done; /* atomic: late_writer's writes (release), for joining */
+static void late_writer(void *arg) {
+    co_sleep(5 * MS);
+    (void)!write((int)(intptr_t)arg, "z", 1);
+    __atomic_add_fetch(&writes_done, 1, __ATOMIC_RELEASE);
+}
+/* Starts a late_writer on fd; join_writer(its result) waits for its write
+ * to be over (the byte's arrival orders nothing for the race detector). */
+static int spawn_writer(int fd) {
+    int target = __atomic_load_n(&writes_done, __ATOMIC_RELAXED) + 1;
+    CHECK_EQ(co_go(late_writer, (void *)(intptr_t)fd), 0);
+    return target;
+}
+static void join_writer(int target) {
+    int64_t t0 = co_now();
+    while (__atomic_load_n(&writes_done, __ATOMIC_ACQUIRE) < target && co_now() - t0 < GIVE_UP)
+        co_sleep(MS);
+}
+static void test_user_nonblock(void) {
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    char c;
+    int fl = fcntl(sv[0], F_GETFL);
+    CHECK_EQ(fcntl(sv[0], F_SETFL, fl | O_NONBLOCK), 0);
+    CHECK(fcntl(sv[0], F_GETFL) & O_NONBLOCK);
+    err_clear();
+    CHECK_EQ(read(sv[0], &c, 1), -1);
+    CHECK(err_now() == EAGAIN || err_now() == EWOULDBLOCK);
+    err_clear();
+    CHECK_EQ(recv(sv[0], &c, 1, 0), -1);
+    CHECK_EQ(err_now(), EAGAIN);
+    CHECK_EQ(fcntl(sv[0], F_SETFL, fl & ~O_NONBLOCK), 0);
+    CHECK_EQ(fcntl(sv[0], F_GETFL) & O_NONBLOCK, 0);
+    /* MSG_DONTWAIT on a blocking fd: EAGAIN too */
+    err_clear();
+    CHECK_EQ(recv(sv[0], &c, 1, MSG_DONTWAIT), -1);
+    CHECK_EQ(err_now(), EAGAIN);
+    int wj = spawn_writer(sv[1]);
+    CHECK_EQ(read(sv[0], &c, 1), 1);
+    CHECK_EQ(c, 'z');
+    join_writer(wj);
+    close(sv[0]);
+    close(sv[1]);
+}
+
+/* SO_RCVTIMEO: a read with nothing to read fails with EAGAIN once it passes. */
+static void test_rcvtimeo(void) {
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    struct timeval tv = {0, 30000};
+    CHECK_EQ(setsockopt(sv[0], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv), 0);
+    char c;
+    int64_t t0 = co_now();
+    err_clear();
+    CHECK_EQ(read(sv[0], &c, 1), -1);
+    CHECK_EQ(err_now(), EAGAIN);
+    CHECK(co_now() - t0 >= 30 * MS); /* not before the deadline */
+    close(sv[0]);
+    close(sv[1]);
+}
+
+/* close of a number a coroutine is blocked reading: the reader returns
+ * (EBADF), never hangs; the number's next file starts afresh. */
+static int closed_rc, closed_errno, closed_done;
+static void blocked_reader(void *arg) {
+    char c;
+    closed_rc = (int)read((int)(intptr_t)arg, &c, 1);
+    closed_errno = err_now();
+    __atomic_store_n(&closed_done, 1, __ATOMIC_RELEASE);
+}
+static void test_close_retires(void) {
+#if defined(__SANITIZE_THREAD__)
+    fprintf(stderr, "skipped under TSan: its fd model reports a close during a read as a race\n");
+    return;
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+    fprintf(stderr, "skipped under TSan: its fd model reports a close during a read as a race\n");
+    return;
+#endif
+#endif
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    closed_done = 0;
+    CHECK_EQ(co_go(blocked_reader, (void *)(intptr_t)sv[0]), 0);
+    co_sleep(20 * MS);
+    CHECK_EQ(close(sv[0]), 0);
+    int64_t t0 = co_now();
+    while (!__atomic_load_n(&closed_done, __ATOMIC_ACQUIRE) && co_now() - t0 < GIVE_UP)
+        co_sleep(MS);
+    CHECK(closed_done);
+    CHECK_EQ(closed_rc, -1);
+    CHECK_EQ(closed_errno, EBADF);
+    /* the same number for a new socket: reads park and work */
+    int sv2[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv2), 0);
+    int wj = spawn_writer(sv2[1]);
+    char c;
+    CHECK_EQ(read(sv2[0], &c, 1), 1);
+    join_writer(wj);
+    close(sv2[0]);
+    close(sv2[1]);
+    close(sv[1]);
+}
+
+/* TCP over loopback with blocking accept/connect/write/read, all parked. */
+static int srv_port;
+static void echo_server(void *arg) {
+    int lfd = (int)(intptr_t)arg;
+    for (int k = 0; k < 20; k++) {
+        int c = accept(lfd, NULL, NULL);
+        if (c < 0) break;
+        char b[64];
+        ssize_t n = read(c, b, sizeof b);
+        if (n > 0) (void)!write(c, b, (size_t)n);
+        close(c);
+    }
+}
+static int echo_ok;
+static void echo_client(void *arg) {
+    (void)arg;
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)srv_port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) == 0 && write(fd, "hello", 5) == 5) {
+        char b[8];
+        if (read(fd, b, sizeof b) == 5 && memcmp(b, "hello", 5) == 0)
+            __atomic_add_fetch(&echo_ok, 1, __ATOMIC_RELAXED);
+    }
+    close(fd);
+}
+static void test_tcp_echo(void) {
+    int lfd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    CHECK_EQ(bind(lfd, (struct sockaddr *)&a, sizeof a), 0);
+    CHECK_EQ(listen(lfd, 64), 0);
+    socklen_t l = sizeof a;
+    getsockname(lfd, (struct sockaddr *)&a, &l);
+    srv_port = ntohs(a.sin_port);
+    echo_ok = 0;
+    CHECK_EQ(co_go(echo_server, (void *)(intptr_t)lfd), 0);
+    co_waitgroup_t wg = CO_WAITGROUP_INIT;
+    (void)wg;
+    for (int i = 0; i < 20; i++) CHECK_EQ(co_go(echo_client, NULL), 0);
+    int64_t t0 = co_now();
+    while (__atomic_load_n(&echo_ok, __ATOMIC_RELAXED) < 20 && co_now() - t0 < GIVE_UP)
+        co_sleep(MS);
+    CHECK_EQ(echo_ok, 20);
+    close(lfd);
+}
+
+/* poll() of one fd with a timeout parks; a timeout says 0. */
+static void test_poll_one(void) {
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    struct pollfd p = {.fd = sv[0], .events = POLLIN};
+    CHECK_EQ(poll(&p, 1, 20), 0);
+    int wj = spawn_writer(sv[1]);
+    CHECK_EQ(poll(&p, 1, 10000), 1);
+    CHECK(p.revents & POLLIN);
+    join_writer(wj);
+    close(sv[0]);
+    close(sv[1]);
+}
+
+/* poll() of several fds parks until one is ready; a timeout says 0. */
+static void test_poll_many(void) {
+    int a[2], b[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, a), 0);
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, b), 0);
+    struct pollfd p[3] = {{.fd = a[0], .events = POLLIN}, {.fd = -1}, {.fd = b[0], .events = POLLIN}};
+    CHECK_EQ(poll(p, 3, 20), 0);
+    int t0 = threads_now();
+    int wj = spawn_writer(b[1]);
+    CHECK_EQ(poll(p, 3, 10000), 1);
+    CHECK_EQ(p[0].revents, 0);
+    CHECK(p[2].revents & POLLIN);
+    join_writer(wj);
+    CHECK(threads_now() <= t0 + 1);
+    close(a[0]);
+    close(a[1]);
+    close(b[0]);
+    close(b[1]);
+}
+
+/* Sleeps in coroutines are co_sleep: 200 of them, few threads. */
+static int slept;
+static void sleeper(void *arg) {
+    (void)arg;
+    usleep(20000);
+    struct timespec ts = {0, 5 * MS};
+    nanosleep(&ts, NULL);
+    __atomic_add_fetch(&slept, 1, __ATOMIC_RELEASE);
+}
+static void test_sleeps(void) {
+    slept = 0;
+    int t0 = threads_now();
+    for (int i = 0; i < 200; i++) CHECK_EQ(co_go(sleeper, NULL), 0);
+    co_sleep(10 * MS);
+    CHECK(threads_now() <= t0 + co_procs() + 4);
+    int64_t s = co_now();
+    while (__atomic_load_n(&slept, __ATOMIC_ACQUIRE) < 200 && co_now() - s < GIVE_UP)
+        co_sleep(MS);
+    CHECK_EQ(slept, 200);
+}
+
+/* A regular file: libc's (no O_NONBLOCK set on it, reads as usual). */
+static void test_regular_file(void) {
+    char path[] = "/tmp/colony_hook_XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    unlink(path);
+    CHECK_EQ(write(fd, "abc", 3), 3);
+    CHECK_EQ(lseek(fd, 0, SEEK_SET), 0);
+    char b[4];
+    CHECK_EQ(read(fd, b, 4), 3);
+    CHECK_EQ(fcntl(fd, F_GETFL) & O_NONBLOCK, 0);
+    close(fd);
+    /* bad input: libc's answers */
+    err_clear();
+    CHECK_EQ(read(-1, b, 1), -1);
+    CHECK_EQ(err_now(), EBADF);
+    err_clear();
+    CHECK_EQ(read(1 << 20, b, 1), -1);
+    CHECK_EQ(err_now(), EBADF);
+}
+
+/* A plain thread: a blocking read of a socket a coroutine used (and the
+ * hook made O_NONBLOCK in the kernel) still blocks, as libc's. */
+static int plain_sv[2];
+static void *plain_reader(void *arg) {
+    (void)arg;
+    char c = 0;
+    ssize_t n = read(plain_sv[0], &c, 1);
+    return (void *)(intptr_t)(n == 1 && c == 'p');
+}
+static void touch(void *arg) {
+    char c;
+    int fl = fcntl((int)(intptr_t)arg, F_GETFL);
+    (void)fl;
+    (void)recv((int)(intptr_t)arg, &c, 1, MSG_DONTWAIT); /* hooks it */
+}
+static void test_plain_thread(void) {
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, plain_sv), 0);
+    co_go(touch, (void *)(intptr_t)plain_sv[0]);
+    co_sleep(5 * MS);
+    pthread_t t;
+    CHECK_EQ(pthread_create(&t, NULL, plain_reader, NULL), 0);
+    co_sleep(10 * MS);
+    CHECK_EQ(write(plain_sv[1], "p", 1), 1);
+    void *ok = NULL;
+    pthread_join(t, &ok);
+    CHECK(ok != NULL);
+    close(plain_sv[0]);
+    close(plain_sv[1]);
+}
+
+static int run(void *arg) {
+    (void)arg;
+    int fds0 = t_count_fds();
+    T_RUN(test_reads_park);
+    T_RUN(test_user_nonblock);
+    T_RUN(test_rcvtimeo);
+    T_RUN(test_close_retires);
+    T_RUN(test_tcp_echo);
+    T_RUN(test_poll_one);
+    T_RUN(test_poll_many);
+    T_RUN(test_sleeps);
+    T_RUN(test_regular_file);
+    T_RUN(test_plain_thread);
+    CHECK_EQ(t_count_fds(), fds0);
+    return 0;
+}
+
+int main(void) {
+    if (!dlsym(RTLD_DEFAULT, "colony_hook_active")) {
+        fprintf(stderr, "skip: libcolony_hook.so is not preloaded (LD_PRELOAD)\n");
+        return 77;
+    }
+    HS_SKIP_TSAN();
+    /* the hook, loaded into a program before any runtime: libc's calls */
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0) {
+        char c = 0;
+        if (write(sv[1], "q", 1) != 1 || read(sv[0], &c, 1) != 1 || c != 'q') return 1;
+        close(sv[0]);
+        close(sv[1]);
+    }
+    t_begin(50);
+    co_main(run, NULL);
+    return t_end();
+}
