@@ -108,7 +108,13 @@ CO_EXTERN int co_main(int (*fn)(void *arg), void *arg);
  * docs/runtime.md). */
 CO_EXTERN int co_go(void (*fn)(void *arg), void *arg);
 CO_EXTERN int co_go_with(const co_attr_t *attr, void (*fn)(void *arg), void *arg);
+/* Let other coroutines run, then continue (Go's runtime.Gosched); on a
+ * plain thread, sched_yield(). co_yield is the same call; it is hidden
+ * from C++20 and later, where co_yield is a keyword. */
+CO_EXTERN void co_gosched(void);
+#if !defined(__cplusplus) || __cplusplus < 202002L
 CO_EXTERN void co_yield(void);
+#endif
 CO_EXTERN int co_sleep(int64_t ns);
 CO_EXTERN int co_sleep_until(int64_t deadline);
 CO_EXTERN uint64_t co_id(void);

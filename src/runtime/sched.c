@@ -568,6 +568,9 @@ void co_yield(void) {
     co__yield_slow(m, g, p, post_yield);
 }
 
+/* co_yield under Go's name, which C++20 does not reserve. */
+void co_gosched(void) { co_yield(); }
+
 /* ---- M main loop -------------------------------------------------------- */
 
 static void resetspinning(co_m_t *m) {
