@@ -55,6 +55,10 @@ cxx_note=""
 for cxx in g++ clang++; do
     command -v "$cxx" >/dev/null 2>&1 || { echo "note: $cxx not installed, skipped" >&2; continue; }
     for std in 11 14 17 20 23; do
+        # an older compiler knows C++23 by its draft name
+        if [ $std = 23 ] && ! echo 'int main(void){return 0;}' | "$cxx" -x c++ -std=c++23 -fsyntax-only - 2>/dev/null; then
+            std=2b
+        fi
         if ! echo 'int main(void){return 0;}' | "$cxx" -x c++ -std=c++$std -fsyntax-only - 2>/dev/null; then
             echo "note: $cxx has no -std=c++$std, skipped" >&2
             continue
