@@ -26,7 +26,7 @@
  *        co_waitgroup_* calls but wait_until, co_cond_signal, co_ctx_cancel,
  *        co_group_limit, co_sched_stats, ...);
  *      a free or destroy of NULL does nothing, as free(NULL) (co_chan_free,
- *        co_ticker_stop, co_ctx_free, co_group_free);
+ *        co_ticker_stop, co_timer_free, co_ctx_free, co_group_free);
  *      a getter that returns a value gives the one documented for NULL
  *        (co_chan_len/cap: 0; co_ticker_chan, co_ctx_done, co_ctx_value,
  *        co_group_ctx: NULL).
@@ -84,6 +84,13 @@ CO_EXTERN const char *co_strerror(int err);
 #define CO_FOREVER ((int64_t)-1)
 CO_EXTERN int64_t co_now(void);                /* monotonic nanoseconds */
 CO_EXTERN int64_t co_deadline_after(int64_t ns); /* co_now()+ns; CO_FOREVER if ns < 0 or if the sum overflows */
+/* Durations in nanoseconds (Go's time.Nanosecond ... time.Hour). */
+#define CO_NANOSECOND ((int64_t)1)
+#define CO_MICROSECOND ((int64_t)1000 * CO_NANOSECOND)
+#define CO_MILLISECOND ((int64_t)1000 * CO_MICROSECOND)
+#define CO_SECOND ((int64_t)1000 * CO_MILLISECOND)
+#define CO_MINUTE ((int64_t)60 * CO_SECOND)
+#define CO_HOUR ((int64_t)60 * CO_MINUTE)
 
 /* ---- runtime ----------------------------------------------------------- */
 typedef struct co_config {
@@ -188,6 +195,31 @@ CO_EXTERN co_chan_t *co_ticker_chan(co_ticker_t *t);
 CO_EXTERN void co_ticker_stop(co_ticker_t *t);
 
 /* ---- timers (Go's time.NewTimer, time.After, time.AfterFunc) ----------- */
+/* One-shot timers on the runtime's per-P timer heaps (docs/chan.md,
+ * "Timers"). A duration ns <= 0 fires at once, as in Go. Every timer holds
+ * the runtime (co_shutdown: CO_EBUSY) until co_timer_free, which stops it
+ * and frees it and its channel. */
+typedef struct co_timer co_timer_t;
+/* Go's time.NewTimer: co_timer_chan(t), capacity 1, receives co_now()
+ * (int64_t) once, ns from now. 0, CO_EINVAL (out NULL) or CO_ENOMEM. */
+CO_EXTERN int co_timer_new(co_timer_t **out, int64_t ns);
+/* Go's time.After. C has no garbage collector, so it hands back the timer,
+ * not just the channel: select on co_timer_chan(*out), then co_timer_free
+ * it (whether it fired or not). Same as co_timer_new otherwise. */
+CO_EXTERN int co_after(co_timer_t **out, int64_t ns);
+/* Go's time.AfterFunc: fn(arg) runs as a new coroutine ns from now. 0,
+ * CO_EINVAL (out or fn NULL) or CO_ENOMEM. Its co_timer_chan is NULL. */
+CO_EXTERN int co_after_func(co_timer_t **out, int64_t ns, void (*fn)(void *arg), void *arg);
+CO_EXTERN co_chan_t *co_timer_chan(co_timer_t *t); /* NULL for NULL or a co_after_func timer */
+/* True if this call stopped it: its value or function had not been
+ * delivered and now never will be. After it returns no value of the
+ * stopped arming can be received (Go 1.23). NULL: fatal. */
+CO_EXTERN bool co_timer_stop(co_timer_t *t);
+/* Stop, then arm again to fire ns from now: 1 if the stop stopped it, 0 if
+ * it had fired or been stopped, CO_EINVAL for NULL. No stale value after
+ * it returns (Go 1.23). */
+CO_EXTERN int co_timer_reset(co_timer_t *t, int64_t ns);
+CO_EXTERN void co_timer_free(co_timer_t *t); /* stop, free it and its channel; NULL: nothing */
 
 /* ---- context and group ------------------------------------------------- */
 typedef struct co_ctx co_ctx_t;
