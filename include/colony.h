@@ -150,6 +150,11 @@ CO_EXTERN void co_rwmutex_rlock(co_rwmutex_t *rw);
 CO_EXTERN void co_rwmutex_runlock(co_rwmutex_t *rw);
 CO_EXTERN void co_rwmutex_lock(co_rwmutex_t *rw);
 CO_EXTERN void co_rwmutex_unlock(co_rwmutex_t *rw);
+/* Go's TryLock / TryRLock: 0 with the lock taken, CO_EBUSY if it would
+ * wait (a writer holds or waits, or, for trylock, any reader holds it),
+ * CO_EINVAL for NULL. Never parks. */
+CO_EXTERN int co_rwmutex_trylock(co_rwmutex_t *rw);
+CO_EXTERN int co_rwmutex_tryrlock(co_rwmutex_t *rw);
 CO_EXTERN void co_cond_wait(co_cond_t *c, co_mutex_t *m);
 CO_EXTERN int co_cond_wait_until(co_cond_t *c, co_mutex_t *m, int64_t deadline);
 CO_EXTERN void co_cond_signal(co_cond_t *c);
@@ -235,6 +240,11 @@ CO_EXTERN void co_ctx_cancel(co_ctx_t *ctx);
 CO_EXTERN co_chan_t *co_ctx_done(co_ctx_t *ctx);
 CO_EXTERN int co_ctx_err(co_ctx_t *ctx);
 CO_EXTERN void *co_ctx_value(co_ctx_t *ctx, const void *key);
+/* Go's Context.Deadline: true and *deadline = the absolute co_now() time at
+ * which ctx is cancelled with CO_ETIMEDOUT (its own or an ancestor's,
+ * whichever is earliest); false and *deadline = CO_FOREVER if it has none
+ * (NULL ctx included). deadline may be NULL. */
+CO_EXTERN bool co_ctx_deadline(co_ctx_t *ctx, int64_t *deadline);
 CO_EXTERN void co_ctx_free(co_ctx_t *ctx);
 
 typedef struct co_group co_group_t;

@@ -263,6 +263,14 @@ int co_ctx_err(co_ctx_t *c) {
     return e;
 }
 
+/* Go's Context.Deadline: the effective deadline (the earliest of the
+ * node's own and its ancestors'), immutable after creation, so no lock. */
+bool co_ctx_deadline(co_ctx_t *c, int64_t *deadline) {
+    int64_t d = c ? c->deadline : CO_FOREVER;
+    if (deadline) *deadline = d;
+    return d != CO_FOREVER;
+}
+
 void *co_ctx_value(co_ctx_t *c, const void *key) {
     for (; c != NULL && !c->is_background; c = c->parent)
         if (c->has_value && c->key == key) return c->value;
