@@ -163,7 +163,7 @@ static int ctx_new(co_ctx_t **out, co_ctx_t *parent, int64_t deadline, bool has_
     if (c == NULL) return CO_ENOMEM;
     /* receive-only to users (Go's Done() is a <-chan): their send and
      * close answer CO_EPERM, so done closes only with err set */
-    rc = co__chan_new_recv_only(&c->done, 1, 0);
+    rc = co__chan_new_recv_only(&c->done, 0, 0);
     if (rc < 0) {
         free(c);
         return rc;
