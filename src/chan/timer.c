@@ -115,8 +115,9 @@ static int timer_make(co_timer_t **out, int64_t ns, void (*fn)(void *), void *ar
     t->tm.fn = timer_fire;
     t->tm.arg = t;
     t->tm.slot = -1;
-    timer_arm(t, ns);
+    /* before the arming: a function that fires at once may read *out */
     *out = t;
+    timer_arm(t, ns);
     return 0;
 }
 
