@@ -24,12 +24,12 @@
  *        "colony: fatal: <call>(NULL...): ..." and aborts, as Go's nil
  *        pointer dereference panics (co_mutex_lock/unlock, the
  *        co_waitgroup_* calls but wait_until, co_cond_signal, co_ctx_cancel,
- *        co_group_limit, co_sched_stats, ...);
+ *        co_group_limit, co_sched_stats, co_timer_stop, ...);
  *      a free or destroy of NULL does nothing, as free(NULL) (co_chan_free,
  *        co_ticker_stop, co_timer_free, co_ctx_free, co_group_free);
  *      a getter that returns a value gives the one documented for NULL
- *        (co_chan_len/cap: 0; co_ticker_chan, co_ctx_done, co_ctx_value,
- *        co_group_ctx: NULL).
+ *        (co_chan_len/cap: 0; co_ticker_chan, co_timer_chan, co_ctx_done,
+ *        co_ctx_value, co_group_ctx: NULL; co_ctx_deadline: false).
  *    Optional pointers are documented as such: co_init's cfg and
  *    co_go_with's attr (NULL: the defaults), co_group_new's parent (the
  *    background), co_dump's out (stderr), a receive's elem (the value is
