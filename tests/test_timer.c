@@ -280,6 +280,83 @@ static void test_reset_stress(void) {
     co_timer_free(t);
 }
 
+/* co_after_func and reset: a fired function timer runs again after a
+ * reset; a pending one, reset, runs once. */
+static int rf_ran;
+static void rf_fn(void *arg) {
+    (void)arg;
+    __atomic_add_fetch(&rf_ran, 1, __ATOMIC_SEQ_CST);
+}
+static void test_after_func_reset(void) {
+    co_timer_t *t = NULL;
+    CHECK_EQ(co_after_func(&t, 0, rf_fn, NULL), 0);
+    while (__atomic_load_n(&rf_ran, __ATOMIC_SEQ_CST) != 1) co_sleep(100 * 1000);
+    CHECK(!co_timer_stop(t)); /* it ran */
+    CHECK_EQ(co_timer_reset(t, CO_HOUR), 0); /* stopped: nothing pending */
+    CHECK_EQ(co_timer_reset(t, 0), 1);       /* pending: stopped, armed at once */
+    while (__atomic_load_n(&rf_ran, __ATOMIC_SEQ_CST) != 2) co_sleep(100 * 1000);
+    CHECK_EQ(co_timer_reset(t, 0), 0); /* fired: runs again */
+    while (__atomic_load_n(&rf_ran, __ATOMIC_SEQ_CST) != 3) co_sleep(100 * 1000);
+    co_timer_free(t);
+    CHECK_EQ(co_sleep(2 * MS), 0);
+    CHECK_EQ(__atomic_load_n(&rf_ran, __ATOMIC_SEQ_CST), 3);
+}
+
+/* Stops and resets of one channel timer from threads and coroutines at
+ * once, with a receiver taking what fires: they serialize, nothing
+ * crashes or hangs, and a final stop leaves the channel empty. */
+static co_timer_t *hs_t;
+static int hs_stop_flag;
+static co_waitgroup_t hs_wg;
+static void hs_body(int k) {
+    for (int i = 0; i < 2000; i++) {
+        if ((i + k) % 3 == 0)
+            (void)co_timer_stop(hs_t);
+        else
+            CHECK(co_timer_reset(hs_t, (int64_t)(i % 20) * CO_MICROSECOND) >= 0);
+        if (i % 50 == 49) co_sleep(100 * CO_MICROSECOND); /* let some fire and be received */
+    }
+}
+static void hs_co(void *arg) {
+    hs_body((int)(intptr_t)arg);
+    co_waitgroup_done(&hs_wg);
+}
+static void *hs_thread(void *arg) {
+    hs_body((int)(intptr_t)arg);
+    co_waitgroup_done(&hs_wg);
+    return NULL;
+}
+static int hs_got;
+static void hs_recv(void *arg) {
+    co_waitgroup_t *rwg = arg;
+    while (!__atomic_load_n(&hs_stop_flag, __ATOMIC_SEQ_CST)) {
+        int64_t v;
+        if (co_chan_recv(co_timer_chan(hs_t), &v, co_deadline_after(200 * CO_MICROSECOND)) == 0)
+            hs_got++;
+    }
+    co_waitgroup_done(rwg);
+}
+static void test_stop_reset_concurrent(void) {
+    CHECK_EQ(co_timer_new(&hs_t, 0), 0);
+    pthread_t th;
+    co_waitgroup_add(&hs_wg, 3);
+    CHECK_EQ(co_go(hs_co, (void *)1), 0);
+    CHECK_EQ(co_go(hs_co, (void *)2), 0);
+    CHECK_EQ(pthread_create(&th, NULL, hs_thread, (void *)0), 0);
+    static co_waitgroup_t rwg;
+    co_waitgroup_add(&rwg, 1);
+    CHECK_EQ(co_go(hs_recv, &rwg), 0);
+    co_waitgroup_wait(&hs_wg); /* the three hammers */
+    __atomic_store_n(&hs_stop_flag, 1, __ATOMIC_SEQ_CST);
+    co_waitgroup_wait(&rwg);
+    pthread_join(th, NULL);
+    (void)co_timer_stop(hs_t);
+    CHECK_EQ(co_chan_len(co_timer_chan(hs_t)), 0);
+    CHECK_EQ(co_chan_recv(co_timer_chan(hs_t), NULL, 0), CO_ETIMEDOUT);
+    fprintf(stderr, "   receiver got %d values\n", hs_got);
+    co_timer_free(hs_t);
+}
+
 /* ---- bad input ------------------------------------------------------------- */
 
 static void test_bad_input(void) {
@@ -322,6 +399,8 @@ static int run(void *arg) {
     T_RUN(test_stop_stress);
     T_RUN(test_after_func_stop_race);
     T_RUN(test_reset_stress);
+    T_RUN(test_after_func_reset);
+    T_RUN(test_stop_reset_concurrent);
     T_RUN(test_bad_input);
     return 0;
 }
