@@ -24,12 +24,12 @@
  *        "colony: fatal: <call>(NULL...): ..." and aborts, as Go's nil
  *        pointer dereference panics (co_mutex_lock/unlock, the
  *        co_waitgroup_* calls but wait_until, co_cond_signal, co_ctx_cancel,
- *        co_group_limit, co_sched_stats, ...);
+ *        co_group_limit, co_sched_stats, co_timer_stop, ...);
  *      a free or destroy of NULL does nothing, as free(NULL) (co_chan_free,
- *        co_ticker_stop, co_ctx_free, co_group_free);
+ *        co_ticker_stop, co_timer_free, co_ctx_free, co_group_free);
  *      a getter that returns a value gives the one documented for NULL
- *        (co_chan_len/cap: 0; co_ticker_chan, co_ctx_done, co_ctx_value,
- *        co_group_ctx: NULL).
+ *        (co_chan_len/cap: 0; co_ticker_chan, co_timer_chan, co_ctx_done,
+ *        co_ctx_value, co_group_ctx: NULL; co_ctx_deadline: false).
  *    Optional pointers are documented as such: co_init's cfg and
  *    co_go_with's attr (NULL: the defaults), co_group_new's parent (the
  *    background), co_dump's out (stderr), a receive's elem (the value is
@@ -90,6 +90,13 @@ CO_EXTERN const char *co_strerror(int err);
 #define CO_FOREVER ((int64_t)-1)
 CO_EXTERN int64_t co_now(void);                /* monotonic nanoseconds */
 CO_EXTERN int64_t co_deadline_after(int64_t ns); /* co_now()+ns; CO_FOREVER if ns < 0 or if the sum overflows */
+/* Durations in nanoseconds (Go's time.Nanosecond ... time.Hour). */
+#define CO_NANOSECOND ((int64_t)1)
+#define CO_MICROSECOND ((int64_t)1000 * CO_NANOSECOND)
+#define CO_MILLISECOND ((int64_t)1000 * CO_MICROSECOND)
+#define CO_SECOND ((int64_t)1000 * CO_MILLISECOND)
+#define CO_MINUTE ((int64_t)60 * CO_SECOND)
+#define CO_HOUR ((int64_t)60 * CO_MINUTE)
 
 /* ---- runtime ----------------------------------------------------------- */
 typedef struct co_config {
@@ -114,9 +121,9 @@ CO_EXTERN int co_main(int (*fn)(void *arg), void *arg);
  * docs/runtime.md). */
 CO_EXTERN int co_go(void (*fn)(void *arg), void *arg);
 CO_EXTERN int co_go_with(const co_attr_t *attr, void (*fn)(void *arg), void *arg);
-/* Let other coroutines run (Go's runtime.Gosched); on a plain thread,
- * sched_yield. co_yield is the same call; C++20 made `co_yield` a keyword,
- * so C++ from C++20 on sees only co_gosched. */
+/* Let other coroutines run, then continue (Go's runtime.Gosched); on a
+ * plain thread, sched_yield(). co_yield is the same call; it is hidden
+ * from C++20 and later, where co_yield is a keyword. */
 CO_EXTERN void co_gosched(void);
 #if !defined(__cplusplus) || __cplusplus < 202002L
 CO_EXTERN void co_yield(void);
@@ -149,6 +156,11 @@ CO_EXTERN void co_rwmutex_rlock(co_rwmutex_t *rw);
 CO_EXTERN void co_rwmutex_runlock(co_rwmutex_t *rw);
 CO_EXTERN void co_rwmutex_lock(co_rwmutex_t *rw);
 CO_EXTERN void co_rwmutex_unlock(co_rwmutex_t *rw);
+/* Go's TryLock / TryRLock: 0 with the lock taken, CO_EBUSY if it would
+ * wait (a writer holds or waits, or, for trylock, any reader holds it),
+ * CO_EINVAL for NULL. Never parks. */
+CO_EXTERN int co_rwmutex_trylock(co_rwmutex_t *rw);
+CO_EXTERN int co_rwmutex_tryrlock(co_rwmutex_t *rw);
 CO_EXTERN void co_cond_wait(co_cond_t *c, co_mutex_t *m);
 CO_EXTERN int co_cond_wait_until(co_cond_t *c, co_mutex_t *m, int64_t deadline);
 CO_EXTERN void co_cond_signal(co_cond_t *c);
@@ -223,6 +235,31 @@ CO_EXTERN co_chan_t *co_ticker_chan(co_ticker_t *t);
 CO_EXTERN void co_ticker_stop(co_ticker_t *t);
 
 /* ---- timers (Go's time.NewTimer, time.After, time.AfterFunc) ----------- */
+/* One-shot timers on the runtime's per-P timer heaps (docs/chan.md,
+ * "Timers"). A duration ns <= 0 fires at once, as in Go. Every timer holds
+ * the runtime (co_shutdown: CO_EBUSY) until co_timer_free, which stops it
+ * and frees it and its channel. */
+typedef struct co_timer co_timer_t;
+/* Go's time.NewTimer: co_timer_chan(t), capacity 1, receives co_now()
+ * (int64_t) once, ns from now. 0, CO_EINVAL (out NULL) or CO_ENOMEM. */
+CO_EXTERN int co_timer_new(co_timer_t **out, int64_t ns);
+/* Go's time.After. C has no garbage collector, so it hands back the timer,
+ * not just the channel: select on co_timer_chan(*out), then co_timer_free
+ * it (whether it fired or not). Same as co_timer_new otherwise. */
+CO_EXTERN int co_after(co_timer_t **out, int64_t ns);
+/* Go's time.AfterFunc: fn(arg) runs as a new coroutine ns from now. 0,
+ * CO_EINVAL (out or fn NULL) or CO_ENOMEM. Its co_timer_chan is NULL. */
+CO_EXTERN int co_after_func(co_timer_t **out, int64_t ns, void (*fn)(void *arg), void *arg);
+CO_EXTERN co_chan_t *co_timer_chan(co_timer_t *t); /* NULL for NULL or a co_after_func timer */
+/* True if this call stopped it: its value or function had not been
+ * delivered and now never will be. After it returns no value of the
+ * stopped arming can be received (Go 1.23). NULL: fatal. */
+CO_EXTERN bool co_timer_stop(co_timer_t *t);
+/* Stop, then arm again to fire ns from now: 1 if the stop stopped it, 0 if
+ * it had fired or been stopped, CO_EINVAL for NULL. No stale value after
+ * it returns (Go 1.23). */
+CO_EXTERN int co_timer_reset(co_timer_t *t, int64_t ns);
+CO_EXTERN void co_timer_free(co_timer_t *t); /* stop, free it and its channel; NULL: nothing */
 
 /* ---- context and group ------------------------------------------------- */
 typedef struct co_ctx co_ctx_t;
@@ -238,6 +275,11 @@ CO_EXTERN void co_ctx_cancel(co_ctx_t *ctx);
 CO_EXTERN co_chan_t *co_ctx_done(co_ctx_t *ctx);
 CO_EXTERN int co_ctx_err(co_ctx_t *ctx);
 CO_EXTERN void *co_ctx_value(co_ctx_t *ctx, const void *key);
+/* Go's Context.Deadline: true and *deadline = the absolute co_now() time at
+ * which ctx is cancelled with CO_ETIMEDOUT (its own or an ancestor's,
+ * whichever is earliest); false and *deadline = CO_FOREVER if it has none
+ * (NULL ctx included). deadline may be NULL. */
+CO_EXTERN bool co_ctx_deadline(co_ctx_t *ctx, int64_t *deadline);
 CO_EXTERN void co_ctx_free(co_ctx_t *ctx);
 
 typedef struct co_group co_group_t;

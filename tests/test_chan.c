@@ -307,11 +307,16 @@ static void test_close_basics(void) {
     CHECK_EQ(v, 1);
     CHECK_EQ(co_chan_recv(ch, &v, CO_FOREVER), 0);
     CHECK_EQ(v, 2);
+    /* each path writes Go's zero value */
     v = 77;
     CHECK_EQ(co_chan_recv(ch, &v, 0), CO_ECLOSED); /* lock-free path */
+    CHECK_EQ(v, 0);
+    v = 77;
     CHECK_EQ(co_chan_recv(ch, &v, co_now() - 1), CO_ECLOSED);
+    CHECK_EQ(v, 0);
+    v = 77;
     CHECK_EQ(co_chan_recv(ch, &v, CO_FOREVER), CO_ECLOSED);
-    CHECK_EQ(v, 77); /* untouched */
+    CHECK_EQ(v, 0);
     co_chan_free(ch);
 
     CHECK_EQ(co_chan_new(&ch, sizeof(int), 0), 0);
@@ -344,7 +349,7 @@ static void test_close_wakes_all(void) {
     co_waitgroup_wait(&wg);
     for (int i = 0; i < NW; i++) {
         CHECK_EQ(rj[i].rc, CO_ECLOSED);
-        CHECK_EQ(rj[i].got, -1);
+        CHECK_EQ(rj[i].got, 0); /* Go's zero value */
         CHECK_EQ(sj[i].rc, CO_ECLOSED);
     }
     int v = -1;

@@ -38,6 +38,7 @@
 #include "chan/chan_impl.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 CO_STATIC_ASSERT(sizeof(struct co_chan) <= 128, "co_chan grew past two cache lines");
 
@@ -170,6 +171,13 @@ static int chan_block(co_chan_t *ch, co__waitq_t *q, void *data, int64_t deadlin
     return w.result;
 }
 
+/* A receive that found the channel closed and drained gets the zero value
+ * in its buffer, as in Go (a receiver that reuses one variable then never
+ * sees a stale element). elem may be NULL (the element is discarded). */
+static void chan_zero_elem(const co_chan_t *ch, void *elem) {
+    if (elem && ch->elem_size) memset(elem, 0, ch->elem_size);
+}
+
 int co_chan_send(co_chan_t *ch, const void *elem, int64_t deadline) {
     if (CO_UNLIKELY(!ch || (!elem && ch->elem_size))) return CO_EINVAL;
     if (chan_dl_cheap_past(deadline) && !chan_nosend_acq(ch) && chan_full(ch))
@@ -194,13 +202,17 @@ int co_chan_recv(co_chan_t *ch, void *elem, int64_t deadline) {
     if (CO_UNLIKELY(!ch)) return CO_EINVAL;
     if (chan_dl_cheap_past(deadline) && chan_empty(ch)) {
         if (!chan_closed_acq(ch)) return CO_ETIMEDOUT;
-        if (chan_empty(ch)) return CO_ECLOSED;
+        if (chan_empty(ch)) {
+            chan_zero_elem(ch, elem);
+            return CO_ECLOSED;
+        }
     }
 
     chan_lock(ch);
     co__waiter_t *wake;
     int rc = chan_recv_locked(ch, elem, &wake);
     if (rc != 0) {
+        if (rc == CO_ECLOSED) chan_zero_elem(ch, elem); /* elem_size is fixed: no lock needed */
         chan_unlock(ch);
         if (wake) co__unpark(wake->pk);
         return rc == 1 ? 0 : rc;
@@ -228,7 +240,8 @@ static int chan_close(co_chan_t *ch, uint32_t deny) {
      * after unlocking, as Go's closechan does with its glist. */
     co__waiter_t *head = NULL, **tail = &head, *w;
     while ((w = chq_claim(ch, &ch->recvq)) != NULL) {
-        w->result = CO_ECLOSED; /* the receiver's buffer is left untouched */
+        w->result = CO_ECLOSED;
+        chan_zero_elem(ch, w->data); /* Go's zero value; ours until the unpark */
         *tail = w;
         tail = &w->next;
     }

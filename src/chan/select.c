@@ -27,7 +27,10 @@
  *     channel (Go would panic), and a send on a receive-only one (a
  *     context's done channel) fires with CO_EPERM.
  *  3. pass 2: one waiter per case, in lockorder, all sharing one parker;
- *     park, releasing every lock once we can no longer run.
+ *     park, releasing every lock once we can no longer run. lockorder is
+ *     sorted from pollorder, so several cases on one channel are queued in
+ *     random order and the peer that arrives later picks one of them at
+ *     random, as in Go.
  *  4. the waker of any case claims the shared parker with co__claim(pk, w),
  *     which records the winning waiter; wakers of other cases fail the claim
  *     and drop our waiters. A deadline claims it with no winner.
@@ -43,6 +46,7 @@
 #include "base/testhook.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #define SEL_STACK 16
 
@@ -209,6 +213,12 @@ static bool sel_nothing_ready(const co_case_t *cases, int n) {
     return true;
 }
 
+/* A receive case that fired on a closed, drained channel gets the zero
+ * value, as in Go (co_chan_close does the same for a parked one). */
+static void sel_zero_recv(co_case_t *cs) {
+    if (cs->op == CO_RECV && cs->elem && cs->ch->elem_size) memset(cs->elem, 0, cs->ch->elem_size);
+}
+
 /* ---- the locked algorithm ----------------------------------------------- */
 
 static int sel_run(co_case_t *cases, int n, int nn, int64_t deadline, int *pollorder,
@@ -223,11 +233,12 @@ static int sel_run(co_case_t *cases, int n, int nn, int64_t deadline, int *pollo
         pollorder[j] = i;
         np++;
     }
-    /* lockorder starts as pollorder, and its sort is stable where it
-     * matters (small selects): cases on one channel then wait in random
-     * order, so when the other side arrives either may fire, as in Go,
-     * rather than always the first listed. */
-    for (int k = 0; k < np; k++) lockorder[k] = pollorder[k];
+    /* lockorder starts as pollorder, so cases on one channel keep their
+     * random relative order through the (stable, for small selects) sort:
+     * pass 2 enqueues in lockorder, and the first of them in the channel's
+     * queue is the one a later peer wakes. Go derives lockorder from
+     * pollorder for the same reason (TestPseudoRandomSend). */
+    for (int k = 0; k < nn; k++) lockorder[k] = pollorder[k];
     sel_t s = {.cases = cases, .lockorder = lockorder, .nn = nn, .unlocked = 0};
     if (nn > 1) sort_lockorder(&s);
 
@@ -241,6 +252,7 @@ static int sel_run(co_case_t *cases, int n, int nn, int64_t deadline, int *pollo
         int r = cs->op == CO_SEND ? chan_send_locked(cs->ch, cs->elem, &wake)
                                   : chan_recv_locked(cs->ch, cs->elem, &wake);
         if (r != 0) {
+            if (r == CO_ECLOSED) sel_zero_recv(cs);
             sel_unlock(&s);
             if (wake) co__unpark(wake->pk);
             cs->result = r == 1 ? 0 : r;
@@ -252,7 +264,8 @@ static int sel_run(co_case_t *cases, int n, int nn, int64_t deadline, int *pollo
         return CO_ETIMEDOUT;
     }
 
-    /* pass 2: a waiter per case, sharing one parker, enqueued in lockorder */
+    /* pass 2: a waiter per case, sharing one parker, enqueued in lockorder
+     * (cases on the same channel in random order: see above) */
     co__parker_t pk;
     co__parker_init(&pk, CO__WR_SELECT);
     for (int k = 0; k < nn; k++) {
@@ -299,6 +312,7 @@ static int sel_try_one(co_case_t *cs, int i) {
                               : chan_recv_locked(cs->ch, cs->elem, &wake);
     chan_unlock(cs->ch);
     if (r == 0) return -1;
+    if (r == CO_ECLOSED) sel_zero_recv(cs);
     if (wake) co__unpark(wake->pk);
     cs->result = r == 1 ? 0 : r;
     return i;

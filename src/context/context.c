@@ -163,7 +163,7 @@ static int ctx_new(co_ctx_t **out, co_ctx_t *parent, int64_t deadline, bool has_
     if (c == NULL) return CO_ENOMEM;
     /* receive-only to users (Go's Done() is a <-chan): their send and
      * close answer CO_EPERM, so done closes only with err set */
-    rc = co__chan_new_recv_only(&c->done, 1, 0);
+    rc = co__chan_new_recv_only(&c->done, 0, 0);
     if (rc < 0) {
         free(c);
         return rc;
@@ -261,6 +261,14 @@ int co_ctx_err(co_ctx_t *c) {
     e = __atomic_load_n(&c->err, __ATOMIC_RELAXED);
     co__unlock(&c->lock);
     return e;
+}
+
+/* Go's Context.Deadline: the effective deadline (the earliest of the
+ * node's own and its ancestors'), immutable after creation, so no lock. */
+bool co_ctx_deadline(co_ctx_t *c, int64_t *deadline) {
+    int64_t d = c ? c->deadline : CO_FOREVER;
+    if (deadline) *deadline = d;
+    return d != CO_FOREVER;
 }
 
 void *co_ctx_value(co_ctx_t *c, const void *key) {

@@ -576,6 +576,7 @@ void co_yield(void) {
     co__yield_slow(m, g, p, post_yield);
 }
 
+
 /* ---- M main loop -------------------------------------------------------- */
 
 static void resetspinning(co_m_t *m) {

@@ -383,6 +383,39 @@ void co_rwmutex_lock(co_rwmutex_t *pub) {
     __atomic_store_n(&rw->wlocked, 1, __ATOMIC_RELAXED);
 }
 
+/* Go's TryRLock: a reader gets in only while no writer holds or waits
+ * (reader_count >= 0), as rlock would without parking. */
+int co_rwmutex_tryrlock(co_rwmutex_t *pub) {
+    if (CO_UNLIKELY(pub == NULL)) return CO_EINVAL;
+    rwmutex_t *rw = (rwmutex_t *)pub;
+    int32_t c = __atomic_load_n(&rw->reader_count, __ATOMIC_RELAXED);
+    for (;;) {
+        if (c < 0) return CO_EBUSY; /* a writer holds it or waits */
+        /* acq_rel, as rlock's add: pairs with the writer's lock and unlock */
+        if (__atomic_compare_exchange_n(&rw->reader_count, &c, c + 1, false, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_RELAXED))
+            return 0;
+    }
+}
+
+/* Go's TryLock: the writers' mutex without waiting, then no reader at all
+ * (reader_count 0 -> -MAX_READERS in one CAS, so no reader waits to be
+ * waited for); else the writers' mutex goes back. */
+int co_rwmutex_trylock(co_rwmutex_t *pub) {
+    if (CO_UNLIKELY(pub == NULL)) return CO_EINVAL;
+    rwmutex_t *rw = (rwmutex_t *)pub;
+    if (co_mutex_trylock((co_mutex_t *)&rw->w) != 0) return CO_EBUSY;
+    int32_t zero = 0;
+    /* acq_rel, as lock's subtraction: pairs with the readers' runlock */
+    if (!__atomic_compare_exchange_n(&rw->reader_count, &zero, -MAX_READERS, false,
+                                     __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
+        mutex_unlock(&rw->w, pub, "co_rwmutex_trylock", false);
+        return CO_EBUSY;
+    }
+    __atomic_store_n(&rw->wlocked, 1, __ATOMIC_RELAXED);
+    return 0;
+}
+
 void co_rwmutex_unlock(co_rwmutex_t *pub) {
     if (CO_UNLIKELY(pub == NULL)) {
         null_fatal("co_rwmutex_unlock", "rwmutex");

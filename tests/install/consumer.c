@@ -9,7 +9,7 @@ static co_waitgroup_t wg; /* zero: ready to use */
 
 static void send_one(void *arg) {
     int v = (int)(long)arg;
-    co_gosched(); /* the name that is not a keyword in C++20 */
+    co_gosched(); /* builds under every C++ standard, C++20's co_yield keyword included */
     co_chan_send(ch, &v, CO_FOREVER);
     co_waitgroup_done(&wg);
 }
