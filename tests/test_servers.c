@@ -219,10 +219,11 @@ static void test_http_answers(void) {
 
 /* /file is streamed in pieces, and the write timeout counts per piece: a
  * client that keeps reading, however slowly, gets the whole file. An 8 MiB
- * file read 64 KiB at a time with 20 ms pauses takes about 2.6 s, past
- * the 1 s write timeout (the whole response used to have to go out within
- * it: the client got a cut body and a clean end of file). And the server
- * holds one piece per connection, not a copy of the file. */
+ * file read 64 KiB at a time with 40 ms pauses takes over 5 s, twice the
+ * 2.5 s write timeout (the whole response used to have to go out within
+ * it: the client got a cut body and a clean end of file), while a piece
+ * has 2.5 s, room for a loaded machine's stalls. And the server holds one
+ * piece per connection, not a copy of the file. */
 static void test_http_file_slow_reader(void) {
     int fds0 = count_fds();
     char path[] = "/tmp/colony_http_XXXXXX";
@@ -232,7 +233,7 @@ static void test_http_file_slow_reader(void) {
     CHECK_EQ(write(tf, blob, sizeof blob), (ssize_t)sizeof blob);
     close(tf);
     http_config_t cfg = {.pool_size = 4, .read_timeout_ns = 5000 * MS,
-                         .write_timeout_ns = 1000 * MS, .queue_wait_ns = 1000 * MS, .file = path};
+                         .write_timeout_ns = 2500 * MS, .queue_wait_ns = 1000 * MS, .file = path};
     http_server_t *s = NULL;
     CHECK_EQ(http_server_start(&s, &cfg), 0);
     int fd = dial(http_server_port(s));
@@ -248,7 +249,7 @@ static void test_http_file_slow_reader(void) {
         ssize_t n = co_read(fd, got + have, room, co_deadline_after(10000 * MS));
         if (n <= 0) break;
         have += (size_t)n;
-        co_sleep(20 * MS);
+        co_sleep(40 * MS);
     }
     co_close(fd);
     char *body = strstr(got, "\r\n\r\n");
@@ -266,20 +267,20 @@ static void test_http_file_slow_reader(void) {
 }
 
 /* A request body that keeps coming, slowly: the read timeout counts per
- * read, so 256 KiB in 16 KiB pieces 100 ms apart (1.6 s) gets its answer
- * from a server whose read timeout is 500 ms (the whole body once had to
- * arrive within it). */
+ * read, so 512 KiB in 16 KiB pieces 100 ms apart (3.2 s) gets its answer
+ * from a server whose read timeout is 1.5 s (the whole body once had to
+ * arrive within it), with 1.4 s to spare per piece on a loaded machine. */
 static void test_http_slow_upload(void) {
     int fds0 = count_fds();
-    http_server_t *s = start_http(4, 0, 500 * MS, 1000 * MS, NULL);
+    http_server_t *s = start_http(4, 0, 1500 * MS, 1000 * MS, NULL);
     int fd = dial(http_server_port(s));
     CHECK(fd >= 0);
-    const char head[] = "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 262144\r\n"
+    const char head[] = "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 524288\r\n"
                         "Connection: close\r\n\r\n";
     CHECK_EQ(co_write(fd, head, sizeof head - 1, co_deadline_after(5000 * MS)),
              (ssize_t)sizeof head - 1);
     static char piece[16 << 10];
-    for (int i = 0; i < 16; i++) {
+    for (int i = 0; i < 32; i++) {
         co_sleep(100 * MS);
         if (co_write(fd, piece, sizeof piece, co_deadline_after(5000 * MS)) != (ssize_t)sizeof piece)
             break;
