@@ -1,5 +1,6 @@
 /* COLONY_DEBUG, schedtrace, co_sched_stats and co_dump. */
 #include "runtime/proc.h"
+#include "runtime/unwind.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -110,6 +111,33 @@ static const char *const wait_reasons[CO__WR_COUNT_] = {
     [CO__WR_IO] = "IO wait", [CO__WR_MAIN] = "co_main", [CO__WR_GROUP] = "group",
 };
 
+#define CO_DUMP_FRAMES 32
+
+/* One coroutine's frames: the entry function, then its stack, unwound from
+ * its saved context when it is parked (WAITING) or from here when it is the
+ * caller. Other states are not unwound: their stacks may be in use. */
+static void dump_frames(FILE *out, co_g_t *g, uint32_t status, co_g_t *self) {
+    char sym[256];
+    co__symbolize((void *)(uintptr_t)g->fn, sym, sizeof sym);
+    fprintf(out, "  entry: %s\n", sym);
+    void *pcs[CO_DUMP_FRAMES];
+    int n = 0;
+    if (g == self)
+        n = co__unwind_self(pcs, CO_DUMP_FRAMES);
+    else if (status == CO_G_WAITING)
+        n = co__unwind_parked(g, pcs, CO_DUMP_FRAMES);
+    else {
+        fprintf(out, "  (%s on another thread: stack not shown)\n",
+                status == CO_G_RUNNING ? "running" : "runnable");
+        return;
+    }
+    if (n == 0) fprintf(out, "  (no frames: unwinder %s)\n", co__unwinder());
+    for (int i = 0; i < n; i++) {
+        co__symbolize(pcs[i], sym, sizeof sym);
+        fprintf(out, "  %s\n", sym);
+    }
+}
+
 void co_dump(FILE *out) {
     if (!out) out = stderr;
     co_sched_t *s = &co__sched;
@@ -121,6 +149,8 @@ void co_dump(FILE *out) {
     }
     co__schedtrace(out);
     static const char *const st[] = {"idle", "runnable", "running", "waiting", "dead"};
+    co_m_t *m = co__getm();
+    co_g_t *self = m ? m->curg : NULL;
     co__lock(&s->allg_lock);
     for (co_g_t *g = s->allg; g; g = g->alllink_next) {
         /* acquire: pairs with the spawn's release store of RUNNABLE, so the
@@ -130,10 +160,11 @@ void co_dump(FILE *out) {
         uint32_t status = __atomic_load_n(&g->status, __ATOMIC_ACQUIRE);
         if (status == CO_G_DEAD || status == CO_G_IDLE) continue;
         int wr = __atomic_load_n(&g->wait_reason, __ATOMIC_RELAXED);
-        fprintf(out, "coroutine %llu%s%s%s [%s%s%s]\n", (unsigned long long)g->id,
+        fprintf(out, "coroutine %llu%s%s%s [%s%s%s]:\n", (unsigned long long)g->id,
                 g->name[0] ? " '" : "", g->name, g->name[0] ? "'" : "", st[status],
                 status == CO_G_WAITING && wr > 0 && wr < CO__WR_COUNT_ ? ", " : "",
                 status == CO_G_WAITING && wr > 0 && wr < CO__WR_COUNT_ ? wait_reasons[wr] : "");
+        dump_frames(out, g, status, self);
     }
     co__unlock(&s->allg_lock);
     co__stats_exit();

@@ -1,0 +1,18 @@
+/* Stacks of coroutines for co_dump (unwind.c). */
+#ifndef COLONY_RUNTIME_UNWIND_H
+#define COLONY_RUNTIME_UNWIND_H
+#include "runtime/proc.h"
+
+#include <stddef.h>
+
+/* Up to max return addresses of a WAITING G, from its saved context; the
+ * number written, 0 where this build cannot unwind. The G must stay
+ * parked while this runs (a snapshot otherwise: co_dump's caveat). */
+CO_HIDDEN int co__unwind_parked(const co_g_t *g, void **pcs, int max);
+/* The same for the calling thread, from the caller of this function. */
+CO_HIDDEN int co__unwind_self(void **pcs, int max);
+/* The function containing pc, as "name+0xoff" into buf; "?" if unknown. */
+CO_HIDDEN void co__symbolize(void *pc, char *buf, size_t len);
+/* Which unwinder this build uses: "libunwind", "frame pointers" or "none". */
+CO_HIDDEN const char *co__unwinder(void);
+#endif
