@@ -116,30 +116,53 @@ int co__unwind_parked(const co_g_t *g, void **pcs, int max) {
 #endif
 }
 
-void co__symbolize(void *pc, char *buf, size_t len) {
+int co__unwind_uctx(void *uctx, void **pcs, int max) {
+#if defined(CO_HAVE_LIBUNWIND)
+    unw_cursor_t c;
+    if (unw_init_local2(&c, (unw_context_t *)uctx, UNW_INIT_SIGNAL_FRAME) < 0) return 0;
+    return walk(&c, pcs, max);
+#else
+    (void)uctx;
+    (void)pcs;
+    (void)max;
+    return 0;
+#endif
+}
+
+bool co__symbol(void *pc, char *buf, size_t len, uintptr_t *off) {
 #if defined(CO_HAVE_LIBUNWIND)
     /* a cursor whose first frame is at pc: unw_get_proc_name reads the
      * ELF symbol tables, so static functions have names too */
     unw_context_t uc;
     unw_cursor_t c;
-    unw_word_t off = 0;
+    unw_word_t o = 0;
     if (unw_getcontext(&uc) == 0) {
         /* one byte on: libunwind looks a return address up at ip - 1,
          * and pc may be a function's first byte */
         uc.uc_mcontext.gregs[REG_RIP] = (greg_t)((uintptr_t)pc + 1);
-        if (unw_init_local(&c, &uc) == 0 && unw_get_proc_name(&c, buf, len, &off) == 0) {
-            size_t l = strlen(buf);
-            if (l + 1 < len) snprintf(buf + l, len - l, "+0x%llx", (unsigned long long)off - 1);
-            return;
+        if (unw_init_local(&c, &uc) == 0 && unw_get_proc_name(&c, buf, len, &o) == 0) {
+            *off = (uintptr_t)o - 1;
+            return true;
         }
     }
 #endif
     Dl_info di;
-    if (dladdr(pc, &di) && di.dli_sname) {
-        snprintf(buf, len, "%s+0x%llx", di.dli_sname,
-                 (unsigned long long)((uintptr_t)pc - (uintptr_t)di.dli_saddr));
+    if (dladdr(pc, &di) && di.dli_sname && strlen(di.dli_sname) < len) {
+        strcpy(buf, di.dli_sname);
+        *off = (uintptr_t)pc - (uintptr_t)di.dli_saddr;
+        return true;
+    }
+    return false;
+}
+
+void co__symbolize(void *pc, char *buf, size_t len) {
+    uintptr_t off = 0;
+    if (co__symbol(pc, buf, len, &off)) {
+        size_t l = strlen(buf);
+        if (l + 1 < len) snprintf(buf + l, len - l, "+0x%llx", (unsigned long long)off);
         return;
     }
+    Dl_info di;
     if (dladdr(pc, &di) && di.dli_fname)
         snprintf(buf, len, "?? (%s+0x%llx)", di.dli_fname,
                  (unsigned long long)((uintptr_t)pc - (uintptr_t)di.dli_fbase));
