@@ -2,7 +2,9 @@
 #include "runtime/proc.h"
 #include "runtime/unwind.h"
 
+#include <signal.h>
 #include <stdlib.h>
+#include <unistd.h>
 #include <string.h>
 #include <time.h>
 
@@ -26,6 +28,43 @@ void co__debug_parse_env(void) {
      * from it one at a time, with no batch (yslot.h), for A/B
      * measurements */
     if (strstr(e, "noyieldslot")) co__sched.no_yslot = 1;
+}
+
+/* SIGQUIT (Go's default): every coroutine's stack, then exit status 2.
+ * The handler only raises a flag and wakes sysmon, which dumps: co_dump
+ * takes locks that the interrupted thread may hold. */
+static uint32_t sigquit_pending; /* atomic: handler sets (release), sysmon reads (acquire) */
+static bool sigquit_installed;   /* co__debug_signals_setup, on the init path */
+
+static void sigquit_handler(int sig) {
+    (void)sig;
+    __atomic_store_n(&sigquit_pending, 1, __ATOMIC_RELEASE);
+    co__sysmon_kick(); /* an atomic add and a futex wake: async-signal-safe */
+}
+
+void co__debug_signals_setup(void) {
+    const char *e = getenv("COLONY_DEBUG");
+    if (sigquit_installed || (e && strstr(e, "nosigquit"))) return;
+    /* Only where the program left SIGQUIT to its default: an ignored or
+     * handled SIGQUIT stays the program's. */
+    struct sigaction old;
+    if (sigaction(SIGQUIT, NULL, &old) != 0 || (old.sa_flags & SA_SIGINFO) ||
+        old.sa_handler != SIG_DFL)
+        return;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = sigquit_handler;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(SIGQUIT, &sa, NULL) == 0) sigquit_installed = true;
+}
+
+void co__debug_sysmon_tick(void) {
+    if (!__atomic_load_n(&sigquit_pending, __ATOMIC_ACQUIRE)) return;
+    fprintf(stderr, "SIGQUIT: quit\n\n");
+    co_dump(stderr);
+    fflush(stderr);
+    _exit(2);
 }
 
 void co_sched_stats(co_sched_stats_t *out) {

@@ -517,6 +517,8 @@ CO_HIDDEN void co__sysmon_kick(void);
 /* debug.c */
 CO_HIDDEN void co__schedtrace(FILE *out);
 CO_HIDDEN void co__debug_parse_env(void);
+CO_HIDDEN void co__debug_signals_setup(void); /* SIGQUIT dumps (debug.c) */
+CO_HIDDEN void co__debug_sysmon_tick(void);   /* each sysmon round: a pending dump */
 #ifdef CO_TSAN
 /* race.c: the race detector's edges (docs/hacking.md, "The race detector") */
 CO_HIDDEN void co__race_spawn(co_g_t *g);   /* the spawner: g's fiber and key */
