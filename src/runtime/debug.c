@@ -8,8 +8,13 @@
 #include <string.h>
 #include <time.h>
 
+/* COLONY_DEBUG=leaks=1: written by co__debug_parse_env on the init path,
+ * before any coroutine runs; read when co_main's function returns. */
+static bool leaks_report;
+
 void co__debug_parse_env(void) {
     const char *e = getenv("COLONY_DEBUG");
+    leaks_report = false;
     if (!e) return;
     const char *k = strstr(e, "schedtrace=");
     if (k) {
@@ -28,6 +33,19 @@ void co__debug_parse_env(void) {
      * from it one at a time, with no batch (yslot.h), for A/B
      * measurements */
     if (strstr(e, "noyieldslot")) co__sched.no_yslot = 1;
+    leaks_report = strstr(e, "leaks=1") != NULL;
+}
+
+/* When co_main's function returns, the coroutines still alive besides it,
+ * each with its entry function and stack (co_dump). */
+void co__debug_leaks(void) {
+    if (!leaks_report) return;
+    int n = co_count();
+    if (n <= 1) return; /* only co_main's own */
+    fprintf(stderr, "colony: leaks: %d coroutine%s still alive when co_main's function returned:\n",
+            n - 1, n - 1 == 1 ? "" : "s");
+    co_dump(stderr);
+    fflush(stderr);
 }
 
 /* SIGQUIT (Go's default): every coroutine's stack, then exit status 2.
