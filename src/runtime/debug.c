@@ -61,6 +61,7 @@ static void sigquit_handler(int sig) {
 }
 
 void co__debug_signals_setup(void) {
+    co__deadlock_setup();
     const char *e = getenv("COLONY_DEBUG");
     if (sigquit_installed || (e && strstr(e, "nosigquit"))) return;
     /* Only where the program left SIGQUIT to its default: an ignored or
@@ -78,6 +79,7 @@ void co__debug_signals_setup(void) {
 }
 
 void co__debug_sysmon_tick(void) {
+    co__deadlock_check(co_now());
     if (!__atomic_load_n(&sigquit_pending, __ATOMIC_ACQUIRE)) return;
     fprintf(stderr, "SIGQUIT: quit\n\n");
     co_dump(stderr);

@@ -75,6 +75,7 @@ static void post_park_forever(co_g_t *g, void *arg) {
 }
 
 static int park_until(co__parker_t *pk, int64_t deadline, void (*unlockf)(void *), void *arg);
+static int park_plain(co__parker_t *pk, int64_t deadline);
 
 int co__park(co__parker_t *pk, int64_t deadline, void (*unlockf)(void *), void *arg) {
     if (CO_LIKELY(deadline == CO_FOREVER && pk->g)) {
@@ -133,6 +134,16 @@ static int park_until(co__parker_t *pk, int64_t deadline, void (*unlockf)(void *
     }
     co__forked_check(); /* in a forked child, the waker may be a thread not there */
     if (unlockf) unlockf(arg);
+    /* a plain thread parked with no deadline: deadlock.c counts it as one
+     * of colony's own threads that only colony can wake */
+    bool counted = deadline == CO_FOREVER;
+    if (counted) co__deadlock_plain_enter();
+    int prc = park_plain(pk, deadline);
+    if (counted) co__deadlock_plain_exit();
+    return prc;
+}
+
+static int park_plain(co__parker_t *pk, int64_t deadline) {
     for (;;) {
         /* acquire: pairs with co__unpark's store-release */
         if (__atomic_load_n(&pk->futex, __ATOMIC_ACQUIRE) != 0) {

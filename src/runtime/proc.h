@@ -520,6 +520,10 @@ CO_HIDDEN void co__debug_parse_env(void);
 CO_HIDDEN void co__debug_signals_setup(void); /* SIGQUIT dumps (debug.c) */
 CO_HIDDEN void co__debug_sysmon_tick(void);   /* each sysmon round: a pending dump */
 CO_HIDDEN void co__debug_leaks(void);         /* co_main's function returned */
+CO_HIDDEN void co__deadlock_plain_enter(void); /* a plain thread parks for good (deadlock.c) */
+CO_HIDDEN void co__deadlock_plain_exit(void);
+CO_HIDDEN void co__deadlock_check(int64_t now); /* sysmon, each round */
+CO_HIDDEN void co__deadlock_setup(void);        /* init: COLONY_DEBUG=nodeadlock */
 #ifdef CO_TSAN
 /* race.c: the race detector's edges (docs/hacking.md, "The race detector") */
 CO_HIDDEN void co__race_spawn(co_g_t *g);   /* the spawner: g's fiber and key */
