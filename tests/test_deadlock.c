@@ -113,7 +113,28 @@ static void test_opt_out(void) {
     CHECK(strstr(out, fatal_line) == NULL);
 }
 
+/* Threads: in /proc/self/status, -1 if unknown. */
+static int threads_now(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return -1;
+    char line[256];
+    int n = -1;
+    while (fgets(line, sizeof line, f))
+        if (strncmp(line, "Threads:", 8) == 0) n = atoi(line + 8);
+    fclose(f);
+    return n;
+}
+
 int main(void) {
+    /* Detection needs every thread of the process to be colony's: an
+     * emulator's (qemu-user) or a sanitizer runtime's own thread is one
+     * colony cannot account for, so it rightly never reports there. */
+    int th = threads_now();
+    if (th != 1) {
+        fprintf(stderr, "skip: the process has %d threads before colony starts (emulator or "
+                        "sanitizer runtime), so the deadlock rule cannot hold\n", th);
+        return 77;
+    }
     t_begin(55);
     T_RUN(test_chan_deadlock);
     T_RUN(test_mutex_deadlock);
