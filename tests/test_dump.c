@@ -9,32 +9,38 @@
 static co_chan_t *rch, *sch, *selch;
 static co_mutex_t mu = CO_MUTEX_INIT;
 static co_waitgroup_t wg;
+static int started; /* atomic: workers about to block */
 
 __attribute__((noinline)) void dump_recv_worker(void *a) {
     (void)a;
+    __atomic_add_fetch(&started, 1, __ATOMIC_RELAXED);
     int v;
     int r = co_chan_recv(rch, &v, CO_FOREVER);
     __asm__ volatile("" ::"r"(r) : "memory");
 }
 __attribute__((noinline)) void dump_send_worker(void *a) {
     (void)a;
+    __atomic_add_fetch(&started, 1, __ATOMIC_RELAXED);
     int v = 1;
     int r = co_chan_send(sch, &v, CO_FOREVER);
     __asm__ volatile("" ::"r"(r) : "memory");
 }
 __attribute__((noinline)) void dump_mutex_worker(void *a) {
     (void)a;
+    __atomic_add_fetch(&started, 1, __ATOMIC_RELAXED);
     co_mutex_lock(&mu);
     co_mutex_unlock(&mu);
     __asm__ volatile("" ::: "memory");
 }
 __attribute__((noinline)) void dump_wg_worker(void *a) {
     (void)a;
+    __atomic_add_fetch(&started, 1, __ATOMIC_RELAXED);
     co_waitgroup_wait(&wg);
     __asm__ volatile("" ::: "memory");
 }
 __attribute__((noinline)) void dump_select_worker(void *a) {
     (void)a;
+    __atomic_add_fetch(&started, 1, __ATOMIC_RELAXED);
     int v;
     co_case_t c[2] = {{.ch = selch, .op = CO_RECV, .elem = &v}, {.ch = NULL, .op = CO_RECV}};
     int r = co_select(c, 2, CO_FOREVER);
@@ -97,9 +103,12 @@ static int main_co(void *arg) {
     co_mutex_lock(&mu);
     for (int k = 0; k < 5; k++)
         for (int i = 0; i < PER; i++) CHECK_EQ(co_go(kinds[k].f, NULL), 0);
+    /* every worker on its way to block, then a dump until all show parked
+     * (each dump unwinds 10,000 stacks: few of them) */
+    while (__atomic_load_n(&started, __ATOMIC_RELAXED) < 5 * PER) co_sleep(1000000);
     int ok[5], bad = 0, all = 0;
-    for (int tries = 0; tries < 600 && !all; tries++) {
-        co_sleep(50 * 1000000LL);
+    for (int tries = 0; tries < 20 && !all; tries++) {
+        co_sleep(100 * 1000000LL);
         d = t_dump();
         if (!d) continue;
         tally(d, ok, &bad);

@@ -171,14 +171,30 @@ static const char *const wait_reasons[CO__WR_COUNT_] = {
 };
 
 #define CO_DUMP_FRAMES 32
+#define SYM_CACHE 512
+
+/* Names already looked up, by address: a dump of many coroutines shows the
+ * same few functions, and a lookup reads the ELF symbol tables. Direct
+ * mapped; only co_dump touches it, under sched.allg_lock. */
+static struct {
+    void *pc;
+    char name[120];
+} sym_cache[SYM_CACHE];
+
+static const char *sym_of(void *pc) {
+    size_t h = ((uintptr_t)pc >> 2) * 0x9E3779B97F4A7C15ull >> 55; /* 9 bits */
+    if (sym_cache[h].pc != pc) {
+        co__symbolize(pc, sym_cache[h].name, sizeof sym_cache[h].name);
+        sym_cache[h].pc = pc;
+    }
+    return sym_cache[h].name;
+}
 
 /* One coroutine's frames: the entry function, then its stack, unwound from
  * its saved context when it is parked (WAITING) or from here when it is the
  * caller. Other states are not unwound: their stacks may be in use. */
 static void dump_frames(FILE *out, co_g_t *g, uint32_t status, co_g_t *self) {
-    char sym[256];
-    co__symbolize((void *)(uintptr_t)g->fn, sym, sizeof sym);
-    fprintf(out, "  entry: %s\n", sym);
+    fprintf(out, "  entry: %s\n", sym_of((void *)(uintptr_t)g->fn));
     void *pcs[CO_DUMP_FRAMES];
     int n = 0;
     if (g == self)
@@ -191,10 +207,7 @@ static void dump_frames(FILE *out, co_g_t *g, uint32_t status, co_g_t *self) {
         return;
     }
     if (n == 0) fprintf(out, "  (no frames: unwinder %s)\n", co__unwinder());
-    for (int i = 0; i < n; i++) {
-        co__symbolize(pcs[i], sym, sizeof sym);
-        fprintf(out, "  %s\n", sym);
-    }
+    for (int i = 0; i < n; i++) fprintf(out, "  %s\n", sym_of(pcs[i]));
 }
 
 void co_dump(FILE *out) {
