@@ -516,6 +516,12 @@ CO_EXTERN void co_sched_stats(co_sched_stats_t *out);
  * writes min(procs, max) entries to lens and returns how many. */
 CO_EXTERN int co_sched_runq_lens(int *lens, int max);
 CO_EXTERN void co_dump(FILE *out);
+/* co_dump prints every live coroutine as Go does (`coroutine 7 'name'
+ * [waiting, chan receive]:`), its entry function and its stack where the
+ * build can unwind it; SIGQUIT prints the same and exits 2. COLONY_DEBUG
+ * words: nodeadlock (no deadlock detection), nosigquit, nocrash (no crash
+ * reports), leaks=1 (list coroutines alive when co_main's function
+ * returns). docs/debugging.md has the rules and what each cannot see. */
 /* The execution trace (docs/trace.md): scheduler events recorded from now
  * on, written to path as Chrome trace-event JSON (Perfetto,
  * chrome://tracing, tools/colony-trace) by co_trace_stop. COLONY_TRACE=path

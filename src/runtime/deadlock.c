@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #define DL_STABLE_NS (500 * 1000 * 1000LL)
+#define DL_LOOK_NS (100 * 1000 * 1000LL)
 
 /* Plain threads parked in a colony call (park.c): with no deadline, and
  * with one. Atomic counters, relaxed: the detector re-checks after
@@ -98,6 +99,11 @@ static bool looks_dead(co_sched_t *s, int *ncoroutines) {
 void co__deadlock_check(int64_t now) {
     co_sched_t *s = &co__sched;
     if (s->no_deadlock) return;
+    /* at most every 100 ms: the look walks every coroutine when all Ps
+     * are idle (a million parked ones included) */
+    static int64_t last; /* sysmon only */
+    if (now - last < DL_LOOK_NS) return;
+    last = now;
     int n = 0;
     uint64_t ticks = sched_ticks(s);
     if (!looks_dead(s, &n)) {

@@ -1,12 +1,20 @@
 /* COLONY_DEBUG, schedtrace, co_sched_stats and co_dump. */
 #include "runtime/proc.h"
+#include "runtime/unwind.h"
 
+#include <signal.h>
 #include <stdlib.h>
+#include <unistd.h>
 #include <string.h>
 #include <time.h>
 
+/* COLONY_DEBUG=leaks=1: written by co__debug_parse_env on the init path,
+ * before any coroutine runs; read when co_main's function returns. */
+static bool leaks_report;
+
 void co__debug_parse_env(void) {
     const char *e = getenv("COLONY_DEBUG");
+    leaks_report = false;
     if (!e) return;
     const char *k = strstr(e, "schedtrace=");
     if (k) {
@@ -27,6 +35,57 @@ void co__debug_parse_env(void) {
     if (strstr(e, "noyieldslot")) co__sched.no_yslot = 1;
     /* nodeadlock: never report "all coroutines are asleep" (deadlock.c) */
     if (strstr(e, "nodeadlock")) co__sched.no_deadlock = 1;
+    leaks_report = strstr(e, "leaks=1") != NULL;
+}
+
+/* When co_main's function returns, the coroutines still alive besides it,
+ * each with its entry function and stack (co_dump). */
+void co__debug_leaks(void) {
+    if (!leaks_report) return;
+    int n = co_count();
+    if (n <= 1) return; /* only co_main's own */
+    fprintf(stderr, "colony: leaks: %d coroutine%s still alive when co_main's function returned:\n",
+            n - 1, n - 1 == 1 ? "" : "s");
+    co_dump(stderr);
+    fflush(stderr);
+}
+
+/* SIGQUIT (Go's default): every coroutine's stack, then exit status 2.
+ * The handler only raises a flag and wakes sysmon, which dumps: co_dump
+ * takes locks that the interrupted thread may hold. */
+static uint32_t sigquit_pending; /* atomic: handler sets (release), sysmon reads (acquire) */
+static bool sigquit_installed;   /* co__debug_signals_setup, on the init path */
+
+static void sigquit_handler(int sig) {
+    (void)sig;
+    __atomic_store_n(&sigquit_pending, 1, __ATOMIC_RELEASE);
+    co__sysmon_kick(); /* an atomic add and a futex wake: async-signal-safe */
+}
+
+void co__debug_signals_setup(void) {
+    const char *e = getenv("COLONY_DEBUG");
+    if (sigquit_installed || (e && strstr(e, "nosigquit"))) return;
+    /* Only where the program left SIGQUIT to its default: an ignored or
+     * handled SIGQUIT stays the program's. */
+    struct sigaction old;
+    if (sigaction(SIGQUIT, NULL, &old) != 0 || (old.sa_flags & SA_SIGINFO) ||
+        old.sa_handler != SIG_DFL)
+        return;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = sigquit_handler;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(SIGQUIT, &sa, NULL) == 0) sigquit_installed = true;
+}
+
+void co__debug_sysmon_tick(void) {
+    co__deadlock_check(co_now());
+    if (!__atomic_load_n(&sigquit_pending, __ATOMIC_ACQUIRE)) return;
+    fprintf(stderr, "SIGQUIT: quit\n\n");
+    co_dump(stderr);
+    fflush(stderr);
+    _exit(2);
 }
 
 void co_sched_stats(co_sched_stats_t *out) {
@@ -112,6 +171,46 @@ static const char *const wait_reasons[CO__WR_COUNT_] = {
     [CO__WR_IO] = "IO wait", [CO__WR_MAIN] = "co_main", [CO__WR_GROUP] = "group",
 };
 
+#define CO_DUMP_FRAMES 32
+#define SYM_CACHE 512
+
+/* Names already looked up, by address: a dump of many coroutines shows the
+ * same few functions, and a lookup reads the ELF symbol tables. Direct
+ * mapped; only co_dump touches it, under sched.allg_lock. */
+static struct {
+    void *pc;
+    char name[120];
+} sym_cache[SYM_CACHE];
+
+static const char *sym_of(void *pc) {
+    size_t h = ((uintptr_t)pc >> 2) * 0x9E3779B97F4A7C15ull >> 55; /* 9 bits */
+    if (sym_cache[h].pc != pc) {
+        co__symbolize(pc, sym_cache[h].name, sizeof sym_cache[h].name);
+        sym_cache[h].pc = pc;
+    }
+    return sym_cache[h].name;
+}
+
+/* One coroutine's frames: the entry function, then its stack, unwound from
+ * its saved context when it is parked (WAITING) or from here when it is the
+ * caller. Other states are not unwound: their stacks may be in use. */
+static void dump_frames(FILE *out, co_g_t *g, uint32_t status, co_g_t *self) {
+    fprintf(out, "  entry: %s\n", sym_of((void *)(uintptr_t)g->fn));
+    void *pcs[CO_DUMP_FRAMES];
+    int n = 0;
+    if (g == self)
+        n = co__unwind_self(pcs, CO_DUMP_FRAMES);
+    else if (status == CO_G_WAITING)
+        n = co__unwind_parked(g, pcs, CO_DUMP_FRAMES);
+    else {
+        fprintf(out, "  (%s on another thread: stack not shown)\n",
+                status == CO_G_RUNNING ? "running" : "runnable");
+        return;
+    }
+    if (n == 0) fprintf(out, "  (no frames: unwinder %s)\n", co__unwinder());
+    for (int i = 0; i < n; i++) fprintf(out, "  %s\n", sym_of(pcs[i]));
+}
+
 void co_dump(FILE *out) {
     if (!out) out = stderr;
     co_sched_t *s = &co__sched;
@@ -123,6 +222,8 @@ void co_dump(FILE *out) {
     }
     co__schedtrace(out);
     static const char *const st[] = {"idle", "runnable", "running", "waiting", "dead"};
+    co_m_t *m = co__getm();
+    co_g_t *self = m ? m->curg : NULL;
     co__lock(&s->allg_lock);
     for (co_g_t *g = s->allg; g; g = g->alllink_next) {
         /* acquire: pairs with the spawn's release store of RUNNABLE, so the
@@ -132,10 +233,11 @@ void co_dump(FILE *out) {
         uint32_t status = __atomic_load_n(&g->status, __ATOMIC_ACQUIRE);
         if (status == CO_G_DEAD || status == CO_G_IDLE) continue;
         int wr = __atomic_load_n(&g->wait_reason, __ATOMIC_RELAXED);
-        fprintf(out, "coroutine %llu%s%s%s [%s%s%s]\n", (unsigned long long)g->id,
+        fprintf(out, "coroutine %llu%s%s%s [%s%s%s]:\n", (unsigned long long)g->id,
                 g->name[0] ? " '" : "", g->name, g->name[0] ? "'" : "", st[status],
                 status == CO_G_WAITING && wr > 0 && wr < CO__WR_COUNT_ ? ", " : "",
                 status == CO_G_WAITING && wr > 0 && wr < CO__WR_COUNT_ ? wait_reasons[wr] : "");
+        dump_frames(out, g, status, self);
     }
     co__unlock(&s->allg_lock);
     co__stats_exit();

@@ -183,6 +183,7 @@ int co_init(const co_config_t *cfg) {
     int rc = co__netpoll_init();
     if (rc < 0) goto fail; /* no fd for epoll (EMFILE): nothing started yet */
     co__debug_parse_env();
+    co__debug_signals_setup();
     co__yslot_init();
     co__base_init();
     /* Before the runtime is up: nobody can have used it if this fails (no

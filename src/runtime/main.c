@@ -9,7 +9,7 @@
  * finds `done` set returns at once, the coroutine being past its last
  * touch of the arguments (its unlock).
  */
-#include "runtime/runtime.h"
+#include "runtime/proc.h"
 
 struct main_args {
     int (*fn)(void *);
@@ -23,6 +23,7 @@ struct main_args {
 static void main_tramp(void *a_) {
     struct main_args *a = a_;
     int r = a->fn(a->arg);
+    co__debug_leaks(); /* COLONY_DEBUG=leaks=1: who is still alive */
     co__lock(&a->lock);
     a->result = r;
     a->done = true;

@@ -81,6 +81,7 @@ static void post_park_forever(co_g_t *g, void *arg) {
 }
 
 static int park_until(co__parker_t *pk, int64_t deadline, void (*unlockf)(void *), void *arg);
+static int park_plain(co__parker_t *pk, int64_t deadline, bool timed);
 
 int co__park(co__parker_t *pk, int64_t deadline, void (*unlockf)(void *), void *arg) {
     if (CO_LIKELY(deadline == CO_FOREVER && pk->g)) {
@@ -146,6 +147,11 @@ static int park_until(co__parker_t *pk, int64_t deadline, void (*unlockf)(void *
         __atomic_add_fetch(&co__plain_parked_timed, 1, __ATOMIC_RELAXED);
     }
     if (unlockf) unlockf(arg);
+    return park_plain(pk, deadline, timed);
+}
+
+/* A plain thread's wait, counted as above; uncounts itself on the way out. */
+static int park_plain(co__parker_t *pk, int64_t deadline, bool timed) {
     for (;;) {
         /* acquire: pairs with co__unpark's store-release */
         if (__atomic_load_n(&pk->futex, __ATOMIC_ACQUIRE) != 0) {

@@ -528,6 +528,9 @@ CO_HIDDEN void co__deadlock_check(int64_t now);
  * reads them): atomics, relaxed. */
 CO_HIDDEN extern uint32_t co__plain_parked_forever, co__plain_parked_timed;
 CO_HIDDEN void co__debug_parse_env(void);
+CO_HIDDEN void co__debug_signals_setup(void); /* SIGQUIT dumps (debug.c) */
+CO_HIDDEN void co__debug_sysmon_tick(void);   /* each sysmon round: a pending dump */
+CO_HIDDEN void co__debug_leaks(void);         /* co_main's function returned */
 #ifdef CO_TSAN
 /* race.c: the race detector's edges (docs/hacking.md, "The race detector") */
 CO_HIDDEN void co__race_spawn(co_g_t *g);   /* the spawner: g's fiber and key */

@@ -43,6 +43,7 @@
  * from thread-local storage, which an overflow may have damaged.
  */
 #include "runtime/proc.h"
+#include "runtime/unwind.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -83,8 +84,14 @@ int64_t co__stacks_mapped_total(void) {
     return __atomic_load_n(&stacks_mapped_total, __ATOMIC_RELAXED);
 }
 #ifndef CO_ASAN /* ASan reports overflows itself: no handler of ours then */
-static struct sigaction prev_segv;
+/* The crash signals colony reports (docs/debugging.md) and the actions
+ * that were there before it, which it chains to: written once by
+ * co__stack_setup before any coroutine runs, read by the handler. */
+static const int crash_sigs[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
+#define N_CRASH_SIGS (sizeof crash_sigs / sizeof crash_sigs[0])
+static struct sigaction prev_act[N_CRASH_SIGS];
 static bool segv_installed;
+static bool crash_reports; /* COLONY_DEBUG has no "nocrash"; set with prev_act */
 #endif
 
 /* The report is built by hand: printf's family may read thread-local
@@ -139,11 +146,74 @@ static co_m_t *m_of_altstack(void) {
 #endif
 
 #ifndef CO_ASAN
+static size_t put_hex(char *b, size_t at, size_t cap, uint64_t v) {
+    char d[16];
+    int n = 0;
+    do d[n++] = "0123456789abcdef"[v & 15]; while ((v >>= 4) != 0);
+    at = put_str(b, at, cap, "0x");
+    while (n > 0 && at + 1 < cap) b[at++] = d[--n];
+    return at;
+}
+static void put_frame(const char *pre, void *pc) {
+    char buf[320], sym[256];
+    uintptr_t off = 0;
+    size_t n = put_str(buf, 0, sizeof buf, pre);
+    if (co__symbol(pc, sym, sizeof sym, &off)) {
+        n = put_str(buf, n, sizeof buf, sym);
+        n = put_str(buf, n, sizeof buf, "+");
+        n = put_hex(buf, n, sizeof buf, off);
+    } else {
+        n = put_str(buf, n, sizeof buf, "?? (");
+        n = put_hex(buf, n, sizeof buf, (uintptr_t)pc);
+        n = put_str(buf, n, sizeof buf, ")");
+    }
+    n = put_str(buf, n, sizeof buf, "\n");
+    (void)!write(2, buf, n);
+}
+/* The crash report: signal, address, the coroutine, its entry and stack.
+ * write(2) only; the symbol lookup (libunwind's, reading the ELF tables)
+ * takes no lock of colony's and allocates nothing. */
+static void crash_report(int sig, siginfo_t *si, void *uctx, co_g_t *g) {
+    static const char *const names[] = {"SIGSEGV: segmentation violation", "SIGBUS: bus error",
+                                        "SIGFPE: floating-point exception",
+                                        "SIGILL: illegal instruction", "SIGABRT: abort"};
+    const char *what = "signal";
+    for (size_t i = 0; i < N_CRASH_SIGS; i++)
+        if (crash_sigs[i] == sig) what = names[i];
+    char buf[256];
+    char name[sizeof g->name + 1];
+    memcpy(name, g->name, sizeof g->name);
+    name[sizeof g->name] = 0;
+    size_t n = put_str(buf, 0, sizeof buf, "colony: fatal: ");
+    n = put_str(buf, n, sizeof buf, what);
+    if (sig != SIGABRT) {
+        n = put_str(buf, n, sizeof buf, " at address ");
+        n = put_hex(buf, n, sizeof buf, (uintptr_t)si->si_addr);
+    }
+    n = put_str(buf, n, sizeof buf, "\n\ncoroutine ");
+    n = put_u64(buf, n, sizeof buf, g->id);
+    if (name[0]) {
+        n = put_str(buf, n, sizeof buf, " '");
+        n = put_str(buf, n, sizeof buf, name);
+        n = put_str(buf, n, sizeof buf, "'");
+    }
+    n = put_str(buf, n, sizeof buf, " [running]:\n");
+    (void)!write(2, buf, n);
+    put_frame("  entry: ", (void *)(uintptr_t)g->fn);
+    void *pcs[48];
+    int np = co__unwind_uctx(uctx, pcs, 48);
+    for (int i = 0; i < np; i++) put_frame("  ", pcs[i]);
+    if (np == 0) {
+        static const char msg[] = "  (no frames: this build has no unwinder for signals)\n";
+        (void)!write(2, msg, sizeof msg - 1);
+    }
+}
+
 static void segv_handler(int sig, siginfo_t *si, void *uctx) {
     co_m_t *m = m_of_altstack();
     if (!m) m = co__getm();
     co_g_t *g = m ? m->curg : NULL;
-    if (g) {
+    if (g && (sig == SIGSEGV || sig == SIGBUS)) {
         /* Ours if the fault is in the guard page, or the coroutine's stack
          * pointer has left its stack downwards (an unguarded stack runs
          * into whatever lies below until something faults). */
@@ -163,16 +233,22 @@ static void segv_handler(int sig, siginfo_t *si, void *uctx) {
             abort();
         }
     }
-    /* Not ours: hand it to whoever was there before, or die the default way. */
-    if (prev_segv.sa_flags & SA_SIGINFO) {
-        if (prev_segv.sa_sigaction) {
-            prev_segv.sa_sigaction(sig, si, uctx);
+    struct sigaction *prev = NULL;
+    for (size_t i = 0; i < N_CRASH_SIGS; i++)
+        if (crash_sigs[i] == sig) prev = &prev_act[i];
+    /* A handler the program installed first runs instead of the report:
+     * it may be one that handles the fault and goes on. */
+    if (prev && (prev->sa_flags & SA_SIGINFO)) {
+        if (prev->sa_sigaction) {
+            prev->sa_sigaction(sig, si, uctx);
             return;
         }
-    } else if (prev_segv.sa_handler != SIG_DFL && prev_segv.sa_handler != SIG_IGN) {
-        prev_segv.sa_handler(sig);
+    } else if (prev && prev->sa_handler != SIG_DFL && prev->sa_handler != SIG_IGN) {
+        prev->sa_handler(sig);
         return;
     }
+    /* Dying the default way: say where first. */
+    if (g && crash_reports) crash_report(sig, si, uctx, g);
     signal(sig, SIG_DFL);
     raise(sig);
 }
@@ -226,7 +302,13 @@ void co__stack_setup(void) {
         sa.sa_sigaction = segv_handler;
         sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
         sigemptyset(&sa.sa_mask);
-        if (sigaction(SIGSEGV, &sa, &prev_segv) == 0) segv_installed = true;
+        if (sigaction(SIGSEGV, &sa, &prev_act[0]) == 0) segv_installed = true;
+        /* the other crash signals, unless COLONY_DEBUG=nocrash */
+        bool crash = !(dbg && strstr(dbg, "nocrash"));
+        crash_reports = crash;
+        for (size_t i = 1; crash && i < N_CRASH_SIGS; i++)
+            if (sigaction(crash_sigs[i], &sa, &prev_act[i]) != 0)
+                prev_act[i].sa_handler = SIG_DFL;
     }
 #endif
 }

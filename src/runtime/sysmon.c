@@ -224,7 +224,7 @@ static void *sysmon_main(void *arg) {
             last_trim = now;
             co__gfree_trim(GFREE_KEEP);
         }
-        if (!work) co__deadlock_check(now);
+        co__debug_sysmon_tick();
         if (s->schedtrace_ms > 0 && now - last_trace >= s->schedtrace_ms * 1000000) {
             last_trace = now;
             co__schedtrace(stderr);
