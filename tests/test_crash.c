@@ -73,9 +73,13 @@ static void test_null_deref(void) {
     CHECK(strstr(out, "colony: fatal: SIGSEGV") != NULL);
     CHECK(strstr(out, "at address 0x0") != NULL);
     CHECK(strstr(out, "'crasher' [running]:") != NULL);
+#ifdef CO_HAVE_LIBUNWIND
     CHECK(strstr(out, "entry: crash_fn+") != NULL);
     if (!strstr(out, "(no frames"))
         CHECK(strstr(out, "\n  crash_fn+") != NULL); /* the faulting frame */
+#else
+    CHECK(strstr(out, "entry: ") != NULL); /* no symbolizer in this build: an address */
+#endif
 }
 
 static void test_user_handler(void) {

@@ -72,10 +72,14 @@ static void test_sigquit_dumps(void) {
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 2);
     CHECK(strstr(out, "SIGQUIT: quit") != NULL);
     CHECK(strstr(out, "'quitter' [waiting, chan receive]:") != NULL);
+#ifdef CO_HAVE_LIBUNWIND
     if (!strstr(out, "(no frames")) { /* a build that unwinds and names */
         CHECK(strstr(out, "entry: quit_waiter+") != NULL);
         CHECK(strstr(out, "\n  quit_waiter+") != NULL);
     }
+#else
+    CHECK(strstr(out, "entry: ") != NULL); /* no symbolizer in this build: addresses */
+#endif
 }
 
 static void test_nosigquit(void) {
