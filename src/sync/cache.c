@@ -225,7 +225,7 @@ static void cache_sweep(void *arg);
 static bool arm_locked(co_cache_t *c) {
     if (c->armed || __atomic_load_n(&c->closing, __ATOMIC_RELAXED)) return false;
     if (!co__rt_hold_if_up()) return false;
-    c->armed = 1;
+    __atomic_store_n(&c->armed, 1, __ATOMIC_RELAXED); /* read relaxed by put's fast path */
     c->tm.fn = cache_sweep;
     c->tm.arg = c;
     c->tm.period = c->period;
@@ -346,7 +346,7 @@ static void cache_sweep(void *arg) {
     if (keep)
         co__timer_add(&c->tm, co__time_add(co_now(), c->period));
     else
-        c->armed = 0;
+        __atomic_store_n(&c->armed, 0, __ATOMIC_RELAXED);
     co__unlock(&c->lock);
     for (size_t i = 0; i < dead.n; i++) {
         OBJ_ACQ(dead.v[i]);
