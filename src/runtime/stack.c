@@ -303,8 +303,10 @@ void co__stack_setup(void) {
         sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
         sigemptyset(&sa.sa_mask);
         if (sigaction(SIGSEGV, &sa, &prev_act[0]) == 0) segv_installed = true;
-        /* the other crash signals, unless COLONY_DEBUG=nocrash */
-        bool crash = !(dbg && strstr(dbg, "nocrash"));
+        /* the other crash signals, unless COLONY_DEBUG=nocrash; not under
+         * TSan, whose own handling of them comes first and turns a
+         * re-raised abort into an exit */
+        bool crash = !CO_TSAN_ON && !(dbg && strstr(dbg, "nocrash"));
         crash_reports = crash;
         for (size_t i = 1; crash && i < N_CRASH_SIGS; i++)
             if (sigaction(crash_sigs[i], &sa, &prev_act[i]) != 0)
