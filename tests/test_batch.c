@@ -99,7 +99,11 @@ static void burst(void *arg) {
     co_waitgroup_done(arg);
 }
 
-static void test_idle_p_gets_batch(void) {
+/* Where the long jobs ran depends on when the OS runs the Ms: a host that
+ * stalls the idle P's thread for the whole burst sees them on one thread.
+ * The spread must show in one of a few tries; a scheduler that never
+ * hands the batch over shows it in none. */
+static int idle_p_try(void) {
     __atomic_store_n(&long_seen, 0, __ATOMIC_RELAXED);
     co_waitgroup_t wg = CO_WAITGROUP_INIT;
     co_waitgroup_add(&wg, 2);
@@ -113,6 +117,14 @@ static void test_idle_p_gets_batch(void) {
     CHECK_EQ(__atomic_load_n(&long_seen, __ATOMIC_ACQUIRE), NLONG);
     int others = 0;
     for (int i = 1; i < NLONG; i++) others += !pthread_equal(long_thread[i], long_thread[0]);
+    return others;
+}
+static void test_idle_p_gets_batch(void) {
+    int others = 0;
+    for (int t = 0; t < 5 && others < 2; t++) {
+        others = idle_p_try();
+        if (others < 2) fprintf(stderr, "try %d: %d long jobs off the first one's thread\n", t + 1, others);
+    }
     CHECK(others >= 2);
 }
 
