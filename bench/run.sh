@@ -171,7 +171,7 @@ LOAD_MAX=0
 T_START=$(date +%s)
 echo "bench/run.sh: $MACHINE; load $LOAD_BEFORE; $RUNS runs each" >&2
 
-# Issue 2 — runtime
+# The runtime
 pair yield           "$RUNS"      bench_runtime runtime yield 1 "$N_YIELD"
 pair spawn_1p        "$RUNS"      bench_runtime runtime spawn 1 "$N_SPAWN"
 pair spawn_2p        "$RUNS"      bench_runtime runtime spawn 2 "$N_SPAWN"
@@ -182,7 +182,7 @@ pair spread_1p       "$RUNS"      bench_runtime runtime spread 1 "$N_TASKS" 2000
 pair spread_2p       "$RUNS"      bench_runtime runtime spread 2 "$N_TASKS" 20000
 pair spread_long_1p  "$RUNS"      bench_runtime runtime spread_long 1 "$N_CHUNKS" 200000
 pair spread_long_2p  "$RUNS"      bench_runtime runtime spread_long 2 "$N_CHUNKS" 200000
-# Issue 3 — channels, select, mutex
+# Channels, select, mutex
 pair chan_pingpong   "$RUNS"      bench_chan chan pingpong 1 "$N_PP"
 pair buf_1p1c        "$RUNS"      bench_chan chan buffered 2 1 1 "$N_BUF"
 pair buf_4p4c        "$RUNS"      bench_chan chan buffered 2 4 4 "$N_BUF"

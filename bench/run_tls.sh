@@ -228,7 +228,7 @@ pr=$(ratio "$pc" "$pg")
     echo "- TLS 1.3, X25519, ECDSA P-256 certificate; everything on 127.0.0.1, each implementation"
     echo "  is both client and server, on the same CPUs; $CONNS connections; ${DUR} s per measurement."
     echo
-    echo "**Noise.** This machine is shared by several engineers building and testing at the"
+    echo "**Noise.** This machine is shared with other builds and tests running at the"
     echo "same time (see the load averages), and client and server share its 2 CPUs: single"
     echo "runs can differ by tens of per cent."
     echo
