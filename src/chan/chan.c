@@ -41,6 +41,35 @@
 #include <string.h>
 
 CO_STATIC_ASSERT(sizeof(struct co_chan) <= 128, "co_chan grew past two cache lines");
+CO_STATIC_ASSERT(offsetof(struct co_chan, tag) >= 32, "the tag must lie past what free() writes");
+
+/* ---- handle tags (chan/chan.h) ------------------------------------------ */
+
+static const struct {
+    uint32_t tag;
+    const char *kind;
+} tag_kinds[] = {
+    {CO__TAG_CHAN, "channel"}, {CO__TAG_TIMER, "timer"}, {CO__TAG_TICKER, "ticker"},
+    {CO__TAG_CTX, "context"},  {CO__TAG_GROUP, "group"}, {CO__TAG_POOL, "pool"},
+    {CO__TAG_MPOOL, "multipool"},
+};
+
+static const char *tag_kind(uint32_t tag) {
+    for (size_t i = 0; i < sizeof tag_kinds / sizeof tag_kinds[0]; i++)
+        if (tag_kinds[i].tag == tag) return tag_kinds[i].kind;
+    return NULL;
+}
+
+void co__bad_handle(const char *call, const void *h, uint32_t want, uint32_t got) {
+    const char *kind = tag_kind(want), *other = tag_kind(got);
+    const char *freed = tag_kind(CO__TAG_FREED(got));
+    if (other) co__fatal("%s: %p is not a %s (it is a %s)", call, h, kind, other);
+    if (freed == kind) co__fatal("%s: %p is not a %s (freed)", call, h, kind);
+    if (freed) co__fatal("%s: %p is not a %s (a freed %s)", call, h, kind, freed);
+    co__fatal("%s: %p is not a %s (freed or never made)", call, h, kind);
+}
+
+#define CHAN_CHECK(ch, call) CO__HANDLE_CHECK(ch, CO__TAG_CHAN, call)
 
 int co_chan_new(co_chan_t **out, size_t elem_size, size_t cap) {
     if (!out) return CO_EINVAL;
@@ -58,6 +87,7 @@ int co_chan_new(co_chan_t **out, size_t elem_size, size_t cap) {
     ch->elem_size = elem_size;
     ch->cap = cap;
     ch->buf = (char *)ch + hdr; /* one past the header (and the end when bytes == 0) */
+    ch->tag = CO__TAG_CHAN;
     *out = ch;
     return 0;
 }
@@ -88,11 +118,13 @@ static void chan_free(co_chan_t *ch) {
         chan_lock(ch);
     }
     chan_unlock(ch);
+    ch->tag = CO__TAG_FREED(CO__TAG_CHAN);
     free(ch);
 }
 
 void co_chan_free(co_chan_t *ch) {
     if (!ch) return;
+    CHAN_CHECK(ch, "co_chan_free");
     /* state's CHAN_RECV_ONLY is immutable after co__chan_new_recv_only */
     if (CO_UNLIKELY(__atomic_load_n(&ch->state, __ATOMIC_RELAXED) & CHAN_RECV_ONLY))
         co__fatal("co_chan_free(%p): the channel is receive-only (a context's done channel): "
@@ -107,10 +139,15 @@ void co__chan_free_by_owner(co_chan_t *ch) {
 
 size_t co_chan_len(const co_chan_t *ch) {
     if (!ch) return 0;
+    CHAN_CHECK(ch, "co_chan_len");
     return __atomic_load_n(&ch->qcount, __ATOMIC_RELAXED); /* a snapshot, like Go's len(ch) */
 }
 
-size_t co_chan_cap(const co_chan_t *ch) { return ch ? ch->cap : 0; }
+size_t co_chan_cap(const co_chan_t *ch) {
+    if (!ch) return 0;
+    CHAN_CHECK(ch, "co_chan_cap");
+    return ch->cap;
+}
 
 /* For tests (hidden; tests link the static library): how many waiters are
  * queued to receive on ch now. A select's waiter is queued before it parks
@@ -179,7 +216,9 @@ static void chan_zero_elem(const co_chan_t *ch, void *elem) {
 }
 
 int co_chan_send(co_chan_t *ch, const void *elem, int64_t deadline) {
-    if (CO_UNLIKELY(!ch || (!elem && ch->elem_size))) return CO_EINVAL;
+    if (CO_UNLIKELY(!ch)) return CO_EINVAL;
+    CHAN_CHECK(ch, "co_chan_send");
+    if (CO_UNLIKELY(!elem && ch->elem_size)) return CO_EINVAL;
     if (chan_dl_cheap_past(deadline) && !chan_nosend_acq(ch) && chan_full(ch))
         return CO_ETIMEDOUT; /* Go's select-with-default fast path, no lock */
 
@@ -200,6 +239,7 @@ int co_chan_send(co_chan_t *ch, const void *elem, int64_t deadline) {
 
 int co_chan_recv(co_chan_t *ch, void *elem, int64_t deadline) {
     if (CO_UNLIKELY(!ch)) return CO_EINVAL;
+    CHAN_CHECK(ch, "co_chan_recv");
     if (chan_dl_cheap_past(deadline) && chan_empty(ch)) {
         if (!chan_closed_acq(ch)) return CO_ETIMEDOUT;
         if (chan_empty(ch)) {
@@ -262,6 +302,7 @@ static int chan_close(co_chan_t *ch, uint32_t deny) {
 
 int co_chan_close(co_chan_t *ch) {
     if (!ch) return CO_EINVAL;
+    CHAN_CHECK(ch, "co_chan_close");
     return chan_close(ch, CHAN_RECV_ONLY);
 }
 

@@ -12,6 +12,45 @@
 
 #include "base/base.h"
 
+/* ---- handle tags ----------------------------------------------------------
+ * Every object a public handle points to (a channel, timer, ticker,
+ * context, group, pool, multipool) holds one of these words in its `tag`
+ * field: the live value from its making until its free, which overwrites
+ * it with the freed value (~live) just before the memory goes back to the
+ * allocator. Each public call checks the tag of the handle it is given
+ * (after the NULL rule) and, if it is not the live value of its kind,
+ * stops with "colony: fatal: <call>: <handle> is not a <kind> (...)"
+ * instead of acting on whatever the memory holds. Best effort, as a
+ * freed handle is read: the tag sits past the words glibc's free writes
+ * into a freed block (its first 32 bytes), so it reads "freed" until the
+ * memory is reused; a block reused for another object of the same kind
+ * passes (docs/chan.md, "Errors"). The failing branch is out of line. */
+enum {
+    CO__TAG_CHAN = 0x4e414843u,   /* "CHAN" in memory (little-endian) */
+    CO__TAG_TIMER = 0x524d4954u,  /* "TIMR" */
+    CO__TAG_TICKER = 0x4b434954u, /* "TICK" */
+    CO__TAG_CTX = 0x58544e43u,    /* "CNTX" */
+    CO__TAG_GROUP = 0x50555247u,  /* "GRUP" */
+    CO__TAG_POOL = 0x4c4f4f50u,   /* "POOL" */
+    CO__TAG_MPOOL = 0x4c4f504du,  /* "MPOL" */
+};
+#define CO__TAG_FREED(live) (~(uint32_t)(live))
+
+/* Print "colony: fatal: <call>: <h> is not a <kind of want> (<what got
+ * says>)" and abort. */
+CO_HIDDEN _Noreturn __attribute__((cold, noinline)) void co__bad_handle(const char *call,
+                                                                        const void *h,
+                                                                        uint32_t want,
+                                                                        uint32_t got);
+
+/* Stop unless obj (not NULL) carries the live tag `want`. */
+#define CO__HANDLE_CHECK(obj, want, call)                                                     \
+    do {                                                                                      \
+        uint32_t co__got_ = (obj)->tag;                                                       \
+        if (CO_UNLIKELY(co__got_ != (uint32_t)(want)))                                        \
+            co__bad_handle(call, (const void *)(obj), (uint32_t)(want), co__got_);            \
+    } while (0)
+
 /* co_chan_new, and the channel is receive-only to users from birth. */
 CO_HIDDEN int co__chan_new_recv_only(co_chan_t **out, size_t elem_size, size_t cap);
 /* co_chan_close for the owner of a receive-only channel (any channel):

@@ -49,6 +49,7 @@
 #define COLONY_CHAN_IMPL_H
 
 #include "runtime/runtime.h"
+#include "chan/chan.h"
 
 #include <string.h>
 
@@ -72,6 +73,10 @@ struct co_chan {
     size_t elem_size;
     size_t cap;
     char *buf;         /* cap * elem_size bytes right after the struct (never NULL) */
+    /* CO__TAG_CHAN from co_chan_new until the free, then its freed value
+     * (chan/chan.h). On the line of elem_size and cap, which every
+     * operation reads anyway. Written only by new and free. */
+    uint32_t tag;
 };
 
 /* state. CHAN_CLOSED is set once, by close. CHAN_RECV_ONLY is set at birth

@@ -195,6 +195,7 @@ static bool sel_nothing_ready(const co_case_t *cases, int n) {
     for (int i = 0; i < n; i++) {
         const co_chan_t *c = cases[i].ch;
         if (!c) continue;
+        CO__HANDLE_CHECK(c, CO__TAG_CHAN, "co_select");
         /* a malformed case: let co_select's checks report it */
         if (cases[i].op != CO_SEND && cases[i].op != CO_RECV) return false;
         /* load-acquire: the state reads below are not hoisted above it;
@@ -345,6 +346,7 @@ int co_select(co_case_t *cases, int n, int64_t deadline) {
         if (op != CO_SEND && op != CO_RECV) return CO_EINVAL;
         co_chan_t *c = cases[i].ch;
         if (!c) continue;
+        CO__HANDLE_CHECK(c, CO__TAG_CHAN, "co_select");
         if (op == CO_SEND && !cases[i].elem && c->elem_size) return CO_EINVAL;
         nn++;
         if (!case_ready_nolock(&cases[i])) continue;

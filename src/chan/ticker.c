@@ -27,7 +27,11 @@ struct co_ticker {
     int64_t period;
     int64_t when;     /* the expiry being served; only the callback (and new) touch it */
     uint32_t stopped; /* atomic: 0 -> 1 once, by co_ticker_stop (seq_cst); read by the callback */
+    uint32_t tag;     /* CO__TAG_TICKER until the stop frees it (chan/chan.h); new and stop write it */
 };
+_Static_assert(offsetof(struct co_ticker, tag) >= 32, "the tag must lie past what free() writes");
+
+#define TICKER_CHECK(t, call) CO__HANDLE_CHECK(t, CO__TAG_TICKER, call)
 
 static void ticker_fire(void *arg) {
     co_ticker_t *t = arg;
@@ -66,15 +70,21 @@ int co_ticker_new(co_ticker_t **out, int64_t period_ns) {
     t->tm.period = period_ns;
     t->tm.slot = -1;
     t->when = co__time_add(co_now(), period_ns); /* a period past INT64_MAX: never */
+    t->tag = CO__TAG_TICKER;
     co__timer_add(&t->tm, t->when);
     *out = t;
     return 0;
 }
 
-co_chan_t *co_ticker_chan(co_ticker_t *t) { return t ? t->ch : NULL; }
+co_chan_t *co_ticker_chan(co_ticker_t *t) {
+    if (!t) return NULL;
+    TICKER_CHECK(t, "co_ticker_chan");
+    return t->ch;
+}
 
 void co_ticker_stop(co_ticker_t *t) {
     if (!t) return;
+    TICKER_CHECK(t, "co_ticker_stop");
     __atomic_store_n(&t->stopped, 1, __ATOMIC_SEQ_CST);
     /* co__timer_del waits for a running callback; that callback may have
      * re-armed the timer, so remove again until it is idle. Terminates: any
@@ -84,6 +94,7 @@ void co_ticker_stop(co_ticker_t *t) {
         if (__atomic_load_n(&t->tm.state, __ATOMIC_ACQUIRE) == CO__TM_IDLE) break;
     }
     co_chan_free(t->ch);
+    t->tag = CO__TAG_FREED(CO__TAG_TICKER);
     free(t);
     co__rt_unhold();
 }

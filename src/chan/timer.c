@@ -38,7 +38,11 @@ struct co_timer {
     co_chan_t *ch;     /* a channel timer's; NULL for a function timer (fixed) */
     void (*fn)(void *arg); /* a function timer's (fixed) */
     void *arg;
+    uint32_t tag;      /* CO__TAG_TIMER until co_timer_free (chan/chan.h); make and free write it */
 };
+_Static_assert(offsetof(struct co_timer, tag) >= 32, "the tag must lie past what free() writes");
+
+#define TIMER_CHECK(t, call) CO__HANDLE_CHECK(t, CO__TAG_TIMER, call)
 
 static void timer_fire(void *arg) {
     co_timer_t *t = arg;
@@ -115,6 +119,7 @@ static int timer_make(co_timer_t **out, int64_t ns, void (*fn)(void *), void *ar
     t->tm.fn = timer_fire;
     t->tm.arg = t;
     t->tm.slot = -1;
+    t->tag = CO__TAG_TIMER;
     /* before the arming: a function that fires at once may read *out */
     *out = t;
     timer_arm(t, ns);
@@ -136,10 +141,15 @@ int co_after_func(co_timer_t **out, int64_t ns, void (*fn)(void *arg), void *arg
     return timer_make(out, ns, fn, arg, false);
 }
 
-co_chan_t *co_timer_chan(co_timer_t *t) { return t ? t->ch : NULL; }
+co_chan_t *co_timer_chan(co_timer_t *t) {
+    if (!t) return NULL;
+    TIMER_CHECK(t, "co_timer_chan");
+    return t->ch;
+}
 
 bool co_timer_stop(co_timer_t *t) {
     if (!t) co__fatal("co_timer_stop(NULL): nil timer");
+    TIMER_CHECK(t, "co_timer_stop");
     co__lock(&t->oplock);
     bool stopped = timer_stop_locked(t);
     co__unlock(&t->oplock);
@@ -148,6 +158,7 @@ bool co_timer_stop(co_timer_t *t) {
 
 int co_timer_reset(co_timer_t *t, int64_t ns) {
     if (!t) return CO_EINVAL;
+    TIMER_CHECK(t, "co_timer_reset");
     co__lock(&t->oplock);
     bool stopped = timer_stop_locked(t);
     timer_arm(t, ns);
@@ -157,10 +168,12 @@ int co_timer_reset(co_timer_t *t, int64_t ns) {
 
 void co_timer_free(co_timer_t *t) {
     if (!t) return;
+    TIMER_CHECK(t, "co_timer_free");
     co__lock(&t->oplock);
     (void)timer_stop_locked(t);
     co__unlock(&t->oplock);
     co_chan_free(t->ch);
+    t->tag = CO__TAG_FREED(CO__TAG_TIMER);
     free(t);
     co__rt_unhold();
 }

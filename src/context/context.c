@@ -32,6 +32,7 @@
  */
 #include "runtime/runtime.h"
 #include "chan/chan.h"
+#include "context/ctx_check.h"
 
 #include <stdlib.h>
 
@@ -51,13 +52,22 @@ struct co_ctx {
     struct co_ctx *first_child;        /* under this node's lock */
     struct co_ctx *next_sib, *prev_sib; /* under the parent's lock */
     co_chan_t *done;       /* immutable; NULL for background */
+    uint32_t tag;          /* CO__TAG_CTX from ctx_new until co_ctx_free (chan/chan.h),
+                              which writes the freed value under lock before the node
+                              may outlive it for its children; read by the entry checks */
     int64_t deadline;      /* immutable: effective deadline, CO_FOREVER if none */
     const void *key;       /* immutable */
     void *value;           /* immutable */
     co__timer_t timer;     /* armed when this node's own deadline is the earliest */
 };
 
-static co_ctx_t background = {.is_background = true, .deadline = CO_FOREVER};
+_Static_assert(offsetof(struct co_ctx, tag) >= 32, "the tag must lie past what free() writes");
+
+static co_ctx_t background = {.is_background = true, .deadline = CO_FOREVER, .tag = CO__TAG_CTX};
+
+#define CTX_CHECK(c, call) CO__HANDLE_CHECK(c, CO__TAG_CTX, call)
+
+void co__ctx_check(const co_ctx_t *c, const char *call) { CTX_CHECK(c, call); }
 
 co_ctx_t *co_ctx_background(void) { return &background; }
 
@@ -156,6 +166,7 @@ static int ctx_new(co_ctx_t **out, co_ctx_t *parent, int64_t deadline, bool has_
     if (out == NULL) return CO_EINVAL;
     *out = NULL;
     if (parent == NULL) return CO_EINVAL;
+    CTX_CHECK(parent, op);
     if (has_value && key == NULL) return CO_EINVAL;
     int rc = co__ensure_init(); /* timers and channels need the runtime */
     if (rc < 0) return rc;
@@ -169,6 +180,7 @@ static int ctx_new(co_ctx_t **out, co_ctx_t *parent, int64_t deadline, bool has_
         return rc;
     }
     c->refs = 1;
+    c->tag = CO__TAG_CTX;
     c->has_value = has_value;
     c->key = key;
     c->value = value;
@@ -239,17 +251,21 @@ void co_ctx_cancel(co_ctx_t *c) {
     /* void: it cannot answer CO_EINVAL (colony.h's NULL rule); Go's nil
      * CancelFunc panics too */
     if (c == NULL) co__fatal("co_ctx_cancel(NULL): NULL context");
+    CTX_CHECK(c, "co_ctx_cancel");
     if (c->is_background) return;
     cancel_tree(c, CO_ECANCELED);
     disarm_timer(c);
 }
 
 co_chan_t *co_ctx_done(co_ctx_t *c) {
-    return c == NULL ? NULL : c->done; /* NULL for background: never ready */
+    if (c == NULL) return NULL;
+    CTX_CHECK(c, "co_ctx_done");
+    return c->done; /* NULL for background: never ready */
 }
 
 int co_ctx_err(co_ctx_t *c) {
     if (c == NULL) return CO_EINVAL;
+    CTX_CHECK(c, "co_ctx_err");
     if (c->is_background) return 0;
     /* acquire: pairs with the release store in mark_canceled */
     int e = __atomic_load_n(&c->err, __ATOMIC_ACQUIRE);
@@ -266,25 +282,33 @@ int co_ctx_err(co_ctx_t *c) {
 /* Go's Context.Deadline: the effective deadline (the earliest of the
  * node's own and its ancestors'), immutable after creation, so no lock. */
 bool co_ctx_deadline(co_ctx_t *c, int64_t *deadline) {
+    if (c) CTX_CHECK(c, "co_ctx_deadline");
     int64_t d = c ? c->deadline : CO_FOREVER;
     if (deadline) *deadline = d;
     return d != CO_FOREVER;
 }
 
 void *co_ctx_value(co_ctx_t *c, const void *key) {
+    /* only the handle is checked: a freed ancestor stays readable for its
+     * children (see "Lifetime" above) */
+    if (c) CTX_CHECK(c, "co_ctx_value");
     for (; c != NULL && !c->is_background; c = c->parent)
         if (c->has_value && c->key == key) return c->value;
     return NULL;
 }
 
 void co_ctx_free(co_ctx_t *c) {
-    if (c == NULL || c->is_background) return;
+    if (c == NULL) return;
+    CTX_CHECK(c, "co_ctx_free");
+    if (c->is_background) return;
     co__lock(&c->lock);
     if (c->freed) {
         co__unlock(&c->lock);
         co__fatal("co_ctx_free(%p): context freed twice", (void *)c);
     }
     c->freed = true;
+    /* the handle is dead from here, even while children keep the node */
+    c->tag = CO__TAG_FREED(CO__TAG_CTX);
     co__unlock(&c->lock);
     cancel_tree(c, CO_ECANCELED);
     disarm_timer(c);

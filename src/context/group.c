@@ -9,6 +9,8 @@
  * to the oldest waiting co_group_go caller (FIFO).
  */
 #include "runtime/runtime.h"
+#include "chan/chan.h"
+#include "context/ctx_check.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -22,7 +24,11 @@ struct co_group {
     int64_t pending;    /* tasks started and not finished (the waitgroup) */
     co__waitq_t slotq;  /* co_group_go callers waiting for a slot */
     co__waitq_t waitq;  /* co_group_wait callers waiting for pending == 0 */
+    uint32_t tag;       /* not under lock: CO__TAG_GROUP from new until free (chan/chan.h) */
 };
+_Static_assert(offsetof(struct co_group, tag) >= 32, "the tag must lie past what free() writes");
+
+#define GROUP_CHECK(g, call) CO__HANDLE_CHECK(g, CO__TAG_GROUP, call)
 
 struct task {
     co_group_t *g;
@@ -33,6 +39,7 @@ struct task {
 int co_group_new(co_group_t **out, co_ctx_t *parent) {
     if (out == NULL) return CO_EINVAL;
     *out = NULL;
+    if (parent) co__ctx_check(parent, "co_group_new");
     co_group_t *g = calloc(1, sizeof *g);
     if (g == NULL) return CO_ENOMEM;
     int rc = co_ctx_with_cancel(&g->ctx, parent ? parent : co_ctx_background());
@@ -40,6 +47,7 @@ int co_group_new(co_group_t **out, co_ctx_t *parent) {
         free(g);
         return rc;
     }
+    g->tag = CO__TAG_GROUP;
     *out = g;
     return 0;
 }
@@ -47,6 +55,7 @@ int co_group_new(co_group_t **out, co_ctx_t *parent) {
 void co_group_limit(co_group_t *g, int n) {
     /* void: it cannot answer CO_EINVAL (colony.h's NULL rule) */
     if (g == NULL) co__fatal("co_group_limit(NULL): NULL group");
+    GROUP_CHECK(g, "co_group_limit");
     co__lock(&g->lock);
     if (g->active > 0 || !co__waitq_empty(&g->slotq)) {
         int active = g->active;
@@ -58,7 +67,11 @@ void co_group_limit(co_group_t *g, int n) {
     co__unlock(&g->lock);
 }
 
-co_ctx_t *co_group_ctx(co_group_t *g) { return g ? g->ctx : NULL; }
+co_ctx_t *co_group_ctx(co_group_t *g) {
+    if (g == NULL) return NULL;
+    GROUP_CHECK(g, "co_group_ctx");
+    return g->ctx;
+}
 
 /* A task is over (or its spawn failed, res = 0): record res, pass its slot
  * on, and wake the waiters if it was the last. The group may be freed as
@@ -102,7 +115,9 @@ static void task_main(void *arg) {
 }
 
 int co_group_go(co_group_t *g, int (*fn)(void *arg), void *arg) {
-    if (g == NULL || fn == NULL) return CO_EINVAL;
+    if (g == NULL) return CO_EINVAL;
+    GROUP_CHECK(g, "co_group_go");
+    if (fn == NULL) return CO_EINVAL;
     struct task *t = malloc(sizeof *t);
     if (t == NULL) return CO_ENOMEM;
     t->g = g;
@@ -131,6 +146,7 @@ int co_group_go(co_group_t *g, int (*fn)(void *arg), void *arg) {
 
 int co_group_wait(co_group_t *g) {
     if (g == NULL) return CO_EINVAL;
+    GROUP_CHECK(g, "co_group_wait");
     co__lock(&g->lock);
     if (g->pending > 0) {
         co__pkw_t pw;
@@ -147,6 +163,7 @@ int co_group_wait(co_group_t *g) {
 
 void co_group_free(co_group_t *g) {
     if (g == NULL) return;
+    GROUP_CHECK(g, "co_group_free");
     co__lock(&g->lock);
     int64_t pending = g->pending;
     co__unlock(&g->lock);
@@ -155,5 +172,6 @@ void co_group_free(co_group_t *g) {
                   "(call co_group_wait first)",
                   (void *)g, (long long)pending);
     co_ctx_free(g->ctx);
+    g->tag = CO__TAG_FREED(CO__TAG_GROUP);
     free(g);
 }

@@ -27,7 +27,11 @@ struct co_multipool {
                         * co_mutex (it parks), since the pool lock taken under it may
                         * yield the coroutine */
     uint32_t state;    /* [life] writes; atomic acquire reads: CO__POOL_OPEN / CLOSED */
+    uint32_t tag;      /* CO__TAG_MPOOL from creation until destroy frees it (chan/chan.h) */
 };
+_Static_assert(offsetof(struct co_multipool, tag) >= 32, "the tag must lie past what free() writes");
+
+#define MP_CHECK(mp, call) CO__HANDLE_CHECK(mp, CO__TAG_MPOOL, call)
 
 /* The most sub-pools a multipool may have. Sub-pools spread the lock of
  * one pool over several; past a few per CPU they only cost memory (a
@@ -62,6 +66,7 @@ static int mp_create(co_multipool_t **out, int n, int cap_each, void (*fn)(void 
             return rc;
         }
     }
+    mp->tag = CO__TAG_MPOOL;
     *out = mp;
     return 0;
 }
@@ -107,12 +112,16 @@ static int mp_dispatch(co_multipool_t *mp, void (*fn)(void *), void *arg) {
 }
 
 int co_multipool_submit(co_multipool_t *mp, void (*fn)(void *arg), void *arg) {
-    if (!mp || !fn || mp->func) return CO_EINVAL;
+    if (!mp) return CO_EINVAL;
+    MP_CHECK(mp, "co_multipool_submit");
+    if (!fn || mp->func) return CO_EINVAL;
     return mp_dispatch(mp, fn, arg);
 }
 
 int co_multipool_invoke(co_multipool_t *mp, void *arg) {
-    if (!mp || !mp->func) return CO_EINVAL;
+    if (!mp) return CO_EINVAL;
+    MP_CHECK(mp, "co_multipool_invoke");
+    if (!mp->func) return CO_EINVAL;
     return mp_dispatch(mp, NULL, arg);
 }
 
@@ -122,6 +131,7 @@ static int sum_clamped(int64_t s) { return s > INT_MAX ? INT_MAX : s < INT_MIN ?
 
 int co_multipool_running(const co_multipool_t *mp) {
     if (!mp) return CO_EINVAL;
+    MP_CHECK(mp, "co_multipool_running");
     int64_t s = 0;
     for (int i = 0; i < mp->n; i++) s += co_pool_running(mp->pools[i]);
     return sum_clamped(s);
@@ -129,6 +139,7 @@ int co_multipool_running(const co_multipool_t *mp) {
 
 int co_multipool_waiting(const co_multipool_t *mp) {
     if (!mp) return CO_EINVAL;
+    MP_CHECK(mp, "co_multipool_waiting");
     int64_t s = 0;
     for (int i = 0; i < mp->n; i++) s += co_pool_waiting(mp->pools[i]);
     return sum_clamped(s);
@@ -137,6 +148,7 @@ int co_multipool_waiting(const co_multipool_t *mp) {
 /* -1 when the sub-pools are unlimited (ants would sum their -1s). */
 int co_multipool_cap(const co_multipool_t *mp) {
     if (!mp) return CO_EINVAL;
+    MP_CHECK(mp, "co_multipool_cap");
     int64_t s = 0;
     for (int i = 0; i < mp->n; i++) {
         int c = co_pool_cap(mp->pools[i]);
@@ -148,6 +160,7 @@ int co_multipool_cap(const co_multipool_t *mp) {
 
 int co_multipool_available(const co_multipool_t *mp) {
     if (!mp) return CO_EINVAL;
+    MP_CHECK(mp, "co_multipool_available");
     int64_t s = 0;
     for (int i = 0; i < mp->n; i++) {
         int f = co_pool_available(mp->pools[i]);
@@ -157,30 +170,35 @@ int co_multipool_available(const co_multipool_t *mp) {
     return sum_clamped(s);
 }
 
-static co_pool_t *at(const co_multipool_t *mp, int i) {
-    return (mp && i >= 0 && i < mp->n) ? mp->pools[i] : NULL;
+static co_pool_t *at(const co_multipool_t *mp, int i, const char *call) {
+    if (!mp) return NULL;
+    MP_CHECK(mp, call);
+    return (i >= 0 && i < mp->n) ? mp->pools[i] : NULL;
 }
 
 int co_multipool_running_by_index(const co_multipool_t *mp, int i) {
-    co_pool_t *p = at(mp, i);
+    co_pool_t *p = at(mp, i, "co_multipool_running_by_index");
     return p ? co_pool_running(p) : CO_EINVAL; /* ErrInvalidPoolIndex */
 }
 int co_multipool_available_by_index(const co_multipool_t *mp, int i) {
-    co_pool_t *p = at(mp, i);
+    co_pool_t *p = at(mp, i, "co_multipool_available_by_index");
     return p ? co_pool_available(p) : CO_EINVAL;
 }
 int co_multipool_waiting_by_index(const co_multipool_t *mp, int i) {
-    co_pool_t *p = at(mp, i);
+    co_pool_t *p = at(mp, i, "co_multipool_waiting_by_index");
     return p ? co_pool_waiting(p) : CO_EINVAL;
 }
 
 void co_multipool_tune(co_multipool_t *mp, int cap_each) {
     if (!mp) co__fatal("co_multipool_tune(NULL): no multipool");
+    MP_CHECK(mp, "co_multipool_tune");
     for (int i = 0; i < mp->n; i++) co_pool_tune(mp->pools[i], cap_each);
 }
 
 bool co_multipool_is_closed(const co_multipool_t *mp) {
-    return !mp || __atomic_load_n(&mp->state, __ATOMIC_ACQUIRE) != CO__POOL_OPEN;
+    if (!mp) return true;
+    MP_CHECK(mp, "co_multipool_is_closed");
+    return __atomic_load_n(&mp->state, __ATOMIC_ACQUIRE) != CO__POOL_OPEN;
 }
 
 /* Release every sub-pool at once, then wait for all of them against one
@@ -189,6 +207,7 @@ bool co_multipool_is_closed(const co_multipool_t *mp) {
  * busy workers at the deadline, CO_ECLOSED if one was already closed. */
 int co_multipool_release_timeout(co_multipool_t *mp, int64_t ns) {
     if (!mp) return CO_EINVAL;
+    MP_CHECK(mp, "co_multipool_release_timeout");
     bool *mine = calloc((size_t)mp->n, sizeof *mine);
     if (!mine) return CO_ENOMEM;
     co_mutex_lock(&mp->life);
@@ -217,6 +236,7 @@ int co_multipool_release_timeout(co_multipool_t *mp, int64_t ns) {
 
 void co_multipool_reboot(co_multipool_t *mp) {
     if (!mp) co__fatal("co_multipool_reboot(NULL): no multipool");
+    MP_CHECK(mp, "co_multipool_reboot");
     co_mutex_lock(&mp->life);
     if (mp->state != CO__POOL_OPEN) {
         __atomic_store_n(&mp->rr, UINT32_MAX, __ATOMIC_RELAXED);
@@ -228,7 +248,9 @@ void co_multipool_reboot(co_multipool_t *mp) {
 
 void co_multipool_destroy(co_multipool_t *mp) {
     if (!mp) return;
+    MP_CHECK(mp, "co_multipool_destroy");
     for (int i = 0; i < mp->n; i++) co_pool_destroy(mp->pools[i]);
     free(mp->pools);
+    mp->tag = CO__TAG_FREED(CO__TAG_MPOOL);
     free(mp);
 }

@@ -93,6 +93,7 @@ static int pool_create(co_pool_t **out, int capacity, void (*fn)(void *),
     p->purge.fn = co__pool_purge_fire;
     p->purge.arg = p;
     p->purge.slot = -1;
+    p->tag = CO__TAG_POOL;
     gate_update_locked(p); /* closed until the purge timer is armed (unless disabled) */
     *out = p;
     return 0;
@@ -114,20 +115,36 @@ int co_pool_new_func(co_pool_t **out, int capacity, void (*fn)(void *arg),
 
 /* ---- getters: relaxed snapshots ----------------------------------------- */
 
-int co_pool_running(const co_pool_t *p) { return p ? ld32(&p->running) : CO_EINVAL; }
-int co_pool_waiting(const co_pool_t *p) { return p ? ld32(&p->waiting) : CO_EINVAL; }
-int co_pool_cap(const co_pool_t *p) { return p ? ld32(&p->cap) : CO_EINVAL; }
+int co_pool_running(const co_pool_t *p) {
+    if (!p) return CO_EINVAL;
+    POOL_CHECK(p, "co_pool_running");
+    return ld32(&p->running);
+}
+int co_pool_waiting(const co_pool_t *p) {
+    if (!p) return CO_EINVAL;
+    POOL_CHECK(p, "co_pool_waiting");
+    return ld32(&p->waiting);
+}
+int co_pool_cap(const co_pool_t *p) {
+    if (!p) return CO_EINVAL;
+    POOL_CHECK(p, "co_pool_cap");
+    return ld32(&p->cap);
+}
 int co_pool_available(const co_pool_t *p) {
     if (!p) return CO_EINVAL;
+    POOL_CHECK(p, "co_pool_available");
     int cap = ld32(&p->cap);
     return cap < 0 ? -1 : cap - ld32(&p->running);
 }
 bool co_pool_is_closed(const co_pool_t *p) {
-    return !p || __atomic_load_n(&p->state, __ATOMIC_RELAXED) != CO__POOL_OPEN;
+    if (!p) return true;
+    POOL_CHECK(p, "co_pool_is_closed");
+    return __atomic_load_n(&p->state, __ATOMIC_RELAXED) != CO__POOL_OPEN;
 }
 
 void co_pool_stats(const co_pool_t *p, co_pool_stats_t *out) {
     if (!p || !out) co__fatal("co_pool_stats(%s): no %s", p ? "p, NULL" : "NULL, out", p ? "out" : "pool");
+    POOL_CHECK(p, "co_pool_stats");
     memset(out, 0, sizeof *out);
     co_pool_t *mp = (co_pool_t *)p; /* the lock and the chute are not part of the value */
     wakelist_t wl = {NULL};
@@ -209,11 +226,13 @@ int co__pool_drain_until(co_pool_t *p, int64_t deadline) {
 
 void co_pool_release(co_pool_t *p) {
     if (!p) co__fatal("co_pool_release(NULL): no pool");
+    POOL_CHECK(p, "co_pool_release");
     (void)co__pool_release_begin(p);
 }
 
 int co_pool_release_timeout(co_pool_t *p, int64_t ns) {
     if (!p) return CO_EINVAL;
+    POOL_CHECK(p, "co_pool_release_timeout");
     int rc = co__pool_release_begin(p);
     if (rc < 0) return rc;
     return co__pool_drain_until(p, co_deadline_after(ns));
@@ -221,6 +240,7 @@ int co_pool_release_timeout(co_pool_t *p, int64_t ns) {
 
 void co_pool_reboot(co_pool_t *p) {
     if (!p) co__fatal("co_pool_reboot(NULL): no pool");
+    POOL_CHECK(p, "co_pool_reboot");
     plock(p);
     if (p->state != CO__POOL_OPEN) __atomic_store_n(&p->state, CO__POOL_OPEN, __ATOMIC_RELAXED);
     punlock(p); /* opens the gate */
@@ -228,6 +248,7 @@ void co_pool_reboot(co_pool_t *p) {
 
 int co_pool_wait_idle(co_pool_t *p, int64_t deadline) {
     if (!p) return CO_EINVAL;
+    POOL_CHECK(p, "co_pool_wait_idle");
     wakelist_t wl = {NULL};
     co__pw_t *tofree = NULL;
     int rc = 0;
@@ -256,6 +277,7 @@ int co_pool_wait_idle(co_pool_t *p, int64_t deadline) {
 
 void co_pool_destroy(co_pool_t *p) {
     if (!p) return;
+    POOL_CHECK(p, "co_pool_destroy");
     if (co__recover_has_tag(p))
         co__fatal("co_pool_destroy(%p) called from one of its own tasks", (void *)p);
     co__default_pool_detach(p); /* the default pool: the next use makes a new one */
@@ -281,6 +303,7 @@ void co_pool_destroy(co_pool_t *p) {
     rec_free_list(co__wq_reset(&p->idle, &n)); /* empty after the release */
     rec_free_list(p->spare);
     co__wq_destroy(&p->idle);
+    p->tag = CO__TAG_FREED(CO__TAG_POOL);
     free(p);
     co__rt_unhold(); /* every pool holds the runtime; last: co_shutdown may free it now */
 }

@@ -17,6 +17,7 @@
 #define COLONY_POOL_IMPL_H
 
 #include "runtime/runtime.h"
+#include "chan/chan.h"
 
 #include <limits.h>
 #include <stdlib.h>
@@ -269,6 +270,8 @@ struct co_pool {
                            * while shut. Stored after every change of them, before the
                            * drain; loaded by a finishing worker before and after its
                            * push */
+    uint32_t tag;         /* CO__TAG_POOL from creation until destroy frees it
+                           * (chan/chan.h); on the line every submit reads */
 
     /* The chute: workers whose task ended while nobody waits push their
      * record here with one CAS instead of taking the lock; the next lock
@@ -314,6 +317,11 @@ struct co_pool {
     co_pool_opts_t opts;
     int64_t expiry;       /* ns */
 };
+
+_Static_assert(offsetof(struct co_pool, tag) >= 32 && offsetof(struct co_pool, tag) < CO__CACHELINE,
+               "the tag lies past what free() writes, on the first line");
+
+#define POOL_CHECK(p, call) CO__HANDLE_CHECK(p, CO__TAG_POOL, call)
 
 /* Internal entry points shared by multipool.c and default_pool.c. */
 /* Start a release; CO_ECLOSED if already closed. */

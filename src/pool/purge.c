@@ -53,6 +53,7 @@ void co__pool_purge_fire(void *arg) {
 
 void co_pool_tune(co_pool_t *p, int capacity) {
     if (!p) co__fatal("co_pool_tune(NULL): no pool");
+    POOL_CHECK(p, "co_pool_tune");
     if (capacity <= 0 || p->opts.prealloc) return;
     wakelist_t wl = {NULL};
     co__pw_t *tofree = NULL;

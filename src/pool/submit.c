@@ -264,8 +264,10 @@ static inline int submit_impl(co_pool_t *p, void (*fn)(void *), void *arg, int64
     return 0;
 }
 
-int co_pool_submit_until(co_pool_t *p, void (*fn)(void *arg), void *arg, int64_t deadline) {
+static inline int submit_checked(co_pool_t *p, void (*fn)(void *), void *arg, int64_t deadline,
+                                 const char *call) {
     if (!p) return CO_EINVAL;
+    POOL_CHECK(p, call);
     if (!fn || p->fn) {
         rejected_inc(p);
         return CO_EINVAL;
@@ -273,12 +275,17 @@ int co_pool_submit_until(co_pool_t *p, void (*fn)(void *arg), void *arg, int64_t
     return submit_impl(p, fn, arg, deadline);
 }
 
+int co_pool_submit_until(co_pool_t *p, void (*fn)(void *arg), void *arg, int64_t deadline) {
+    return submit_checked(p, fn, arg, deadline, "co_pool_submit_until");
+}
+
 int co_pool_submit(co_pool_t *p, void (*fn)(void *arg), void *arg) {
-    return co_pool_submit_until(p, fn, arg, CO_FOREVER);
+    return submit_checked(p, fn, arg, CO_FOREVER, "co_pool_submit");
 }
 
 int co__pool_invoke_until(co_pool_t *p, void *arg, int64_t deadline) {
     if (!p) return CO_EINVAL;
+    POOL_CHECK(p, "co_pool_invoke");
     if (!p->fn) {
         rejected_inc(p);
         return CO_EINVAL;
