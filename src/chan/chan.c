@@ -45,28 +45,23 @@ CO_STATIC_ASSERT(offsetof(struct co_chan, tag) >= 32, "the tag must lie past wha
 
 /* ---- handle tags (chan/chan.h) ------------------------------------------ */
 
-static const struct {
-    uint32_t tag;
-    const char *kind;
-} tag_kinds[] = {
-    {CO__TAG_CHAN, "channel"}, {CO__TAG_TIMER, "timer"}, {CO__TAG_TICKER, "ticker"},
-    {CO__TAG_CTX, "context"},  {CO__TAG_GROUP, "group"}, {CO__TAG_POOL, "pool"},
-    {CO__TAG_MPOOL, "multipool"},
-};
-
 static const char *tag_kind(uint32_t tag) {
-    for (size_t i = 0; i < sizeof tag_kinds / sizeof tag_kinds[0]; i++)
-        if (tag_kinds[i].tag == tag) return tag_kinds[i].kind;
-    return NULL;
+    switch (tag) {
+    case CO__TAG_CHAN: return "channel";
+    case CO__TAG_TIMER: return "timer";
+    case CO__TAG_TICKER: return "ticker";
+    case CO__TAG_CTX: return "context";
+    case CO__TAG_GROUP: return "group";
+    case CO__TAG_POOL: return "pool";
+    case CO__TAG_MPOOL: return "multipool";
+    default: return "?";
+    }
 }
 
 void co__bad_handle(const char *call, const void *h, uint32_t want, uint32_t got) {
-    const char *kind = tag_kind(want), *other = tag_kind(got);
-    const char *freed = tag_kind(CO__TAG_FREED(got));
-    if (other) co__fatal("%s: %p is not a %s (it is a %s)", call, h, kind, other);
-    if (freed == kind) co__fatal("%s: %p is not a %s (freed)", call, h, kind);
-    if (freed) co__fatal("%s: %p is not a %s (a freed %s)", call, h, kind, freed);
-    co__fatal("%s: %p is not a %s (freed or never made)", call, h, kind);
+    /* the freed value: the object was freed and its memory not yet reused */
+    co__fatal("%s: %p is not a %s (%s)", call, h, tag_kind(want),
+              got == CO__TAG_FREED(want) ? "freed" : "freed or never made");
 }
 
 #define CHAN_CHECK(ch, call) CO__HANDLE_CHECK(ch, CO__TAG_CHAN, call)
@@ -118,7 +113,7 @@ static void chan_free(co_chan_t *ch) {
         chan_lock(ch);
     }
     chan_unlock(ch);
-    ch->tag = CO__TAG_FREED(CO__TAG_CHAN);
+    CO__HANDLE_KILL(ch, CO__TAG_CHAN);
     free(ch);
 }
 

@@ -36,12 +36,16 @@ enum {
 };
 #define CO__TAG_FREED(live) (~(uint32_t)(live))
 
-/* Print "colony: fatal: <call>: <h> is not a <kind of want> (<what got
- * says>)" and abort. */
+/* Print "colony: fatal: <call>: <h> is not a <kind> (freed)", or "(freed
+ * or never made)" when got is not want's freed value, and abort. */
 CO_HIDDEN _Noreturn __attribute__((cold, noinline)) void co__bad_handle(const char *call,
                                                                         const void *h,
                                                                         uint32_t want,
                                                                         uint32_t got);
+
+/* Mark obj freed, just before free(obj). A volatile store: a plain one
+ * right before free() is a dead store to the compiler, which drops it. */
+#define CO__HANDLE_KILL(obj, live) (*(volatile uint32_t *)&(obj)->tag = CO__TAG_FREED(live))
 
 /* Stop unless obj (not NULL) carries the live tag `want`. */
 #define CO__HANDLE_CHECK(obj, want, call)                                                     \

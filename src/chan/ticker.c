@@ -94,7 +94,7 @@ void co_ticker_stop(co_ticker_t *t) {
         if (__atomic_load_n(&t->tm.state, __ATOMIC_ACQUIRE) == CO__TM_IDLE) break;
     }
     co_chan_free(t->ch);
-    t->tag = CO__TAG_FREED(CO__TAG_TICKER);
+    CO__HANDLE_KILL(t, CO__TAG_TICKER);
     free(t);
     co__rt_unhold();
 }

@@ -173,7 +173,7 @@ void co_timer_free(co_timer_t *t) {
     (void)timer_stop_locked(t);
     co__unlock(&t->oplock);
     co_chan_free(t->ch);
-    t->tag = CO__TAG_FREED(CO__TAG_TIMER);
+    CO__HANDLE_KILL(t, CO__TAG_TIMER);
     free(t);
     co__rt_unhold();
 }

@@ -308,7 +308,7 @@ void co_ctx_free(co_ctx_t *c) {
     }
     c->freed = true;
     /* the handle is dead from here, even while children keep the node */
-    c->tag = CO__TAG_FREED(CO__TAG_CTX);
+    CO__HANDLE_KILL(c, CO__TAG_CTX);
     co__unlock(&c->lock);
     cancel_tree(c, CO_ECANCELED);
     disarm_timer(c);

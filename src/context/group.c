@@ -172,6 +172,6 @@ void co_group_free(co_group_t *g) {
                   "(call co_group_wait first)",
                   (void *)g, (long long)pending);
     co_ctx_free(g->ctx);
-    g->tag = CO__TAG_FREED(CO__TAG_GROUP);
+    CO__HANDLE_KILL(g, CO__TAG_GROUP);
     free(g);
 }

@@ -251,6 +251,6 @@ void co_multipool_destroy(co_multipool_t *mp) {
     MP_CHECK(mp, "co_multipool_destroy");
     for (int i = 0; i < mp->n; i++) co_pool_destroy(mp->pools[i]);
     free(mp->pools);
-    mp->tag = CO__TAG_FREED(CO__TAG_MPOOL);
+    CO__HANDLE_KILL(mp, CO__TAG_MPOOL);
     free(mp);
 }

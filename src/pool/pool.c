@@ -303,7 +303,7 @@ void co_pool_destroy(co_pool_t *p) {
     rec_free_list(co__wq_reset(&p->idle, &n)); /* empty after the release */
     rec_free_list(p->spare);
     co__wq_destroy(&p->idle);
-    p->tag = CO__TAG_FREED(CO__TAG_POOL);
+    CO__HANDLE_KILL(p, CO__TAG_POOL);
     free(p);
     co__rt_unhold(); /* every pool holds the runtime; last: co_shutdown may free it now */
 }
