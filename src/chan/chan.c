@@ -58,7 +58,8 @@ static const char *tag_kind(uint32_t tag) {
     }
 }
 
-void co__bad_handle(const char *call, const void *h, uint32_t want, uint32_t got) {
+void co__bad_handle(const char *call, const void *h, uint32_t want, const uint32_t *tag) {
+    uint32_t got = *tag;
     /* the freed value: the object was freed and its memory not yet reused */
     co__fatal("%s: %p is not a %s (%s)", call, h, tag_kind(want),
               got == CO__TAG_FREED(want) ? "freed" : "freed or never made");

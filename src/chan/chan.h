@@ -37,22 +37,23 @@ enum {
 #define CO__TAG_FREED(live) (~(uint32_t)(live))
 
 /* Print "colony: fatal: <call>: <h> is not a <kind> (freed)", or "(freed
- * or never made)" when got is not want's freed value, and abort. */
+ * or never made)" when *tag is not want's freed value, and abort. */
 CO_HIDDEN _Noreturn __attribute__((cold, noinline)) void co__bad_handle(const char *call,
                                                                         const void *h,
                                                                         uint32_t want,
-                                                                        uint32_t got);
+                                                                        const uint32_t *tag);
 
 /* Mark obj freed, just before free(obj). A volatile store: a plain one
  * right before free() is a dead store to the compiler, which drops it. */
 #define CO__HANDLE_KILL(obj, live) (*(volatile uint32_t *)&(obj)->tag = CO__TAG_FREED(live))
 
-/* Stop unless obj (not NULL) carries the live tag `want`. */
+/* Stop unless obj (not NULL) carries the live tag `want`. The failing
+ * branch reads the tag again through its address, so the hot path is a
+ * compare of memory with a constant and a branch. */
 #define CO__HANDLE_CHECK(obj, want, call)                                                     \
     do {                                                                                      \
-        uint32_t co__got_ = (obj)->tag;                                                       \
-        if (CO_UNLIKELY(co__got_ != (uint32_t)(want)))                                        \
-            co__bad_handle(call, (const void *)(obj), (uint32_t)(want), co__got_);            \
+        if (CO_UNLIKELY((obj)->tag != (uint32_t)(want)))                                      \
+            co__bad_handle(call, (const void *)(obj), (uint32_t)(want), &(obj)->tag);         \
     } while (0)
 
 /* co_chan_new, and the channel is receive-only to users from birth. */
