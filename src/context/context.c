@@ -53,8 +53,8 @@ struct co_ctx {
     struct co_ctx *next_sib, *prev_sib; /* under the parent's lock */
     co_chan_t *done;       /* immutable; NULL for background */
     uint32_t tag;          /* CO__TAG_CTX from ctx_new until co_ctx_free (chan/chan.h),
-                              which writes the freed value under lock before the node
-                              may outlive it for its children; read by the entry checks */
+                              which writes the freed value (under lock) at once, though
+                              children may keep the memory; read by the entry checks */
     int64_t deadline;      /* immutable: effective deadline, CO_FOREVER if none */
     const void *key;       /* immutable */
     void *value;           /* immutable */
