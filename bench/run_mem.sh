@@ -200,7 +200,7 @@ END {
     t = med(big, "colony", "total_b"); s = med(big, "colony", "start_ns"); gs = med(big, "go", "start_ns")
     printf "Targets at %s: <= 2,000 B per parked coroutine, page tables included: %s B -> %s. Start <= Go: %s vs %s us -> %s.\n", cs[length(cs)], fmt(t, 0), (t != "") ? yes(t <= 2000) : "n/a", fmt(s / 1000, 2), fmt(gs / 1000, 2), (s != "" && gs != "") ? yes(s <= gs) : "n/a"
     print ""
-    print "## 1,000,000 tasks of 10 ms, capacity 50,000"
+    printf "## %d tasks of 10 ms, capacity %d\n", npool, cappool
     print ""
     print "| | wall ms | peak RSS MB | runs |"
     print "|---|---:|---:|---:|"
@@ -243,7 +243,7 @@ QUICK_NOTE=""
 [ "$QUICK" = 1 ] && QUICK_NOTE="SMOKE RUN (BENCH_QUICK=1): small sizes, not figures to quote."
 mkdir -p "$(dirname "$RESULT")"
 awk -v machine="$MACHINE" -v gov="$GO_VERSION" -v rev="$REV" -v runs="$RUNS" -v counts="$COUNTS" \
-    -v nidle="$N_IDLE" -v fdhard="$FD_HARD" \
+    -v nidle="$N_IDLE" -v fdhard="$FD_HARD" -v npool="$N_POOL" -v cappool="$CAP_POOL" \
     -v lb="$LOAD_BEFORE" -v la="$LOAD_AFTER" -v lmax="$LOAD_MAX" -v el="$ELAPSED" -v quick="$QUICK_NOTE" \
     -v date="$(date -u '+%Y-%m-%d %H:%M UTC')" -v cmd="sh bench/run_mem.sh $(basename "$BUILD")" \
     "$REPORT_AWK" "$RAW" >"$RESULT"
