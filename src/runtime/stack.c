@@ -6,8 +6,10 @@
  * one when it first runs and gives it back when it dies; free stacks are
  * cached per P and globally (gcache.c), so steady state does no
  * mmap/munmap. When the caches are empty, stacks are mapped 8 per mmap
- * (co__stack_alloc_n); each keeps a page below it (the guard, or a spare
- * page when unguarded) and is unmapped on its own.
+ * (co__stack_alloc_n), and 64 once a program has mapped a few batches
+ * where one process_madvise call guards a whole batch (Linux 6.14+);
+ * each keeps a page below it (the guard, or a spare page when unguarded)
+ * and is unmapped on its own.
  *
  * Overflow is always reported, never silent:
  *  - guarded stacks have a guard page below them; a fault there lands in
@@ -52,6 +54,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
 #include <ucontext.h>
 #include <unistd.h>
 
@@ -69,6 +73,12 @@
 #ifndef MADV_GUARD_INSTALL
 #define MADV_GUARD_INSTALL 102 /* Linux 6.13 uapi; older headers lack it */
 #endif
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14 uapi */
+#endif
+#ifndef PIDFD_SELF
+#define PIDFD_SELF (-10000) /* Linux 6.14 uapi: the calling thread (so our own mm) */
+#endif
 
 static size_t page_size;
 static int64_t guard_budget;      /* atomic: mprotect-guarded stacks we may still create */
@@ -76,6 +86,9 @@ static bool no_guards;            /* set once at setup: COLONY_DEBUG=noguard (te
 static int light_guards = 1;      /* atomic relaxed: 0 when the probe at setup found
                                    * MADV_GUARD_INSTALL missing or not guarding, or once
                                    * it was refused as unknown (kernel older than 6.13) */
+static int many_advice = 1;       /* atomic relaxed: 0 when the probe at setup found that
+                                   * process_madvise(PIDFD_SELF) cannot install guard
+                                   * regions on many ranges at once, or once it refused */
 static int64_t stacks_mapped;     /* atomic relaxed: stacks mapped and not yet unmapped (tests) */
 
 int64_t co__stacks_mapped(void) { return __atomic_load_n(&stacks_mapped, __ATOMIC_RELAXED); }
@@ -262,20 +275,39 @@ static void segv_handler(int sig, siginfo_t *si, void *uctx) {
  * EFAULT, so a one-byte write() from the page into a pipe tells, without
  * a fault of ours. Anything that stops the probe (no memory, no fds) says
  * no: mprotect guards are the safe side. */
-bool co__stack_light_guards_probe(void) {
+/* process_madvise of the calling process's own ranges, n of them in one
+ * call: the whole length, or false. */
+static bool advise_many(const struct iovec *iov, int n, int advice) {
+    size_t total = 0;
+    for (int i = 0; i < n; i++) total += iov[i].iov_len;
+#ifdef SYS_process_madvise
+    long r = syscall(SYS_process_madvise, PIDFD_SELF, iov, (size_t)n, advice, 0u);
+    return r >= 0 && (size_t)r == total;
+#else
+    (void)advice;
+    return total == 0;
+#endif
+}
+
+static bool guard_probe(bool many) {
     size_t pg = (size_t)sysconf(_SC_PAGESIZE);
-    char *p = mmap(NULL, pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    char *p = mmap(NULL, 2 * pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) return false;
     bool ok = false;
     int fd[2];
-    if (madvise(p, pg, MADV_GUARD_INSTALL) == 0 && pipe2(fd, O_CLOEXEC) == 0) {
+    struct iovec iov[2] = {{p, pg}, {p + pg, pg}};
+    bool installed = many ? advise_many(iov, 2, MADV_GUARD_INSTALL)
+                          : madvise(p, pg, MADV_GUARD_INSTALL) == 0;
+    if (installed && pipe2(fd, O_CLOEXEC) == 0) {
         ok = write(fd[1], p, 1) < 0 && errno == EFAULT;
+        if (many) ok = ok && write(fd[1], p + pg, 1) < 0 && errno == EFAULT;
         close(fd[0]);
         close(fd[1]);
     }
-    munmap(p, pg);
+    munmap(p, 2 * pg);
     return ok;
 }
+bool co__stack_light_guards_probe(void) { return guard_probe(false); }
 
 size_t co__stack_round(size_t size) {
     size_t pg = (size_t)sysconf(_SC_PAGESIZE);
@@ -284,7 +316,9 @@ size_t co__stack_round(size_t size) {
 
 void co__stack_setup(void) {
     page_size = (size_t)sysconf(_SC_PAGESIZE);
-    __atomic_store_n(&light_guards, co__stack_light_guards_probe() ? 1 : 0, __ATOMIC_RELAXED);
+    bool light = co__stack_light_guards_probe();
+    __atomic_store_n(&light_guards, light ? 1 : 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&many_advice, light && guard_probe(true) ? 1 : 0, __ATOMIC_RELAXED);
     long maxmap = 65530;
     FILE *f = fopen("/proc/sys/vm/max_map_count", "r");
     if (f) {
@@ -378,9 +412,39 @@ static bool bottom_guard(char *base, bool *light) {
 }
 
 int co__stack_batch(void) {
-    bool cheap = (__atomic_load_n(&light_guards, __ATOMIC_RELAXED) && !no_guards) ||
-                 __atomic_load_n(&guard_budget, __ATOMIC_RELAXED) > 0;
+    bool light = __atomic_load_n(&light_guards, __ATOMIC_RELAXED) && !no_guards;
+    /* one call guards (and touches) a whole batch: after the first few
+     * batches, which a small program is all it maps, map 64 at a time */
+    if (light && __atomic_load_n(&many_advice, __ATOMIC_RELAXED) &&
+        __atomic_load_n(&stacks_mapped_total, __ATOMIC_RELAXED) >= 4 * 8)
+        return CO_STACK_BATCH_MAX;
+    bool cheap = light || __atomic_load_n(&guard_budget, __ATOMIC_RELAXED) > 0;
     return cheap ? 8 : CO_STACK_BATCH_MAX;
+}
+
+/* The batch of n stacks `one` bytes apart from p, each of `size` bytes
+ * above its guard page: every guard installed by one process_madvise call
+ * (one trip into the kernel, the address space's lock taken for reading
+ * once), and the top page of every stack, where its coroutine's first
+ * frames go, written in by a second, which spares each first run a page
+ * fault. False if the guards could not all be installed (the caller
+ * guards each stack on its own then). */
+static bool guard_batch(char *p, int n, size_t one, size_t size) {
+    if (n < 2 || no_guards || !__atomic_load_n(&light_guards, __ATOMIC_RELAXED) ||
+        !__atomic_load_n(&many_advice, __ATOMIC_RELAXED))
+        return false;
+    struct iovec iov[CO_STACK_BATCH_MAX];
+    for (int i = 0; i < n; i++) iov[i] = (struct iovec){p + (size_t)i * one, page_size};
+    if (!advise_many(iov, n, MADV_GUARD_INSTALL)) {
+        /* refused: the per-stack way from now on (some guards may be in:
+         * installing one again is harmless) */
+        __atomic_store_n(&many_advice, 0, __ATOMIC_RELAXED);
+        return false;
+    }
+    for (int i = 0; i < n; i++)
+        iov[i] = (struct iovec){p + (size_t)i * one + page_size + size - page_size, page_size};
+    (void)advise_many(iov, n, MADV_POPULATE_WRITE); /* only an optimisation: faults do it otherwise */
+    return true;
 }
 
 /* Up to n stacks of `size` bytes in one mapping: one mmap, and one madvise
@@ -395,10 +459,13 @@ int co__stack_alloc_n(co__stack_t *out, int n, size_t size) {
     char *p = mmap(NULL, one * (size_t)n, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) return n > 1 ? co__stack_alloc_n(out, 1, size) : CO_ENOMEM;
+    bool batched = n <= CO_STACK_BATCH_MAX && guard_batch(p, n, one, size);
     for (int i = 0; i < n; i++) {
         char *base = p + (size_t)i * one;
         bool light = false, guard;
-        if (i == 0) {
+        if (batched) {
+            light = guard = true;
+        } else if (i == 0) {
             guard = bottom_guard(base, &light);
         } else {
             light = !no_guards && light_guard(base);

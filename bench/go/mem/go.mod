@@ -1,0 +1,3 @@
+module colony.bench/mem
+
+go 1.19
