@@ -50,6 +50,8 @@ CALL(co_chan_len, (void)co_chan_len(h))
 CALL(co_chan_cap, (void)co_chan_cap(h))
 CALL(co_chan_free, co_chan_free(h))
 CALL(co_select, co_select(&(co_case_t){h, CO_RECV, &v, 0}, 1, CO_FOREVER))
+CALL(co_signal_notify, co_signal_notify(h, (const int[]){SIGUSR2}, 1))
+CALL(co_signal_stop, co_signal_stop(h))
 /* timers */
 CALL(co_timer_chan, (void)co_timer_chan(h))
 CALL(co_timer_stop, (void)co_timer_stop(h))
@@ -124,8 +126,8 @@ static const struct {
 } kinds[NKINDS] = {
     [K_CHAN] = {"chan", "channel",
                 {C(co_chan_send), C(co_chan_recv), C(co_chan_close), C(co_chan_len), C(co_chan_cap),
-                 C(co_chan_free), C(co_select)},
-                7},
+                 C(co_chan_free), C(co_select), C(co_signal_notify), C(co_signal_stop)},
+                9},
     [K_TIMER] = {"timer", "timer",
                  {C(co_timer_chan), C(co_timer_stop), C(co_timer_reset), C(co_timer_free)},
                  4},

@@ -67,6 +67,8 @@ void co__bad_handle(const char *call, const void *h, uint32_t want, const uint32
 
 #define CHAN_CHECK(ch, call) CO__HANDLE_CHECK(ch, CO__TAG_CHAN, call)
 
+void co__chan_check(const co_chan_t *ch, const char *call) { CHAN_CHECK(ch, call); }
+
 int co_chan_new(co_chan_t **out, size_t elem_size, size_t cap) {
     if (!out) return CO_EINVAL;
     *out = NULL;

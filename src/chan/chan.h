@@ -56,6 +56,11 @@ CO_HIDDEN _Noreturn __attribute__((cold, noinline)) void co__bad_handle(const ch
             co__bad_handle(call, (const void *)(obj), (uint32_t)(want), &(obj)->tag);         \
     } while (0)
 
+/* Stop with a fatal line naming `call` unless ch (not NULL) is a live
+ * channel: for layers above that take a channel without calling into it
+ * at once (signals keep it registered). */
+CO_HIDDEN void co__chan_check(const co_chan_t *ch, const char *call);
+
 /* co_chan_new, and the channel is receive-only to users from birth. */
 CO_HIDDEN int co__chan_new_recv_only(co_chan_t **out, size_t elem_size, size_t cap);
 /* co_chan_close for the owner of a receive-only channel (any channel):

@@ -24,6 +24,8 @@
  */
 #include <colony.h>
 
+#include "chan/chan.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -210,6 +212,7 @@ static int sync_handlers(void) {
 int co_signal_notify(co_chan_t *ch, const int *sigs, int n) {
     if (!ch || n < 0 || (n > 0 && !sigs))
         return CO_EINVAL;
+    co__chan_check(ch, "co_signal_notify");
     uint64_t m = 0;
     if (n == 0) {
         for (int s = 1; s < SIG_MAX; s++)
@@ -258,6 +261,7 @@ out:
 int co_signal_stop(co_chan_t *ch) {
     if (!ch)
         return CO_EINVAL;
+    co__chan_check(ch, "co_signal_stop");
     pthread_mutex_lock(&reg_lock);
     for (int r = 0; r < nregs; r++) {
         if (regs[r].ch == ch) {
