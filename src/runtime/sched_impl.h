@@ -96,7 +96,10 @@ static inline void wakep_if_idle(void) {
  * co__plain_spawn_enter) or a woken one. */
 static inline void plain_push(co_g_t *g) {
     co__plain_ready_begin();
-    co__globrunq_inject(g);
+    if (CO_UNLIKELY(co__timer_ready_front))
+        co__globrunqput_front(g); /* a timer fired late, off its P: run it next */
+    else
+        co__globrunq_inject(g);
     wakep_if_idle();
     co__plain_ready_end();
 }
