@@ -322,16 +322,13 @@ void co__g_entry(co_g_t *g) {
 /* ---- park / ready / yield ----------------------------------------------- */
 
 /* Make g runnable on this P (runnext), or on the global queue from a plain
- * thread, and wake an M if a P is idle and none spins. A batch of the
- * network's wake-ups (cold, m->np_batch) goes to the ring's tail: each into
- * runnext would push the coroutine there (a timer's, due now) behind the
- * whole batch. */
-static inline void ready_put(co_g_t *g, bool cold) {
+ * thread, and wake an M if a P is idle and none spins. */
+static inline void ready_put(co_g_t *g) {
     CO_TRACE(CO__TEV_READY, g, 0);
     __atomic_store_n(&g->status, CO_G_RUNNABLE, __ATOMIC_RELAXED);
     co_m_t *m = getm();
     if (m && m->p) {
-        runqput(m->p, g, !(cold && m->np_batch));
+        runqput(m->p, g, true);
         wakep_if_idle();
         return;
     }
@@ -349,7 +346,7 @@ void co__ready(co_g_t *g) {
      * (co__ready_cold's are a timer's or the network's: nothing handed) */
     co__race_ready(g);
 #endif
-    ready_put(g, false);
+    ready_put(g);
 }
 
 void co__ready_cold(co_g_t *g) {
@@ -370,7 +367,18 @@ void co__ready_cold(co_g_t *g) {
         __builtin_prefetch(arg, 1);
         __builtin_prefetch(arg + 64, 1);
     }
-    ready_put(g, true);
+    co_m_t *m = getm();
+    if (CO_UNLIKELY(m && m->p && m->np_batch)) {
+        /* One of a batch of the network's wake-ups: the ring's tail, in
+         * order. Each into runnext would push whoever is there (a timer's
+         * coroutine, due now) behind the whole batch. */
+        CO_TRACE(CO__TEV_READY, g, 0);
+        __atomic_store_n(&g->status, CO_G_RUNNABLE, __ATOMIC_RELAXED);
+        runqput(m->p, g, false);
+        wakep_if_idle();
+        return;
+    }
+    ready_put(g);
 }
 
 /* Many Gs readied at once (a waitgroup's release, a broadcast): in their
