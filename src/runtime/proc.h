@@ -280,6 +280,11 @@ typedef struct co_sched {
     int chaos;                 /* COLONY_DEBUG=chaos: widen race windows (tests) */
     int no_yslot;              /* COLONY_DEBUG=noyieldslot: never use the yield slot */
     int no_deadlock;           /* COLONY_DEBUG=nodeadlock: no deadlock detection (deadlock.c) */
+    /* Whether the global queue's front list (fronthead) is non-empty: a hint
+     * every schedule reads (runq_next_fast), so it sits in this read-mostly
+     * line, not under the lock's. Stored under lock by the front list's
+     * push and pop only (relaxed; readers take the lock before acting). */
+    uint32_t front_pending;
 
     /* lock protects: pidle, npidle writes, midle, nmidle, allm, mcount,
      * runq (the global queue), runqsize, pspare, pretiring. */
