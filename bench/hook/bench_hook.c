@@ -242,9 +242,11 @@ static void blocking_work(int id) {
 }
 
 static void (*work)(int);
+static co_waitgroup_t clients_wg = CO_WAITGROUP_INIT;
 static void co_client(void *arg) {
     work((int)(intptr_t)arg);
     atomic_fetch_add(&done_clients, 1);
+    co_waitgroup_done(&clients_wg);
 }
 static void *pt_client(void *arg) {
     work((int)(intptr_t)arg);
@@ -256,8 +258,11 @@ static int co_run(void *arg) {
     (void)arg;
     co_go(hb_co, NULL);
     co_sleep(20 * MS);
+    /* the clients' end waited for without a sleeping loop of its own,
+     * which would be a second 1 ms timer beside the heartbeat's */
+    co_waitgroup_add(&clients_wg, clients);
     for (int i = 0; i < clients; i++) co_go(co_client, (void *)(intptr_t)i);
-    while (atomic_load(&done_clients) < clients) co_sleep(MS);
+    co_waitgroup_wait(&clients_wg);
     return 0;
 }
 

@@ -259,8 +259,9 @@ typedef struct co_m {
     void *altstack;            /* sigaltstack for the overflow report */
     bool exiting;
     uint64_t tcheck;           /* co__cycles() at run_post's last timer check; owner only */
-    bool np_batch;             /* inside co__netpoll's event loop: the network's wake-ups go
-                                * to the ring's tail, not runnext; owner only */
+    bool np_batch;             /* inside co__netpoll's event loop, or past the first callback
+                                * of co__timers_run: the network's and the timers' wake-ups
+                                * go to the ring's tail, not runnext; owner only */
     uint32_t pin;              /* co__pin_enter's sequence, odd inside a pinned section:
                                 * stored by the owner only (relaxed on entry, release on
                                 * exit), loaded by co__pin_wait (acquire) */

@@ -402,6 +402,13 @@ int co__timers_run(co_p_t *p, int64_t now) {
     co_m_t *self = co__getm();
     bool front = !self || !self->p;
     if (front) co__timer_ready_front = true;
+    /* With a P: the first callback's wake-up takes runnext (its timer was
+     * due first), later ones go to the ring's tail (m->np_batch) instead
+     * of each pushing the one before out of runnext to the tail: a 1 ms
+     * heartbeat was sent behind hundreds that way by a sleep of the same
+     * millisecond fired after it. */
+    co_m_t *onp = front ? NULL : self;
+    bool batch0 = onp ? onp->np_batch : false;
     for (;;) {
         co__timer_t *batch[TIMER_BATCH];
         int n = 0;
@@ -449,6 +456,7 @@ int co__timers_run(co_p_t *p, int64_t now) {
             __tsan_ignore_thread_begin();
 #endif
             t->fn(t->arg); /* fn and arg never change while a timer may run */
+            if (onp) onp->np_batch = true; /* the next ones: the tail */
 #ifdef CO_TSAN
             __tsan_ignore_thread_end();
 #endif
@@ -461,6 +469,7 @@ int co__timers_run(co_p_t *p, int64_t now) {
     }
     co__unlock(&p->timers_lock);
     if (front) co__timer_ready_front = false;
+    if (onp) onp->np_batch = batch0;
     return ran;
 }
 
