@@ -467,35 +467,22 @@ static int poll_many(struct pollfd *p, nfds_t n, int ms) {
     return r;
 }
 
-/* poll of one hooked fd from a coroutine: park until it is ready, then a
- * poll with timeout 0 fills in revents. */
-static int poll_one(struct pollfd *p, int ms) {
-    int ev = (p->events & (POLLIN | POLLPRI | POLLRDHUP) ? CO_READABLE : 0) |
-             (p->events & POLLOUT ? CO_WRITABLE : 0);
-    int64_t dl = ms < 0 ? CO_FOREVER : co_deadline_after((int64_t)ms * 1000000);
-    for (;;) {
-        int w = co_wait(p->fd, ev, dl);
-        int r = REAL(poll)(p, 1, 0);
-        if (r != 0 || w == CO_ETIMEDOUT) return r;
-        if (w < 0 && w != CO_ECLOSED) return r; /* a poll of it says what */
-    }
-}
-
 HOOK_API int poll(struct pollfd *p, nfds_t n, int ms) {
     if (ms == 0 || !in_coroutine()) return REAL(poll)(p, n, ms);
-    /* One hooked fd waited for data or room: co_wait_fd's own first look
-     * (a poll with timeout 0) is the try, so none is made here (a
-     * request/response client's wait for its reply, e.g. libpq's, saves
-     * a syscall). Not for POLLPRI: co_wait_fd's look asks for POLLIN and
-     * would park on urgent data already pending, whose edge has passed. */
-    if (n == 1 && p[0].fd >= 0 && (p[0].events & (POLLIN | POLLOUT | POLLRDHUP)) &&
-        !(p[0].events & POLLPRI) && hooked(p[0].fd, true))
-        return poll_one(p, ms);
     int r = REAL(poll)(p, n, 0);
     if (r != 0) return r;
     if (n == 1 && p[0].fd >= 0 && hooked(p[0].fd, true) &&
-        (p[0].events & (POLLIN | POLLOUT | POLLPRI | POLLRDHUP)))
-        return poll_one(p, ms);
+        (p[0].events & (POLLIN | POLLOUT | POLLPRI | POLLRDHUP))) {
+        int ev = (p[0].events & (POLLIN | POLLPRI | POLLRDHUP) ? CO_READABLE : 0) |
+                 (p[0].events & POLLOUT ? CO_WRITABLE : 0);
+        int64_t dl = ms < 0 ? CO_FOREVER : co_deadline_after((int64_t)ms * 1000000);
+        for (;;) {
+            int w = co_wait(p[0].fd, ev, dl);
+            r = REAL(poll)(p, 1, 0);
+            if (r != 0 || w == CO_ETIMEDOUT) return r;
+            if (w < 0 && w != CO_ECLOSED) return r; /* a poll of it says what */
+        }
+    }
     if (n > 1) {
         r = poll_many(p, n, ms);
         if (r != -2) return r;
