@@ -18,8 +18,11 @@
 #            colony+hook (libpq), pthreads (libpq), Go 1.19 database/sql +
 #            lib/pq (a pool of 1,000)
 #   co_blocking  1,000 concurrent co_blocking(usleep(200 ms)) (default cap)
-# Each row: ops/s, heartbeat worst lateness, peak OS threads, peak RSS,
-# client CPU (user+sys) per operation; medians and ranges over the rounds.
+#   blpop  ten concurrent 300 ms BLPOPs and nothing else (hook, pthreads)
+# Each row: ops/s, heartbeat worst lateness, the floor (a plain thread of
+# the same process sleeping 1 ms at a time: what the kernel alone adds),
+# peak OS threads, peak RSS, client CPU (user+sys) per operation; medians
+# and ranges over the rounds.
 # Writes bench/results/hook.md (BENCH_QUICK=1: <builddir>/bench-hook-quick.md).
 # Environment: BENCH_RUNS (default 3), BENCH_QUICK=1 (1 round, a tenth of
 # the operations), BENCH_GO_CACHE (default $TMPDIR/colony-bench-go).
@@ -141,6 +144,8 @@ i=1
 while [ "$i" -le "$RUNS" ]; do
     if [ $((i % 2)) = 1 ]; then redis_set; pg_set; else redis_set_rev; pg_set_rev; fi
     run "co_blocking usleep 200ms" 1000 "$BH" blocking 1000 200
+    run "BLPOP x10 colony+hook" 10 env LD_PRELOAD="$HOOK" "$BH" redis-co 10 0 10
+    run "BLPOP x10 pthreads" 10 "$BH" redis-pt 10 0 10
     i=$((i + 1))
 done
 LOAD1=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -200,17 +205,20 @@ with open(out, "w") as f:
     f.write("Machine: %s, %d CPUs, Linux %s. Shared with other builds: load average %s "
             "before, %s after. %s round(s), medians (ranges). redis: 1,000 clients "
             "sharing %s INCR/GET plus ten 300 ms BLPOPs; pg: 1,000 clients sharing %s "
-            "SELECT 1 (pg point: 20,000 of a prepared point query on a 100k-row table); every pg figure includes the 1,000 connects; the heartbeat sleeps 1 ms at a time. Threads: the peak of the "
+            "SELECT 1 (pg point: 20,000 of a prepared point query on a 100k-row table); every pg figure includes the 1,000 connects; the heartbeat sleeps 1 ms at a time; its floor is the worst lateness of a plain "
+            "thread of the same process sleeping 1 ms at a time beside it (what the kernel "
+            "alone adds on this machine at that moment; it is also the thread that samples "
+            "the thread count, and counts as one). Threads: the peak of the "
             "client process; RSS: its peak (VmHWM, or time's for redis-benchmark); CPU: "
             "the client's user+sys per operation.\n\n"
             % (cpu, os.cpu_count(), platform.release(), l0, l1, runs, rops, pops))
-    f.write("| client | ops/s | heartbeat worst (ms) | threads | peak RSS (KiB) | CPU us/op | errors |\n")
-    f.write("|---|---|---|---|---|---|---|\n")
+    f.write("| client | ops/s | heartbeat worst (ms) | floor (ms) | threads | peak RSS (KiB) | CPU us/op | errors |\n")
+    f.write("|---|---|---|---|---|---|---|---|\n")
     for n in order:
         rss = stat(n, "rss_kb") if rows[n][0].get("rss_kb", "-") != "-" else stat(n, "rss_time_kb")
-        f.write("| %s | %s | %s | %s | %s | %s | %s |\n" % (
-            n, stat(n, "ops_s"), stat(n, "hb_worst_ms", "%.1f"), stat(n, "threads_max"),
-            rss, cpu_per_op(n), stat(n, "errors")))
+        f.write("| %s | %s | %s | %s | %s | %s | %s | %s |\n" % (
+            n, stat(n, "ops_s"), stat(n, "hb_worst_ms", "%.1f"), stat(n, "hb_floor_ms", "%.1f"),
+            stat(n, "threads_max"), rss, cpu_per_op(n), stat(n, "errors")))
     f.write("\nRatios of medians (ops/s):\n\n")
     pairs = [("colony+hook", "pthreads"), ("colony+hook", "nb+wait_fd"),
              ("colony+hook", "redis-benchmark"), ("pg colony+hook", "pg pthreads"),
@@ -221,6 +229,7 @@ with open(out, "w") as f:
         if x and y:
             f.write("- %s / %s: %.2f\n" % (a, b, x / y))
     f.write("\nco_blocking row: ops/s is calls completed per second (1,000 calls of "
-            "200 ms under the default cap of 128 threads).\n")
+            "200 ms under the default cap of 128 threads). BLPOP rows: ten clients, each one "
+            "BLPOP of 300 ms and nothing else (ops/s is 0 by construction).\n")
 print(open(out).read())
 PY

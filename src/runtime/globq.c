@@ -98,6 +98,7 @@ void co__globrunqput_front(co_g_t *g) {
     else
         s->fronthead = g;
     s->fronttail = g;
+    __atomic_store_n(&s->front_pending, 1, __ATOMIC_RELAXED);
     __atomic_store_n(&s->runqsize, s->runqsize + 1, __ATOMIC_RELEASE);
     co__unlock(&s->lock);
 }
@@ -114,7 +115,10 @@ static inline co_g_t *rq_pop_locked(void) {
     co_g_t *fg = s->fronthead;
     if (CO_UNLIKELY(fg != NULL)) {
         s->fronthead = fg->schedlink;
-        if (!s->fronthead) s->fronttail = NULL;
+        if (!s->fronthead) {
+            s->fronttail = NULL;
+            __atomic_store_n(&s->front_pending, 0, __ATOMIC_RELAXED);
+        }
         return fg;
     }
     co__gchunk_t *c = s->rq_first;

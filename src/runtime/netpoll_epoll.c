@@ -11,7 +11,7 @@
  * kernel hands each edge-triggered event to one of them); at most one M
  * calls it with a non-zero delay at a time (the scheduler's guarantee).
  */
-#include "runtime/runtime.h"
+#include "runtime/proc.h"
 
 #include "runtime/netpoll.h"
 
@@ -200,6 +200,11 @@ int co__netpoll(int64_t delay_ns) {
         return 0; /* EINTR or timeout: the caller re-evaluates its timers */
 
     int made_runnable = 0;
+    /* Several wake-ups: in their order at the tail of this M's P (if it
+     * has one), leaving runnext to whoever is there (proc.h, np_batch).
+     * co__netpoll never runs nested on one M. */
+    co_m_t *self = n > 1 ? co__getm() : NULL;
+    if (self) self->np_batch = true;
     for (int i = 0; i < n; i++) {
         uint32_t ev = evs[i].events;
         if (evs[i].data.u64 == NP_TAG_BREAK) {
@@ -226,5 +231,6 @@ int co__netpoll(int64_t delay_ns) {
         if (pd && modes)
             made_runnable += co__pd_ready(pd, modes);
     }
+    if (self) self->np_batch = false;
     return made_runnable;
 }

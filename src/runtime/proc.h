@@ -259,6 +259,9 @@ typedef struct co_m {
     void *altstack;            /* sigaltstack for the overflow report */
     bool exiting;
     uint64_t tcheck;           /* co__cycles() at run_post's last timer check; owner only */
+    bool np_batch;             /* inside co__netpoll's event loop, or past the first callback
+                                * of co__timers_run: the network's and the timers' wake-ups
+                                * go to the ring's tail, not runnext; owner only */
     uint32_t pin;              /* co__pin_enter's sequence, odd inside a pinned section:
                                 * stored by the owner only (relaxed on entry, release on
                                 * exit), loaded by co__pin_wait (acquire) */
@@ -278,6 +281,11 @@ typedef struct co_sched {
     int chaos;                 /* COLONY_DEBUG=chaos: widen race windows (tests) */
     int no_yslot;              /* COLONY_DEBUG=noyieldslot: never use the yield slot */
     int no_deadlock;           /* COLONY_DEBUG=nodeadlock: no deadlock detection (deadlock.c) */
+    /* Whether the global queue's front list (fronthead) is non-empty: a hint
+     * every schedule reads (runq_next_fast), so it sits in this read-mostly
+     * line, not under the lock's. Stored under lock by the front list's
+     * push and pop only (relaxed; readers take the lock before acting). */
+    uint32_t front_pending;
 
     /* lock protects: pidle, npidle writes, midle, nmidle, allm, mcount,
      * runq (the global queue), runqsize, pspare, pretiring. */
@@ -506,6 +514,10 @@ CO_HIDDEN void co__stack_m_init(co_m_t *m);
 CO_HIDDEN void co__stack_m_fini(co_m_t *m);
 /* timer.c */
 CO_HIDDEN int co__timers_run(co_p_t *p, int64_t now);  /* run due timers; returns how many */
+/* True on a thread while co__timers_run runs callbacks there without a P
+ * (sysmon, an idle M): what they ready goes to the front of the global
+ * queue, not behind everything queued there. Owner thread only. */
+CO_HIDDEN extern __thread bool co__timer_ready_front __attribute__((tls_model("initial-exec")));
 CO_HIDDEN int64_t co__timers_next(void);               /* earliest timer over all Ps, 0 if none */
 /* Timers pending on the Ps (each P's count under its lock): co_shutdown
  * refuses to free heaps that still hold some. */

@@ -367,6 +367,17 @@ void co__ready_cold(co_g_t *g) {
         __builtin_prefetch(arg, 1);
         __builtin_prefetch(arg + 64, 1);
     }
+    co_m_t *m = getm();
+    if (CO_UNLIKELY(m && m->p && m->np_batch)) {
+        /* One of a batch of the network's or the timers' wake-ups: the
+         * ring's tail, in order. Each into runnext would push whoever is
+         * there (a timer's coroutine, due now) behind the whole batch. */
+        CO_TRACE(CO__TEV_READY, g, 0);
+        __atomic_store_n(&g->status, CO_G_RUNNABLE, __ATOMIC_RELAXED);
+        runqput(m->p, g, false);
+        wakep_if_idle();
+        return;
+    }
     ready_put(g);
 }
 

@@ -96,7 +96,10 @@ static inline void wakep_if_idle(void) {
  * co__plain_spawn_enter) or a woken one. */
 static inline void plain_push(co_g_t *g) {
     co__plain_ready_begin();
-    co__globrunq_inject(g);
+    if (CO_UNLIKELY(co__timer_ready_front))
+        co__globrunqput_front(g); /* a timer fired late, off its P: run it next */
+    else
+        co__globrunq_inject(g);
     wakep_if_idle();
     co__plain_ready_end();
 }
@@ -318,7 +321,11 @@ static inline __attribute__((always_inline)) co_g_t *runq_next_fast(co_p_t *p) {
     uint32_t tick = p->schedtick + 1;
     __atomic_store_n(&p->schedtick, tick, __ATOMIC_RELAXED);
     co_g_t *g;
-    if (tick % 61 == 0 && (g = co__globrunqget(p, 1))) return g;
+    /* The global queue's front list (a late timer's coroutine, one back
+     * from co_blocking) is looked at every time, the rest 1 in 61. */
+    if ((tick % 61 == 0 || CO_UNLIKELY(__atomic_load_n(&co__sched.front_pending, __ATOMIC_RELAXED))) &&
+        (g = co__globrunqget(p, 1)))
+        return g;
     /* The yield slot is older than the ring, runnext comes first (yslot.h) */
     if (co__yslot_peek(p) && !__atomic_load_n(&p->runnext, __ATOMIC_RELAXED) &&
         co__yslot_open(p)) {

@@ -79,6 +79,22 @@ static bool retake_syscall(co_p_t *p, int64_t now) {
     return true;
 }
 
+/* Before p's queue goes to the global queue's tail: its runnext (readied
+ * last, often by a timer that fired just before p's M stopped scheduling)
+ * goes to the front, or it would wait behind the whole drained queue.
+ * The acq_rel CAS is the thieves' (runqgrab), pairing with the owner's
+ * release store into runnext. Tokens stay for the drain: they have no
+ * link of their own for the front list. */
+static void runnext_to_front(co_p_t *p) {
+    co_g_t *next = __atomic_load_n(&p->runnext, __ATOMIC_ACQUIRE);
+    if (!next || rq_is_token(next)) return;
+    if (!__atomic_compare_exchange_n(&p->runnext, &next, NULL, false, __ATOMIC_ACQ_REL,
+                                     __ATOMIC_RELAXED))
+        return; /* its owner or a thief took it: it runs soon anyway */
+    co__globrunqput_front(rq_unfresh(next));
+    co__wakep();
+}
+
 /* A coroutine has held p for > 10 ms without entering the scheduler. C has
  * no safe way to preempt it, so its M keeps p (it may still be pushing to
  * p's run queue) and we lend a spare P in p's place: the spare takes p's
@@ -142,6 +158,7 @@ static bool lend_spare(co_p_t *p, int i, int64_t now) {
     /* p's timers to np. The owner may be retiring p at the same time and
      * moving them too: both move p -> np under both heap locks. */
     co__timers_move(p, np, false);
+    runnext_to_front(p);
     co__runq_drain_global(p);
     drain_yslot(p);
     co__handoffp(np);
@@ -167,6 +184,7 @@ static int retake(int64_t now) {
     while (q && co__runq_empty(q)) q = q->link;
     co__unlock(&s->lock);
     if (q) {
+        runnext_to_front(q);
         co__runq_drain_global(q);
         drain_yslot(q);
         n++;

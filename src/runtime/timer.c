@@ -391,9 +391,24 @@ bool co__timer_del(co__timer_t *t) {
  * as before; callbacks never delete timers themselves (see co__timer_del). */
 enum { TIMER_BATCH = 16 };
 
+__thread bool co__timer_ready_front __attribute__((tls_model("initial-exec")));
+
 int co__timers_run(co_p_t *p, int64_t now) {
     int ran = 0;
     if (!co__trylock(&p->timers_lock)) return 0; /* someone else is at it */
+    /* Without a P here (sysmon, an idle M), the timers are the ones their
+     * own P failed to run in time: what they wake goes to the front of the
+     * global queue, ahead of the backlog a lent P's queue left there. */
+    co_m_t *self = co__getm();
+    bool front = !self || !self->p;
+    if (front) co__timer_ready_front = true;
+    /* With a P: the first callback's wake-up takes runnext (its timer was
+     * due first), later ones go to the ring's tail (m->np_batch) instead
+     * of each pushing the one before out of runnext to the tail: a 1 ms
+     * heartbeat was sent behind hundreds that way by a sleep of the same
+     * millisecond fired after it. */
+    co_m_t *onp = front ? NULL : self;
+    bool batch0 = onp ? onp->np_batch : false;
     for (;;) {
         co__timer_t *batch[TIMER_BATCH];
         int n = 0;
@@ -441,6 +456,7 @@ int co__timers_run(co_p_t *p, int64_t now) {
             __tsan_ignore_thread_begin();
 #endif
             t->fn(t->arg); /* fn and arg never change while a timer may run */
+            if (onp) onp->np_batch = true; /* the next ones: the tail */
 #ifdef CO_TSAN
             __tsan_ignore_thread_end();
 #endif
@@ -452,6 +468,8 @@ int co__timers_run(co_p_t *p, int64_t now) {
         co__lock(&p->timers_lock);
     }
     co__unlock(&p->timers_lock);
+    if (front) co__timer_ready_front = false;
+    if (onp) onp->np_batch = batch0;
     return ran;
 }
 
