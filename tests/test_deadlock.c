@@ -149,9 +149,9 @@ typedef struct {
 } kid_t;
 
 static kid_t kids[] = {
-    {"chan", 2, {"all coroutines are asleep - deadlock!", "[waiting, chan receive]", "'main'"}, 0, 0, {0}, 0},
-    {"mutex", 2, {"all coroutines are asleep - deadlock!", "[waiting, sync.Mutex.Lock]", "[waiting, sync.WaitGroup.Wait]"}, 0, 0, {0}, 0},
-    {"wg", 2, {"all coroutines are asleep - deadlock!", "[waiting, sync.WaitGroup.Wait]", NULL}, 0, 0, {0}, 0},
+    {"chan", 2, {"all coroutines are asleep - deadlock!", "[waiting, chan receive", "'main'"}, 0, 0, {0}, 0},
+    {"mutex", 2, {"all coroutines are asleep - deadlock!", "[waiting, sync.Mutex.Lock", "[waiting, sync.WaitGroup.Wait"}, 0, 0, {0}, 0},
+    {"wg", 2, {"all coroutines are asleep - deadlock!", "[waiting, sync.WaitGroup.Wait", NULL}, 0, 0, {0}, 0},
     {"thread", 0, {NULL}, 0, 0, {0}, 0},
     {"sleep", 0, {NULL}, 0, 0, {0}, 0},
     {"socket", 0, {NULL}, 0, 0, {0}, 0},

@@ -47,6 +47,12 @@ __attribute__((noinline)) void dump_select_worker(void *a) {
     __asm__ volatile("" ::"r"(r) : "memory");
 }
 
+__attribute__((noinline)) void dump_long_worker(void *a) {
+    int v;
+    int r = co_chan_recv(a, &v, CO_FOREVER);
+    __asm__ volatile("" ::"r"(r) : "memory");
+}
+
 static const struct {
     const char *reason, *fn;
     void (*f)(void *);
@@ -60,23 +66,30 @@ static const struct {
 
 /* For each kind: how many coroutines are shown waiting for its reason with
  * its entry function and a frame in it; bad: blocks of a kind without. */
+static char creator[64]; /* " in coroutine <main_co's id>\n" */
+
 static void tally(const char *d, int *ok, int *bad) {
     memset(ok, 0, 5 * sizeof *ok);
     *bad = 0;
     for (const char *p = strstr(d, "coroutine "); p;) {
         const char *next = strstr(p + 1, "\ncoroutine ");
-        size_t len = next ? (size_t)(next - p) : strlen(p);
+        size_t len = next ? (size_t)(next - p) + 1 : strlen(p); /* with its last newline */
         const char *eol = memchr(p, '\n', len);
         for (int k = 0; k < 5; k++) {
             char hdr[64];
-            snprintf(hdr, sizeof hdr, "[waiting, %s]:", kinds[k].reason);
+            /* "[waiting, chan receive]:" or, past a second, "..., 2 seconds]:" */
+            snprintf(hdr, sizeof hdr, "[waiting, %s", kinds[k].reason);
             const char *h = strstr(p, hdr);
             if (!h || !eol || h > eol) continue;
+            char after = h[strlen(hdr)];
+            if (after != ']' && after != ',') continue;
             char entry[64], frame[64];
             snprintf(entry, sizeof entry, "  entry: %s+", kinds[k].fn);
             snprintf(frame, sizeof frame, "\n  %s+", kinds[k].fn);
             char *blk = strndup(p, len);
-            if (blk && strstr(blk, entry) && strstr(eol, frame) && strstr(blk, frame))
+            /* and where it was made: main_co's frame, in main_co's coroutine */
+            if (blk && strstr(blk, entry) && strstr(eol, frame) && strstr(blk, frame) &&
+                strstr(blk, "\n  created by main_co+") && strstr(blk, creator))
                 ok[k]++;
             else
                 (*bad)++;
@@ -96,6 +109,7 @@ static int main_co(void *arg) {
         return 77;
     }
     free(d);
+    snprintf(creator, sizeof creator, " in coroutine %llu\n", (unsigned long long)co_id());
     CHECK_EQ(co_chan_new(&rch, sizeof(int), 0), 0);
     CHECK_EQ(co_chan_new(&sch, sizeof(int), 0), 0);
     CHECK_EQ(co_chan_new(&selch, sizeof(int), 0), 0);
@@ -128,10 +142,29 @@ static int main_co(void *arg) {
     for (int i = 0; i < PER; i++) CHECK_EQ(co_chan_recv(sch, &v, CO_FOREVER), 0);
     co_mutex_unlock(&mu);
     co_waitgroup_done(&wg);
+
+    /* How long: a coroutine parked 2.5 s shows at least "2 seconds" */
+    co_chan_t *lch;
+    CHECK_EQ(co_chan_new(&lch, sizeof(int), 0), 0);
+    CHECK_EQ(co_go_with(&(co_attr_t){.name = "long"}, dump_long_worker, lch), 0);
+    co_sleep(2500 * 1000000LL);
+    d = t_dump();
+    CHECK(d != NULL);
+    const char *lh = d ? strstr(d, "'long' [waiting, chan receive, ") : NULL;
+    CHECK(lh != NULL);
+    if (lh) {
+        unsigned long long secs = strtoull(lh + strlen("'long' [waiting, chan receive, "), NULL, 10);
+        if (secs < 2) fprintf(stderr, "long wait shown as: %.60s\n", lh);
+        CHECK(secs >= 2);
+        CHECK(strstr(lh, " seconds]:") != NULL || strstr(lh, " minutes]:") != NULL);
+    }
+    free(d);
+    co_chan_close(lch);
     while (co_count() > 1) co_sleep(1000000);
     co_chan_free(rch);
     co_chan_free(sch);
     co_chan_free(selch);
+    co_chan_free(lch);
     return 0;
 }
 

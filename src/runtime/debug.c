@@ -211,6 +211,31 @@ static void dump_frames(FILE *out, co_g_t *g, uint32_t status, co_g_t *self) {
     for (int i = 0; i < n; i++) fprintf(out, "  %s\n", sym_of(pcs[i]));
 }
 
+/* Go's "created by": the spawner's frame and the spawner, if known. */
+static void dump_creator(FILE *out, co_g_t *g) {
+    if (!g->gopc) return;
+    if (g->parent_id)
+        fprintf(out, "  created by %s in coroutine %llu\n", sym_of(g->gopc),
+                (unsigned long long)g->parent_id);
+    else
+        fprintf(out, "  created by %s on a plain thread\n", sym_of(g->gopc));
+}
+
+/* How long a waiting coroutine has waited, Go's way but finer: nothing
+ * under a second (a dump of a busy program stays quiet), then seconds,
+ * then minutes from two minutes on. Good to about 10 ms (coarse_ms is
+ * sysmon's clock). */
+static void wait_for(char *buf, size_t len, co_g_t *g) {
+    uint32_t since = __atomic_load_n(&g->waitsince, __ATOMIC_RELAXED);
+    uint32_t now = __atomic_load_n(&co__sched.coarse_ms, __ATOMIC_RELAXED);
+    uint64_t sec = (uint64_t)(uint32_t)(now - since) * (1u << 20) / 1000000000u;
+    buf[0] = 0;
+    if (sec >= 120)
+        snprintf(buf, len, ", %llu minutes", (unsigned long long)(sec / 60));
+    else if (sec >= 1)
+        snprintf(buf, len, ", %llu second%s", (unsigned long long)sec, sec == 1 ? "" : "s");
+}
+
 void co_dump(FILE *out) {
     if (!out) out = stderr;
     co_sched_t *s = &co__sched;
@@ -233,12 +258,80 @@ void co_dump(FILE *out) {
         uint32_t status = __atomic_load_n(&g->status, __ATOMIC_ACQUIRE);
         if (status == CO_G_DEAD || status == CO_G_IDLE) continue;
         int wr = __atomic_load_n(&g->wait_reason, __ATOMIC_RELAXED);
-        fprintf(out, "coroutine %llu%s%s%s [%s%s%s]:\n", (unsigned long long)g->id,
+        char waited[32] = "";
+        if (status == CO_G_WAITING) wait_for(waited, sizeof waited, g);
+        fprintf(out, "coroutine %llu%s%s%s [%s%s%s%s]:\n", (unsigned long long)g->id,
                 g->name[0] ? " '" : "", g->name, g->name[0] ? "'" : "", st[status],
                 status == CO_G_WAITING && wr > 0 && wr < CO__WR_COUNT_ ? ", " : "",
-                status == CO_G_WAITING && wr > 0 && wr < CO__WR_COUNT_ ? wait_reasons[wr] : "");
+                status == CO_G_WAITING && wr > 0 && wr < CO__WR_COUNT_ ? wait_reasons[wr] : "",
+                waited);
         dump_frames(out, g, status, self);
+        dump_creator(out, g);
     }
     co__unlock(&s->allg_lock);
     co__stats_exit();
+}
+
+/* ---- what is alive (co_alive, co_dump_alive) ---------------------------- */
+
+/* Coroutines by state, and the waiting ones by wait reason (by_reason may
+ * be NULL), walking allg as co_dump does. */
+static void count_gs(co_alive_t *a, int *by_reason) {
+    co_sched_t *s = &co__sched;
+    co__lock(&s->allg_lock);
+    for (co_g_t *g = s->allg; g; g = g->alllink_next) {
+        uint32_t st = __atomic_load_n(&g->status, __ATOMIC_ACQUIRE);
+        if (st == CO_G_DEAD || st == CO_G_IDLE) continue;
+        a->coroutines++;
+        if (st == CO_G_RUNNABLE) a->runnable++;
+        else if (st == CO_G_RUNNING) a->running++;
+        else if (st == CO_G_WAITING) {
+            a->waiting++;
+            int wr = __atomic_load_n(&g->wait_reason, __ATOMIC_RELAXED);
+            if (by_reason) by_reason[wr > 0 && wr < CO__WR_COUNT_ ? wr : 0]++;
+        }
+    }
+    co__unlock(&s->allg_lock);
+}
+
+static void alive_fill(co_alive_t *a, int *by_reason) {
+    memset(a, 0, sizeof *a);
+    if (!co__stats_enter()) return; /* down: nothing alive */
+    count_gs(a, by_reason);
+    a->plain_parked = (int)(__atomic_load_n(&co__plain_parked_forever, __ATOMIC_RELAXED) +
+                            __atomic_load_n(&co__plain_parked_timed, __ATOMIC_RELAXED));
+    int busy = 0;
+    (void)co_blocking_stats(&busy, NULL);
+    a->blocking = busy;
+    a->pools = (int)co__rt_holds_of(CO__HOLD_POOL);
+    a->timers = (int)co__rt_holds_of(CO__HOLD_TIMER);
+    a->tickers = (int)co__rt_holds_of(CO__HOLD_TICKER);
+    a->caches = (int)co__rt_holds_of(CO__HOLD_CACHE);
+    a->plain_io = (int)co__rt_holds_of(CO__HOLD_IO);
+    co__stats_exit();
+}
+
+int co_alive(co_alive_t *out) {
+    if (!out) return CO_EINVAL;
+    alive_fill(out, NULL);
+    return 0;
+}
+
+void co_dump_alive(FILE *out) {
+    if (!out) out = stderr;
+    co_alive_t a;
+    int by_reason[CO__WR_COUNT_] = {0};
+    alive_fill(&a, by_reason);
+    fprintf(out,
+            "colony: alive: %d coroutine%s (%d runnable, %d running, %d waiting), %d pool%s, "
+            "%d timer%s, %d ticker%s, %d cache%s holding objects, %d in co_blocking, "
+            "%d plain thread%s parked in colony calls, %d plain-thread I/O call%s\n",
+            a.coroutines, a.coroutines == 1 ? "" : "s", a.runnable, a.running, a.waiting, a.pools,
+            a.pools == 1 ? "" : "s", a.timers, a.timers == 1 ? "" : "s", a.tickers,
+            a.tickers == 1 ? "" : "s", a.caches, a.caches == 1 ? "" : "s", a.blocking,
+            a.plain_parked, a.plain_parked == 1 ? "" : "s", a.plain_io, a.plain_io == 1 ? "" : "s");
+    for (int r = 0; r < CO__WR_COUNT_; r++)
+        if (by_reason[r])
+            fprintf(out, "  %d waiting: %s\n", by_reason[r],
+                    r > 0 && wait_reasons[r] ? wait_reasons[r] : "(no reason)");
 }

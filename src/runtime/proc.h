@@ -67,11 +67,22 @@ typedef struct co_g {
     /* Empty (map NULL) until the G first runs: a default-size stack is
      * attached then (gcache.c). Other sizes are allocated at spawn. */
     co__stack_t stack;
+    /* When it last parked, in co__sched.coarse_ms units (about 1 ms,
+     * wrapping after 49 days); written by the G itself as it parks, next to
+     * the stack fields that park reads anyway. A relaxed atomic: co_dump
+     * reads it from any thread for "[chan receive, 3 minutes]". */
+    uint32_t waitsince;
     struct co_g *schedlink;    /* global run queue / stackwait lists, owned by the list's
                                 * lock; the injection stack's link (globq.c), owned by
                                 * its pusher, then by the M that takes the stack */
     struct co_g *alllink_next, *alllink_prev; /* all-G list, under sched.allg_lock */
     char name[32];
+    /* Where it was made: the return address in its spawner's frame (the
+     * code that called co_go / co_go_with / co__spawn; NULL for a pool
+     * token's G) and the spawner coroutine's id (0: a plain thread). Set
+     * by the spawn before the release store of RUNNABLE; read by co_dump. */
+    void *gopc;
+    uint64_t parent_id;
     /* Its waiter while it waits on a waitgroup (sync/waitgroup.c, through co__self_pkw): a release walks
      * these, records allocated close together, not the waiters' stacks,
      * a page each. The G's own while it waits; the waitgroup's lock
@@ -341,6 +352,11 @@ typedef struct co_sched {
     _Alignas(64) uint32_t polling; /* atomic flag: an M owns the blocking poll */
     int64_t poll_until;
     int64_t lastpoll;          /* atomic: last co__netpoll time */
+    /* co_now() >> 20 (units of 1.05 ms), as of sysmon's last round (at
+     * most 10 ms old while the runtime is up): a clock a park can read
+     * for free. Relaxed atomic: written by co_init and sysmon, read by
+     * parks and co_dump; only a hint. */
+    uint32_t coarse_ms;
 
     uint32_t stopping;         /* atomic; set by co_shutdown */
 

@@ -426,6 +426,8 @@ static inline __attribute__((always_inline)) void park_m(co_m_t *m, void (*post)
     co_g_t *g = m->curg;
     /* relaxed atomic: co_dump reads it from any thread, a hint */
     __atomic_store_n(&g->wait_reason, (int16_t)reason, __ATOMIC_RELAXED);
+    __atomic_store_n(&g->waitsince, __atomic_load_n(&co__sched.coarse_ms, __ATOMIC_RELAXED),
+                     __ATOMIC_RELAXED);
     CO_TRACE(CO__TEV_PARK, g, reason);
     co__stack_check(g);
     m->post_fn = post;

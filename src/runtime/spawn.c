@@ -93,7 +93,7 @@ static inline __attribute__((always_inline)) void queue_new(co_p_t *p, co_g_t *e
  * up. Inline in co__spawn and in co_go's path, which needs m after it. */
 static inline __attribute__((always_inline)) int spawn_on(co_m_t *m, void (*fn)(void *),
                                                          void *arg, size_t stack_size,
-                                                         const char *name) {
+                                                         const char *name, void *gopc) {
     co_sched_t *s = &co__sched;
     co_p_t *p = m ? m->p : NULL;
     if (!p) { /* a plain thread (or an M inside co_blocking): counted before
@@ -115,6 +115,8 @@ static inline __attribute__((always_inline)) int spawn_on(co_m_t *m, void (*fn)(
         }
     }
     g_init(p, g, fn, arg, name);
+    g->gopc = gopc;
+    g->parent_id = m && m->curg && !m->curg->is_g0 ? m->curg->id : 0;
     if (stack_size != s->stack_size) /* after g_init: coloured by its id */
         co__ctx_make(&g->ctx, g->stack.lo, g->stack.size, g, g->fpenv, g->id);
 #ifdef CO_TSAN
@@ -145,7 +147,7 @@ static inline int spawn_check(void (*fn)(void *), size_t stack_size) {
 int co__spawn(void (*fn)(void *), void *arg, size_t stack_size, const char *name) {
     int rc = spawn_check(fn, stack_size);
     if (rc < 0) return rc;
-    return spawn_on(getm(), fn, arg, stack_size, name);
+    return spawn_on(getm(), fn, arg, stack_size, name, __builtin_return_address(0));
 }
 
 /* ---- back-pressure ------------------------------------------------------ */
@@ -222,19 +224,26 @@ static inline __attribute__((always_inline)) void spawn_backpressure_m(co_m_t *m
 
 void co__spawn_backpressure(void) { spawn_backpressure_m(getm()); }
 
-static int spawn_user(void (*fn)(void *), void *arg, size_t stack_size, const char *name) {
+static inline __attribute__((always_inline)) int spawn_user(void (*fn)(void *), void *arg,
+                                                           size_t stack_size, const char *name,
+                                                           void *gopc) {
     int rc = spawn_check(fn, stack_size);
     if (rc < 0) return rc;
     co_m_t *m = getm();
-    rc = spawn_on(m, fn, arg, stack_size, name);
+    rc = spawn_on(m, fn, arg, stack_size, name, gopc);
     if (rc == 0) spawn_backpressure_m(m); /* with m at hand */
     return rc;
 }
 
-int co_go(void (*fn)(void *arg), void *arg) { return spawn_user(fn, arg, 0, NULL); }
+/* The spawner's frame for co_dump's "created by": taken here, in the
+ * public entry (spawn_user is inlined), so it is the caller's code. */
+int co_go(void (*fn)(void *arg), void *arg) {
+    return spawn_user(fn, arg, 0, NULL, __builtin_return_address(0));
+}
 
 int co_go_with(const co_attr_t *attr, void (*fn)(void *arg), void *arg) {
-    return spawn_user(fn, arg, attr ? attr->stack_size : 0, attr ? attr->name : NULL);
+    return spawn_user(fn, arg, attr ? attr->stack_size : 0, attr ? attr->name : NULL,
+                      __builtin_return_address(0));
 }
 
 /* ---- tokens ------------------------------------------------------------- */
@@ -295,6 +304,8 @@ co_g_t *co__token_g_slow(co_p_t *p, co_g_t *e) {
     }
     g->fpenv = t->fpenv;
     g_init(p, g, t->fn, t, NULL);
+    g->gopc = NULL; /* a pool task: its entry names the pool's worker */
+    g->parent_id = 0;
 #ifdef CO_TSAN
     co__race_token_g(g, t);
 #endif

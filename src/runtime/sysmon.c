@@ -207,6 +207,7 @@ static void *sysmon_main(void *arg) {
         if (long_sleep) __atomic_store_n(&s->sysmon_sleeping, 0, __ATOMIC_SEQ_CST);
         if (__atomic_load_n(&s->stopping, __ATOMIC_ACQUIRE)) break;
         int64_t now = co_now();
+        __atomic_store_n(&s->coarse_ms, (uint32_t)((uint64_t)now >> 20), __ATOMIC_RELAXED);
         int work = retake(now);
         if (co__netpoll_has_waiters() && __atomic_load_n(&s->polling, __ATOMIC_ACQUIRE) == 0 &&
             now - __atomic_load_n(&s->lastpoll, __ATOMIC_RELAXED) > 10000000) {
@@ -267,6 +268,7 @@ static void *sysmon_main(void *arg) {
 }
 
 int co__sysmon_start(void) {
+    __atomic_store_n(&co__sched.coarse_ms, (uint32_t)((uint64_t)co_now() >> 20), __ATOMIC_RELAXED);
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setstacksize(&attr, 256 * 1024);
