@@ -516,6 +516,26 @@ CO_EXTERN void co_sched_stats(co_sched_stats_t *out);
  * writes min(procs, max) entries to lens and returns how many. */
 CO_EXTERN int co_sched_runq_lens(int *lens, int max);
 CO_EXTERN void co_dump(FILE *out);
+/* What is alive now: what keeps co_shutdown answering CO_EBUSY. A
+ * snapshot; counts move while it is taken. */
+typedef struct co_alive {
+    int coroutines;            /* not yet exited, in any state */
+    int runnable, running, waiting;
+    int plain_parked;          /* plain threads parked inside a colony call */
+    int blocking;              /* coroutines inside co_blocking calls now */
+    int pools;                 /* pools made and not yet destroyed (the default pool too) */
+    int timers;                /* timers made by co_timer_new / co_after_func not yet freed */
+    int tickers;               /* tickers not yet stopped */
+    int caches;                /* co_cache objects holding objects */
+    int plain_io;              /* I/O calls of plain threads under way */
+} co_alive_t;
+/* Fills *out: 0; CO_EINVAL for NULL. All zero when the runtime is down. */
+CO_EXTERN int co_alive(co_alive_t *out);
+/* The same as one line, then the waiting coroutines counted by wait
+ * reason, to out (NULL: stderr): "colony: alive: 3 coroutines (0
+ * runnable, 0 running, 3 waiting), 1 pool, ...". For a co_shutdown that
+ * answered CO_EBUSY; co_dump then shows each coroutine's stack. */
+CO_EXTERN void co_dump_alive(FILE *out);
 /* co_dump prints every live coroutine as Go does (`coroutine 7 'name'
  * [waiting, chan receive]:`), its entry function and its stack where the
  * build can unwind it; SIGQUIT prints the same and exits 2. COLONY_DEBUG

@@ -51,17 +51,17 @@ int co_ticker_new(co_ticker_t **out, int64_t period_ns) {
     if (period_ns <= 0) return CO_EINVAL;
     /* Its timer needs the runtime until co_ticker_stop: co_shutdown fails
      * with CO_EBUSY meanwhile. */
-    int rc = co__rt_hold();
+    int rc = co__rt_hold(CO__HOLD_TICKER);
     if (rc < 0) return rc;
     co_ticker_t *t = calloc(1, sizeof *t);
     if (!t) {
-        co__rt_unhold();
+        co__rt_unhold(CO__HOLD_TICKER);
         return CO_ENOMEM;
     }
     rc = co_chan_new(&t->ch, sizeof(int64_t), 1);
     if (rc < 0) {
         free(t);
-        co__rt_unhold();
+        co__rt_unhold(CO__HOLD_TICKER);
         return rc;
     }
     t->period = period_ns;
@@ -96,5 +96,5 @@ void co_ticker_stop(co_ticker_t *t) {
     co_chan_free(t->ch);
     CO__HANDLE_KILL(t, CO__TAG_TICKER);
     free(t);
-    co__rt_unhold();
+    co__rt_unhold(CO__HOLD_TICKER);
 }

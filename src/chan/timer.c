@@ -99,18 +99,18 @@ static void timer_arm(co_timer_t *t, int64_t ns) {
 static int timer_make(co_timer_t **out, int64_t ns, void (*fn)(void *), void *arg, bool chan) {
     /* Its timer needs the runtime until co_timer_free: co_shutdown fails
      * with CO_EBUSY meanwhile. */
-    int rc = co__rt_hold();
+    int rc = co__rt_hold(CO__HOLD_TIMER);
     if (rc < 0) return rc;
     co_timer_t *t = calloc(1, sizeof *t);
     if (!t) {
-        co__rt_unhold();
+        co__rt_unhold(CO__HOLD_TIMER);
         return CO_ENOMEM;
     }
     if (chan) {
         rc = co_chan_new(&t->ch, sizeof(int64_t), 1);
         if (rc < 0) {
             free(t);
-            co__rt_unhold();
+            co__rt_unhold(CO__HOLD_TIMER);
             return rc;
         }
     }
@@ -175,5 +175,5 @@ void co_timer_free(co_timer_t *t) {
     co_chan_free(t->ch);
     CO__HANDLE_KILL(t, CO__TAG_TIMER);
     free(t);
-    co__rt_unhold();
+    co__rt_unhold(CO__HOLD_TIMER);
 }

@@ -146,7 +146,7 @@ static int pd_enter(int fd, co__pd_t **out, bool *held) {
     if (fd < 0)
         return -EBADF;
     *held = co__cur_g() == NULL;
-    int rc = *held ? co__rt_hold() : co__ensure_init();
+    int rc = *held ? co__rt_hold(CO__HOLD_IO) : co__ensure_init();
     if (rc < 0) {
         *held = false;
         return rc;
@@ -181,7 +181,7 @@ static int pd_enter(int fd, co__pd_t **out, bool *held) {
     return 0;
 fail:
     if (*held)
-        co__rt_unhold();
+        co__rt_unhold(CO__HOLD_IO);
     *held = false;
     return rc;
 }
@@ -192,7 +192,7 @@ fail:
 static void op_exit(co__pd_t *pd, bool held) {
     pd_exit(pd);
     if (held)
-        co__rt_unhold();
+        co__rt_unhold(CO__HOLD_IO);
 }
 
 static bool pd_plain(co__pd_t *pd) {
@@ -237,10 +237,10 @@ int co_close(int fd) {
     /* A plain thread holds the runtime while it closes, if it is up, so
      * that co_shutdown does not close the poller under the unregistering.
      * Never starts it: with the runtime down no fd is registered. */
-    bool held = co__cur_g() == NULL && co__rt_hold_if_up();
+    bool held = co__cur_g() == NULL && co__rt_hold_if_up(CO__HOLD_IO);
     int rc = close_pd(pd, false);
     if (held)
-        co__rt_unhold();
+        co__rt_unhold(CO__HOLD_IO);
     return rc;
 }
 
@@ -261,10 +261,10 @@ int co_fd_forget(int fd) {
      * close, libcolony_hook.so): that close forgets it already. */
     if (__atomic_load_n(&pd->state, __ATOMIC_ACQUIRE) & CO__PD_FINAL)
         return 0;
-    bool held = co__cur_g() == NULL && co__rt_hold_if_up();
+    bool held = co__cur_g() == NULL && co__rt_hold_if_up(CO__HOLD_IO);
     int rc = close_pd(pd, true);
     if (held)
-        co__rt_unhold();
+        co__rt_unhold(CO__HOLD_IO);
     return rc == -EBADF ? 0 : rc; /* a close under way forgets it as well */
 }
 

@@ -70,18 +70,18 @@ static int pool_create(co_pool_t **out, int capacity, void (*fn)(void *),
         return CO_EINVAL;
     /* A pool needs the runtime as long as it exists (its purge timer, its
      * workers): co_shutdown fails with CO_EBUSY until it is destroyed. */
-    int rc = co__rt_hold();
+    int rc = co__rt_hold(CO__HOLD_POOL);
     if (rc < 0) return rc;
     co_pool_t *p = NULL; /* cache-line aligned (see the struct) */
     if (posix_memalign((void **)&p, CO__CACHELINE, sizeof *p) != 0) {
-        co__rt_unhold();
+        co__rt_unhold(CO__HOLD_POOL);
         return CO_ENOMEM;
     }
     memset(p, 0, sizeof *p);
     rc = co__wq_init(&p->idle, o.prealloc, o.prealloc ? capacity : 0);
     if (rc < 0) {
         free(p);
-        co__rt_unhold();
+        co__rt_unhold(CO__HOLD_POOL);
         return rc;
     }
     p->cap = capacity;
@@ -305,5 +305,5 @@ void co_pool_destroy(co_pool_t *p) {
     co__wq_destroy(&p->idle);
     CO__HANDLE_KILL(p, CO__TAG_POOL);
     free(p);
-    co__rt_unhold(); /* every pool holds the runtime; last: co_shutdown may free it now */
+    co__rt_unhold(CO__HOLD_POOL); /* every pool holds the runtime; last: co_shutdown may free it now */
 }

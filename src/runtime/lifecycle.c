@@ -94,12 +94,38 @@ static int count_in_up(int64_t *count, bool start) {
 /* Count a coroutine a plain thread is about to spawn, the runtime up. */
 int co__plain_spawn_enter(void) { return count_in_up(&live_global, true); }
 
-int co__rt_hold(void) { return count_in_up(&rt_holds, true); }
-void co__rt_unhold(void) { __atomic_sub_fetch(&rt_holds, 1, __ATOMIC_SEQ_CST); }
+/* Holds by kind, for co_alive only: relaxed atomics, moved after rt_holds
+ * is, never read to decide anything. */
+static int64_t holds_by_kind[CO__HOLD_KINDS];
+
+static void hold_kind_add(int kind, int64_t d) {
+    if (kind >= 0 && kind < CO__HOLD_KINDS)
+        __atomic_add_fetch(&holds_by_kind[kind], d, __ATOMIC_RELAXED);
+}
+
+int co__rt_hold(int kind) {
+    int rc = count_in_up(&rt_holds, true);
+    if (rc == 0) hold_kind_add(kind, 1);
+    return rc;
+}
+void co__rt_unhold(int kind) {
+    hold_kind_add(kind, -1);
+    __atomic_sub_fetch(&rt_holds, 1, __ATOMIC_SEQ_CST);
+}
 
 /* A hold taken only if the runtime is up; false, and none taken, if it is
  * down (a shutdown under way is waited out). */
-bool co__rt_hold_if_up(void) { return count_in_up(&rt_holds, false) == 0; }
+bool co__rt_hold_if_up(int kind) {
+    if (count_in_up(&rt_holds, false) != 0) return false;
+    hold_kind_add(kind, 1);
+    return true;
+}
+
+int64_t co__rt_holds_of(int kind) {
+    if (kind < 0 || kind >= CO__HOLD_KINDS) return 0;
+    int64_t n = __atomic_load_n(&holds_by_kind[kind], __ATOMIC_RELAXED);
+    return n < 0 ? 0 : n;
+}
 
 /* ---- init / shutdown ---------------------------------------------------- */
 
@@ -243,6 +269,7 @@ static void fork_child(void) {
         /* Counts a parent's spawner had taken and was about to give back. */
         live_global = 0;
         rt_holds = 0;
+        memset(holds_by_kind, 0, sizeof holds_by_kind);
         return;
     }
     co__rt_state = CO__RT_FORKED;
@@ -270,6 +297,7 @@ int co__test_reset_after_fork(void) {
     memset(&co__sched, 0, sizeof co__sched);
     live_global = 0; /* the parent's coroutines and pools are not ours */
     rt_holds = 0;
+    memset(holds_by_kind, 0, sizeof holds_by_kind);
     co__tls_m_forget();
     __atomic_store_n(&co__rt_state, CO__RT_DOWN, __ATOMIC_RELEASE);
     return co_init(NULL);

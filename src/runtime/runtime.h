@@ -57,9 +57,20 @@ static inline int co__ensure_init(void) {
  * the runtime if needed (waiting for a shutdown under way, then starting
  * a fresh one) and returns 0 with the hold taken, or a negative code;
  * co__rt_unhold gives it back. */
-CO_HIDDEN int co__rt_hold(void);
-CO_HIDDEN void co__rt_unhold(void);
-CO_HIDDEN bool co__rt_hold_if_up(void);
+/* What holds it, for co_alive's report (counted per kind, relaxed). */
+enum co__hold_kind {
+    CO__HOLD_POOL,   /* a pool, from co_pool_new to its release */
+    CO__HOLD_TIMER,  /* a co_timer / co_after_func timer not yet freed */
+    CO__HOLD_TICKER, /* a ticker not yet stopped */
+    CO__HOLD_CACHE,  /* a co_cache holding objects */
+    CO__HOLD_IO,     /* a plain thread's I/O call under way */
+    CO__HOLD_KINDS
+};
+CO_HIDDEN int co__rt_hold(int kind);
+CO_HIDDEN void co__rt_unhold(int kind);
+CO_HIDDEN bool co__rt_hold_if_up(int kind);
+/* How many holds of kind are taken now (a snapshot). */
+CO_HIDDEN int64_t co__rt_holds_of(int kind);
 
 /* A shutdown hook: what a layer above that keeps the runtime in use by
  * itself (the default pool) registers, once, with co__at_shutdown. Any

@@ -224,7 +224,7 @@ static void cache_sweep(void *arg);
  * is held meanwhile (so only when it is up). */
 static bool arm_locked(co_cache_t *c) {
     if (c->armed || __atomic_load_n(&c->closing, __ATOMIC_RELAXED)) return false;
-    if (!co__rt_hold_if_up()) return false;
+    if (!co__rt_hold_if_up(CO__HOLD_CACHE)) return false;
     __atomic_store_n(&c->armed, 1, __ATOMIC_RELAXED); /* read relaxed by put's fast path */
     c->tm.fn = cache_sweep;
     c->tm.arg = c;
@@ -353,7 +353,7 @@ static void cache_sweep(void *arg) {
         destroy(c, dead.v[i]);
     }
     free(dead.v);
-    if (!keep) co__rt_unhold();
+    if (!keep) co__rt_unhold(CO__HOLD_CACHE);
 }
 
 void co_cache_free(co_cache_t *c) {
@@ -380,7 +380,7 @@ void co_cache_free(co_cache_t *c) {
     for (size_t i = 0; i < c->victim.n; i++) destroy(c, c->victim.v[i]);
     free(c->shared.v);
     free(c->victim.v);
-    if (c->armed) co__rt_unhold();
+    if (c->armed) co__rt_unhold(CO__HOLD_CACHE);
     free(c);
 }
 
