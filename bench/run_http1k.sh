@@ -19,7 +19,9 @@
 # summed). Writes bench/results/http1k.md: medians and ranges.
 # Environment: BENCH_RUNS (default 5), BENCH_DUR (seconds, default 5),
 # BENCH_CONNS (default "1000 100"), BENCH_QUICK=1 (1 run of 3 s, written to
-# <builddir>/bench-http1k-quick.md), BENCH_GO_CACHE as bench/run_net.sh.
+# <builddir>/bench-http1k-quick.md), BENCH_GO_CACHE as bench/run_net.sh,
+# BENCH_HTTP_BASELINE (another build's http_server, e.g. one from before a
+# change: measured too, as "colony-base").
 set -u
 
 BUILD=${1:-build}
@@ -57,6 +59,12 @@ ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)" 2>/dev/null
 
 # ---- the peers ------------------------------------------------------------------
 IMPLS="colony"
+BASELINE=${BENCH_HTTP_BASELINE:-}
+if [ -n "$BASELINE" ] && [ -x "$BASELINE" ]; then
+    IMPLS="$IMPLS colony-base"
+elif [ -n "$BASELINE" ]; then
+    echo "bench/run_http1k.sh: BENCH_HTTP_BASELINE=$BASELINE is not an executable: ignored" >&2
+fi
 if cc -O2 -o "$OUT/uv_http" bench/peers/uv_http.c -luv >>"$LOG" 2>&1; then
     IMPLS="$IMPLS libuv"
 else
@@ -90,6 +98,7 @@ start_server() { # impl
     PORT=""
     case $1 in
     colony) "$BUILD/http_server" 0 1000 >"$OUT/$1.out" 2>&1 & SPID=$! ;;
+    colony-base) "$BASELINE" 0 1000 >"$OUT/$1.out" 2>&1 & SPID=$! ;;
     libuv) "$OUT/uv_http" 0 >"$OUT/$1.out" 2>&1 & SPID=$! ;;
     go) "$OUT/go_http" 0 >"$OUT/$1.out" 2>&1 & SPID=$! ;;
     nginx)

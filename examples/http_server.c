@@ -28,13 +28,15 @@
  *             its head within 5 s of its first byte.
  *   waiting   a complete head waits for a worker: at most 1 s, and at most
  *             pool-size heads wait; beyond either, 503.
- *   working   a worker (pool-size of them, default 1,000) reads the body
- *             (10 s per read), writes the answer (10 s per write, /file per
- *             64 KiB piece) and answers any request pipelined behind it
- *             that is already buffered; then the connection goes back to
- *             reading and the worker to the pool. Reading a body holds a
- *             worker: a client slow to send its body is bounded by the pool
- *             and the per-read deadline only.
+ *   working   holding one of pool-size work slots (default 1,000): on
+ *             the connection's own coroutine where a slot is free, else on
+ *             a pool worker once one is: read the body (10 s per read),
+ *             write the answer (10 s per write, /file per 64 KiB piece) and
+ *             answer any request pipelined behind it that is already
+ *             buffered; then the connection goes back to reading and the
+ *             slot is free. Reading a body holds a slot: a client slow to
+ *             send its body is bounded by the slots and the per-read
+ *             deadline only.
  * At most read-cap connections (-r, default 10,000) hold no worker
  * (reading, waiting, or closing after an error: the lingering close runs
  * on a coroutine too); a new connection beyond that gets a 503 at once,
