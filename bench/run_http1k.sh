@@ -124,6 +124,15 @@ start_server() { # impl
     stop_server
     return 1
 }
+# cpu_ticks: user + system clock ticks of the server and its children
+cpu_ticks() {
+    t=0
+    for p in $SPID $(cat /proc/$SPID/task/*/children 2>/dev/null); do
+        c=$(sed 's/.*) //' "/proc/$p/stat" 2>/dev/null | awk '{ print $12 + $13 }')
+        t=$((t + ${c:-0}))
+    done
+    echo "$t"
+}
 stop_server() { # sets HWM (KiB): the server's peak RSS, its children's added
     HWM=0
     for p in $SPID $(cat /proc/$SPID/task/*/children 2>/dev/null); do
@@ -143,7 +152,9 @@ run_one() { # impl conns run
     start_server "$1" || { echo "id=http c=$2 impl=$1 run=$3 status=failed" >>"$RAW"; return; }
     url="http://127.0.0.1:$PORT/"
     wrk -t2 -c"$2" -d1s "$url" >/dev/null 2>&1
+    t0=$(cpu_ticks)
     res=$(wrk -t2 -c"$2" -d"${DUR}s" --timeout 5s --latency "$url" 2>&1)
+    t1=$(cpu_ticks)
     stop_server
     printf '== %s c=%s run %s\n%s\n' "$1" "$2" "$3" "$res" >>"$LOG"
     rps=$(printf '%s\n' "$res" | sed -n 's/^Requests\/sec:[[:space:]]*\([0-9.]*\).*/\1/p')
@@ -155,8 +166,12 @@ run_one() { # impl conns run
         return
     fi
     p99=$(to_us "$p99")
-    echo "id=http c=$2 impl=$1 run=$3 rps=$rps p99_us=$p99 rss_kib=$HWM errors=$errs" >>"$RAW"
-    echo "  c=$2 #$3 $1: $rps req/s, p99 $p99 us, peak RSS $HWM KiB, errors $errs" >&2
+    # the server's CPU time per request (µs): less hostage to the host's
+    # load than requests/s, as the load generator's share does not count
+    cpu=$(awk -v d=$((t1 - t0)) -v hz="$(getconf CLK_TCK)" -v r="$rps" -v s="$DUR" \
+        'BEGIN { printf "%.2f", d / hz * 1e6 / (r * s) }')
+    echo "id=http c=$2 impl=$1 run=$3 rps=$rps p99_us=$p99 rss_kib=$HWM errors=$errs cpu_us=$cpu" >>"$RAW"
+    echo "  c=$2 #$3 $1: $rps req/s, p99 $p99 us, peak RSS $HWM KiB, errors $errs, CPU $cpu us/req" >&2
 }
 loadavg() { cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?'; }
 machine() {
@@ -205,7 +220,7 @@ function hi(a, n,   i, m) { m = a[1]; for (i = 2; i <= n; i++) if (a[i] > m) m =
     if (f["status"] == "failed") { failed[key]++; next }
     n[key]++
     rps[key, n[key]] = f["rps"]; p99[key, n[key]] = f["p99_us"] / 1000
-    rss[key, n[key]] = f["rss_kib"] / 1024; err[key] += f["errors"]
+    rss[key, n[key]] = f["rss_kib"] / 1024; err[key] += f["errors"]; cpu[key, n[key]] = f["cpu_us"]
 }
 END {
     print "# HTTP at 1,000 connections"
@@ -219,23 +234,25 @@ END {
     print "  the order rotating from run to run, after a 1 s warm-up; medians [min-max]."
     print "- Peers: libuv " uvv " (bench/peers/uv_http.c, one loop), nginx " ngv " (2 workers,"
     print "  bench/peers/nginx.conf.in), " gov " (bench/go/net/http); " wrkv "."
-    print "- Peak RSS: the VmHWM of each server (nginx: master and workers summed)."
+    print "- Peak RSS: the VmHWM of each server (nginx: master and workers summed). CPU/req:"
+    print "  the server processes\47 user+system time during the measured run over the requests"
+    print "  wrk counted (clock ticks: a few per cent of resolution)."
     for (ci = 1; ci <= nc; ci++) {
         c = cs[ci]
         print ""
         print "## wrk -t2 -c" c " --latency"
         print ""
-        print "| server | requests/s | p99 (ms) | peak RSS (MB) | errors | req/s vs colony |"
-        print "|---|---|---|---|---|---|"
+        print "| server | requests/s | p99 (ms) | CPU/req (µs) | peak RSS (MB) | errors | req/s vs colony |"
+        print "|---|---|---|---|---|---|---|"
         ck = c SUBSEP "colony"
         for (k = 1; k <= n[ck]; k++) t[k] = rps[ck, k]
         cmed = n[ck] ? med(t, n[ck]) : 0
         for (ii = 1; ii <= ni; ii++) {
             key = c SUBSEP is[ii]; m = n[key]
-            if (!m) { printf "| %s | failed | | | | |\n", is[ii]; continue }
-            for (k = 1; k <= m; k++) { a[k] = rps[key, k]; b[k] = p99[key, k]; d[k] = rss[key, k] }
+            if (!m) { printf "| %s | failed | | | | | |\n", is[ii]; continue }
+            for (k = 1; k <= m; k++) { a[k] = rps[key, k]; b[k] = p99[key, k]; d[k] = rss[key, k]; u[k] = cpu[key, k] }
             r = med(a, m)
-            printf "| %s | %.0f [%.0f-%.0f] | %.1f [%.1f-%.1f] | %.1f | %d | %s |\n", is[ii], r, lo(a, m), hi(a, m), med(b, m), lo(b, m), hi(b, m), med(d, m), err[key], cmed ? sprintf("%.2f", r / cmed) : "n/a"
+            printf "| %s | %.0f [%.0f-%.0f] | %.1f [%.1f-%.1f] | %.2f [%.2f-%.2f] | %.1f | %d | %s |\n", is[ii], r, lo(a, m), hi(a, m), med(b, m), lo(b, m), hi(b, m), med(u, m), lo(u, m), hi(u, m), med(d, m), err[key], cmed ? sprintf("%.2f", r / cmed) : "n/a"
         }
     }
 }' "$RAW" >"$RESULT"

@@ -72,6 +72,7 @@
 #include <netinet/tcp.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -127,7 +128,7 @@ typedef struct http_conn {
     time_t date_sec;
     char date[40];
     size_t have;              /* bytes in buf */
-    char buf[HTTP_MAX_HEAD];
+    char buf[HTTP_MAX_HEAD];  /* not zeroed (conn_zero): only its first `have` bytes are read */
 } http_conn_t;
 
 #define HTTP_INC(s, f) __atomic_add_fetch(&(s)->st.f, 1, __ATOMIC_RELAXED)
@@ -602,6 +603,7 @@ static int http_server_start(http_server_t **out, const http_config_t *cfg) {
     psrv_config_t pc = {.host = s->cfg.host, .port = s->cfg.port, .pool_size = s->cfg.pool_size,
                         .read_cap = s->cfg.read_cap, .queue_wait_ns = s->cfg.queue_wait_ns,
                         .queue_cap = s->cfg.queue_cap, .conn_size = sizeof(http_conn_t),
+                        .conn_zero = offsetof(http_conn_t, buf),
                         .read = http_read, .serve = http_serve, .refuse_msg = http_busy,
                         .tls = s->cfg.tls};
     int rc = psrv_start(&s->front, &pc);

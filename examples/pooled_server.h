@@ -43,7 +43,7 @@
  *
  * A server embeds psrv_t as the first member of its own struct and
  * psrv_conn_t as the first member of its connection struct (zeroed when
- * the connection arrives, then the server's own until it ends: the front
+ * the connection arrives, up to conn_zero, then the server's own until it ends: the front
  * end keeps it across phases and frees it). Shutdown (psrv_stop,
  * psrv_wait) ends every connection in whatever phase it is.
  *
@@ -98,6 +98,9 @@ typedef struct psrv_config {
     int64_t queue_wait_ns; /* how long a request may wait for a worker */
     int queue_cap;         /* requests that may wait for a worker */
     size_t conn_size;      /* bytes of the server's connection struct */
+    size_t conn_zero;      /* its first bytes zeroed on arrival (0: all): a buffer
+                            * after them is left untouched, so its pages cost
+                            * memory only once bytes are read into them */
     /* The reading phase, on the connection's own coroutine: read until a
      * request is ready (PSRV_WORK) or the connection is to end (PSRV_CLOSE:
      * EOF, a deadline, an error). */
@@ -338,8 +341,12 @@ static void psrv_reader(void *arg) {
 static void psrv_admit(psrv_t *s, int fd) {
     psrv_conn_t *c = NULL;
     if (psrv_take_place(s)) {
-        c = calloc(1, s->cfg.conn_size);
-        if (!c)
+        size_t z = s->cfg.conn_zero && s->cfg.conn_zero < s->cfg.conn_size ? s->cfg.conn_zero
+                                                                            : s->cfg.conn_size;
+        c = malloc(s->cfg.conn_size);
+        if (c)
+            memset(c, 0, z);
+        else
             psrv_leave_place(s);
     }
     if (!c) {
