@@ -204,7 +204,7 @@ UVV=$(pkg-config --modversion libuv 2>/dev/null || echo '?')
 mkdir -p "$(dirname "$RESULT")"
 awk -v date="$DATE" -v machine="$(machine)" -v lb="$LOAD_BEFORE" -v la="$LOAD_AFTER" \
     -v runs="$RUNS" -v dur="$DUR" -v rev="$REV" -v el="$ELAPSED" -v gov="$GO_VERSION" \
-    -v ngv="${NGV:-not installed}" -v uvv="$UVV" -v wrkv="$(wrk -v 2>&1 | head -n 1 | sed 's/ Copyright.*//')" '
+    -v base="$([ "${IMPLS#*colony-base}" != "$IMPLS" ] && echo "$BASELINE")" -v ngv="${NGV:-not installed}" -v uvv="$UVV" -v wrkv="$(wrk -v 2>&1 | head -n 1 | sed 's/ Copyright.*//')" '
 function med(a, n,   i, j, t) {
     for (i = 2; i <= n; i++) { t = a[i]; for (j = i - 1; j >= 1 && a[j] > t; j--) a[j + 1] = a[j]; a[j + 1] = t }
     return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
@@ -234,6 +234,7 @@ END {
     print "  the order rotating from run to run, after a 1 s warm-up; medians [min-max]."
     print "- Peers: libuv " uvv " (bench/peers/uv_http.c, one loop), nginx " ngv " (2 workers,"
     print "  bench/peers/nginx.conf.in), " gov " (bench/go/net/http); " wrkv "."
+    if (base != "") print "- colony-base: " base " (BENCH_HTTP_BASELINE), started as colony is."
     print "- Peak RSS: the VmHWM of each server (nginx: master and workers summed). CPU/req:"
     print "  the server processes\47 user+system time during the measured run over the requests"
     print "  wrk counted (clock ticks: a few per cent of resolution)."
