@@ -28,13 +28,15 @@
  *             its head within 5 s of its first byte.
  *   waiting   a complete head waits for a worker: at most 1 s, and at most
  *             pool-size heads wait; beyond either, 503.
- *   working   a worker (pool-size of them, default 1,000) reads the body
- *             (10 s per read), writes the answer (10 s per write, /file per
- *             64 KiB piece) and answers any request pipelined behind it
- *             that is already buffered; then the connection goes back to
- *             reading and the worker to the pool. Reading a body holds a
- *             worker: a client slow to send its body is bounded by the pool
- *             and the per-read deadline only.
+ *   working   holding one of pool-size work slots (default 1,000): on
+ *             the connection's own coroutine where a slot is free, else on
+ *             a pool worker once one is: read the body (10 s per read),
+ *             write the answer (10 s per write, /file per 64 KiB piece) and
+ *             answer any request pipelined behind it that is already
+ *             buffered; then the connection goes back to reading and the
+ *             slot is free. Reading a body holds a slot: a client slow to
+ *             send its body is bounded by the slots and the per-read
+ *             deadline only.
  * At most read-cap connections (-r, default 10,000) hold no worker
  * (reading, waiting, or closing after an error: the lingering close runs
  * on a coroutine too); a new connection beyond that gets a 503 at once,
@@ -70,6 +72,7 @@
 #include <netinet/tcp.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -124,8 +127,15 @@ typedef struct http_conn {
     long head;                /* the buffered head: its length, or -status to refuse it */
     time_t date_sec;
     char date[40];
+    /* the "/" answer, whole, as last formatted: it changes only with the
+     * second (Date) and the kind (hello_key), and formatting it was a third
+     * of a request's instructions */
+    time_t hello_sec;         /* 0: none yet */
+    int hello_key;            /* conn_hdr * 2 + head_only */
+    int hello_len;
+    char hello[192];
     size_t have;              /* bytes in buf */
-    char buf[HTTP_MAX_HEAD];
+    char buf[HTTP_MAX_HEAD];  /* not zeroed (conn_zero): only its first `have` bytes are read */
 } http_conn_t;
 
 #define HTTP_INC(s, f) __atomic_add_fetch(&(s)->st.f, 1, __ATOMIC_RELAXED)
@@ -164,19 +174,26 @@ static const char *http_date(http_conn_t *c) {
     return c->date;
 }
 
+/* Status line and headers into out (cap bytes); their length. */
+static int http_head(http_conn_t *c, int code, const char *ctype, size_t len,
+                     int conn_hdr /* 0 none, 1 close, 2 keep-alive */, const char *extra,
+                     char *out, size_t cap) {
+    return snprintf(out, cap,
+                    "HTTP/1.1 %d %s\r\nContent-Length: %zu\r\nContent-Type: %s\r\nDate: %s\r\n%s%s\r\n",
+                    code, http_reason(code), len, ctype, http_date(c),
+                    conn_hdr == 1 ? "Connection: close\r\n"
+                    : conn_hdr == 2 ? "Connection: keep-alive\r\n"
+                                    : "",
+                    extra ? extra : "");
+}
+
 /* Write status line, headers and body (head_only: HEAD, no body). */
 static int http_respond(http_conn_t *c, int code, const char *ctype, const void *body, size_t len,
                         bool head_only, int conn_hdr /* 0 none, 1 close, 2 keep-alive */,
                         const char *extra) {
     http_server_t *s = http_srv(c);
     char small[1024];
-    int h = snprintf(small, sizeof small,
-                     "HTTP/1.1 %d %s\r\nContent-Length: %zu\r\nContent-Type: %s\r\nDate: %s\r\n%s%s\r\n",
-                     code, http_reason(code), len, ctype, http_date(c),
-                     conn_hdr == 1 ? "Connection: close\r\n"
-                     : conn_hdr == 2 ? "Connection: keep-alive\r\n"
-                                     : "",
-                     extra ? extra : "");
+    int h = http_head(c, code, ctype, len, conn_hdr, extra, small, sizeof small);
     if (code < 300)
         HTTP_INC(s, status_2xx);
     else if (code < 500)
@@ -194,6 +211,31 @@ static int http_respond(http_conn_t *c, int code, const char *ctype, const void 
     if (psrv_conn_write(&c->base, small, (size_t)h, dl) < 0)
         return -1;
     return len && psrv_conn_write(&c->base, body, len, dl) < 0 ? -1 : 0;
+}
+
+/* "/": the same bytes as http_respond would write, formatted once a
+ * second per connection and kind. */
+static int http_hello_reply(http_conn_t *c, bool head_only, int conn_hdr) {
+    http_server_t *s = http_srv(c);
+    time_t now = time(NULL);
+    int key = conn_hdr * 2 + head_only;
+    if (now != c->hello_sec || key != c->hello_key) {
+        int h = http_head(c, 200, "text/plain; charset=utf-8", sizeof http_hello - 1, conn_hdr,
+                          NULL, c->hello, sizeof c->hello);
+        if (h < 0 || (size_t)h + sizeof http_hello > sizeof c->hello) /* cannot: a fixed head */
+            return http_respond(c, 200, "text/plain; charset=utf-8", http_hello,
+                                sizeof http_hello - 1, head_only, conn_hdr, NULL);
+        if (!head_only) {
+            memcpy(c->hello + h, http_hello, sizeof http_hello - 1);
+            h += (int)sizeof http_hello - 1;
+        }
+        c->hello_len = h;
+        c->hello_sec = now;
+        c->hello_key = key;
+    }
+    HTTP_INC(s, status_2xx);
+    return psrv_conn_write(&c->base, c->hello, (size_t)c->hello_len,
+                           co_deadline_after(s->cfg.write_timeout_ns)) < 0 ? -1 : 0;
 }
 
 /* ---- the file route --------------------------------------------------------- */
@@ -559,8 +601,7 @@ static int http_serve(psrv_conn_t *base) {
             rc = http_respond(c, 405, "text/plain; charset=utf-8", "Method Not Allowed\n", 19,
                               false, conn_hdr, "Allow: GET, HEAD\r\n");
         } else if (target_fits && strcmp(target, "/") == 0) {
-            rc = http_respond(c, 200, "text/plain; charset=utf-8", http_hello,
-                              sizeof http_hello - 1, is_head, conn_hdr, NULL);
+            rc = http_hello_reply(c, is_head, conn_hdr);
         } else if (target_fits && strcmp(target, "/file") == 0 && s->cfg.file) {
             rc = http_send_file(c, is_head, conn_hdr);
         } else {
@@ -600,6 +641,7 @@ static int http_server_start(http_server_t **out, const http_config_t *cfg) {
     psrv_config_t pc = {.host = s->cfg.host, .port = s->cfg.port, .pool_size = s->cfg.pool_size,
                         .read_cap = s->cfg.read_cap, .queue_wait_ns = s->cfg.queue_wait_ns,
                         .queue_cap = s->cfg.queue_cap, .conn_size = sizeof(http_conn_t),
+                        .conn_zero = offsetof(http_conn_t, buf),
                         .read = http_read, .serve = http_serve, .refuse_msg = http_busy,
                         .tls = s->cfg.tls};
     int rc = psrv_start(&s->front, &pc);

@@ -9,17 +9,23 @@
  *            worker: a client slow to send its request (slowloris), or a
  *            kept-alive connection waiting for its next one, costs a
  *            parked coroutine and the connection's buffer, not a worker.
- *   waiting  the request is handed to the pool (co_pool_submit_until): a
- *            free worker takes it at once, else it waits, at most
- *            queue_wait_ns and behind at most queue_cap others (the pool's
- *            max_blocking); beyond either it is refused.
- *   working  a worker runs the server's `serve`: the work and the answer.
- *            PSRV_KEEP sends the connection back to reading (on a new
- *            coroutine: the worker is free as soon as it has answered),
- *            PSRV_CLOSE ends it (a lingering close, too, goes to a
- *            coroutine of its own).
+ *   working  the server's `serve` (the work and the answer) runs holding
+ *            one of pool_size work slots (a semaphore). Where a slot is
+ *            free and nobody waits for one, the connection's own coroutine
+ *            takes it and serves in place, then goes back to reading: a
+ *            request then costs no hand-off, no pool queue and no new
+ *            coroutine.
+ *   waiting  else the request is handed to the pool (co_pool_submit_until,
+ *            pool_size workers): a free worker takes it at once, else it
+ *            waits, behind at most queue_cap others (the pool's
+ *            max_blocking); the worker then waits its turn for a slot
+ *            (FIFO). In all it waits at most queue_wait_ns, else it is
+ *            refused. After the work, PSRV_KEEP sends the connection back
+ *            to reading on a new coroutine (the worker is free as soon as
+ *            it has answered); PSRV_CLOSE ends it (a lingering close, too,
+ *            goes to a coroutine of its own).
  *
- * Limits: at most read_cap connections hold no worker (reading, waiting
+ * Limits: at most read_cap connections hold no slot (reading, waiting
  * for one, being refused or closing), at most pool_size hold one. A new
  * connection beyond read_cap is refused at once; a kept-alive one that
  * finds no room is closed (lingering: a request it had already sent is
@@ -37,7 +43,7 @@
  *
  * A server embeds psrv_t as the first member of its own struct and
  * psrv_conn_t as the first member of its connection struct (zeroed when
- * the connection arrives, then the server's own until it ends: the front
+ * the connection arrives, up to conn_zero, then the server's own until it ends: the front
  * end keeps it across phases and frees it). Shutdown (psrv_stop,
  * psrv_wait) ends every connection in whatever phase it is.
  *
@@ -77,7 +83,8 @@ typedef struct psrv_conn {
     int fd;
     bool linger;           /* close lingering (shutdown, drain, close): set by the server */
     bool off_pool;         /* it counts in srv->off_pool (it holds no worker) */
-    int64_t rounds;        /* how many times a worker has served it (0: a new connection) */
+    int64_t rounds;        /* how many times it has been served (0: a new connection) */
+    int64_t wait_dl;       /* handed to the pool: when its wait for a slot ends */
     co_tls_t *tls;         /* with cfg.tls: the session, on a dup of fd, once the handshake
                             * is done (fd stays the server's: shutdown, close) */
     struct psrv_conn *prev, *next; /* in srv->active, under srv->mu */
@@ -91,6 +98,9 @@ typedef struct psrv_config {
     int64_t queue_wait_ns; /* how long a request may wait for a worker */
     int queue_cap;         /* requests that may wait for a worker */
     size_t conn_size;      /* bytes of the server's connection struct */
+    size_t conn_zero;      /* its first bytes zeroed on arrival (0: all): a buffer
+                            * after them is left untouched, so its pages cost
+                            * memory only once bytes are read into them */
     /* The reading phase, on the connection's own coroutine: read until a
      * request is ready (PSRV_WORK) or the connection is to end (PSRV_CLOSE:
      * EOF, a deadline, an error). */
@@ -106,7 +116,8 @@ typedef struct psrv_config {
 struct psrv {
     psrv_config_t cfg;
     int lfd, port;
-    co_pool_t *pool;
+    co_pool_t *pool;       /* the waiting room: requests that found no free slot */
+    co_sem_t slots;        /* pool_size work slots: `serve` runs holding one */
     co_waitgroup_t loop;   /* the accept loop */
     co_waitgroup_t conns;  /* the connections admitted and not ended yet */
     int stopping;          /* atomic: set once by psrv_stop */
@@ -221,33 +232,71 @@ static void psrv_closer(void *arg) {
     psrv_end(arg);
 }
 
-/* The work phase: a pool task. */
-static void psrv_worker(void *arg) {
-    psrv_conn_t *c = arg;
+/* A request that got no slot in time, too many waiting, or shutting down:
+ * 503 (if the server has a message; it gets 1 s) and a lingering close. */
+static void psrv_refuse_req(psrv_conn_t *c) {
     psrv_t *s = c->srv;
-    c->off_pool = false; /* it holds a worker now */
+    __atomic_add_fetch(&s->refused, 1, __ATOMIC_RELAXED);
+    if (s->cfg.refuse_msg)
+        (void)psrv_conn_write(c, s->cfg.refuse_msg, strlen(s->cfg.refuse_msg),
+                              co_deadline_after(1000 * PSRV_MS));
+    c->linger = true;
+    psrv_end(c);
+}
+
+static void psrv_refuser(void *arg) {
+    psrv_refuse_req(arg);
+}
+
+/* The work, with a slot held, which it gives back. true: the connection
+ * goes back to reading, its place among those holding no slot taken
+ * again; false: it is to end (c->linger says how). */
+static bool psrv_work(psrv_conn_t *c) {
+    psrv_t *s = c->srv;
+    c->off_pool = false; /* it holds a slot now */
     psrv_leave_place(s);
     int r = s->cfg.serve(c);
     c->rounds++;
+    co_sem_release(&s->slots, 1);
     bool keep = r == PSRV_KEEP && !psrv_stopping(s);
-    if (keep || c->linger) { /* off the worker: back to reading, or a lingering close */
-        if (psrv_take_place(s)) {
-            c->off_pool = true;
-            if (co_go(keep ? psrv_reader : psrv_closer, c) == 0)
-                return; /* the connection's new coroutine has it */
-            c->off_pool = false;
-            psrv_leave_place(s);
-        }
-        if (keep) { /* no room: end it, as an idle keep-alive connection may be */
-            __atomic_add_fetch(&s->refused, 1, __ATOMIC_RELAXED);
-            c->linger = true;
-        }
+    if (keep && psrv_take_place(s)) {
+        c->off_pool = true;
+        return true;
     }
-    psrv_end(c); /* (lingering on the worker only when there was no room) */
+    if (keep) { /* no room: end it, as an idle keep-alive connection may be */
+        __atomic_add_fetch(&s->refused, 1, __ATOMIC_RELAXED);
+        c->linger = true;
+    }
+    if (c->linger && psrv_take_place(s))
+        c->off_pool = true; /* a lingering close counts among those holding no slot */
+    return false;
 }
 
-/* The reading phase, and the wait for a worker: the connection's own
- * coroutine. */
+/* A request that found no free slot: a pool task, waiting for one. */
+static void psrv_worker(void *arg) {
+    psrv_conn_t *c = arg;
+    psrv_t *s = c->srv;
+    bool got = co_sem_acquire(&s->slots, 1, c->wait_dl) == 0;
+    if (!got || psrv_stopping(s)) { /* no slot in time, or shutting down */
+        if (got)
+            co_sem_release(&s->slots, 1);
+        if (co_go(psrv_refuser, c) < 0) /* off the worker: the 503 may take 1 s */
+            psrv_refuse_req(c);
+        return;
+    }
+    if (psrv_work(c)) {
+        if (co_go(psrv_reader, c) == 0)
+            return; /* the connection's new coroutine has it */
+        __atomic_add_fetch(&s->refused, 1, __ATOMIC_RELAXED);
+        c->linger = true; /* (lingering on the worker: no coroutine to be had) */
+    } else if (c->off_pool && co_go(psrv_closer, c) == 0) {
+        return;
+    }
+    psrv_end(c);
+}
+
+/* The reading phase, and the work where a slot is free: the connection's
+ * own coroutine, for as long as it keeps finding one. */
 static void psrv_reader(void *arg) {
     psrv_conn_t *c = arg;
     psrv_t *s = c->srv;
@@ -263,20 +312,27 @@ static void psrv_reader(void *arg) {
             return;
         }
     }
-    if (s->cfg.read(c) == PSRV_WORK) {
-        /* a free worker first (no clock read), else wait for one */
-        int rc = psrv_stopping(s) ? CO_ECLOSED : co_pool_submit_until(s->pool, psrv_worker, c, 0);
+    while (s->cfg.read(c) == PSRV_WORK) {
+        if (psrv_stopping(s)) {
+            psrv_refuse_req(c);
+            return;
+        }
+        /* a free slot, and nobody before us waiting for one: work here */
+        if (co_sem_try_acquire(&s->slots, 1)) {
+            if (psrv_work(c))
+                continue;
+            break;
+        }
+        /* else a pool worker waits for a slot in our place (a free worker
+         * first, no clock read; else wait for one) */
+        c->wait_dl = co_deadline_after(s->cfg.queue_wait_ns);
+        int rc = co_pool_submit_until(s->pool, psrv_worker, c, 0);
         if (rc == CO_ETIMEDOUT)
-            rc = co_pool_submit_until(s->pool, psrv_worker, c,
-                                      co_deadline_after(s->cfg.queue_wait_ns));
+            rc = co_pool_submit_until(s->pool, psrv_worker, c, c->wait_dl);
         if (rc == 0)
             return; /* a worker has it */
-        /* no worker in time, too many waiting, or shutting down */
-        __atomic_add_fetch(&s->refused, 1, __ATOMIC_RELAXED);
-        if (s->cfg.refuse_msg)
-            (void)psrv_conn_write(c, s->cfg.refuse_msg, strlen(s->cfg.refuse_msg),
-                                  co_deadline_after(1000 * PSRV_MS));
-        c->linger = true;
+        psrv_refuse_req(c);
+        return;
     }
     psrv_end(c);
 }
@@ -285,8 +341,12 @@ static void psrv_reader(void *arg) {
 static void psrv_admit(psrv_t *s, int fd) {
     psrv_conn_t *c = NULL;
     if (psrv_take_place(s)) {
-        c = calloc(1, s->cfg.conn_size);
-        if (!c)
+        size_t z = s->cfg.conn_zero && s->cfg.conn_zero < s->cfg.conn_size ? s->cfg.conn_zero
+                                                                            : s->cfg.conn_size;
+        c = malloc(s->cfg.conn_size);
+        if (c)
+            memset(c, 0, z);
+        else
             psrv_leave_place(s);
     }
     if (!c) {
@@ -374,6 +434,7 @@ static int psrv_start(psrv_t *s, const psrv_config_t *cfg) {
     s->lfd = rc;
     /* default-size stacks: the runtime caches those, and a worker per
      * request starts on a warm one */
+    co_sem_init(&s->slots, s->cfg.pool_size);
     co_pool_opts_t po = {.max_blocking = s->cfg.queue_cap};
     if ((rc = co_pool_new(&s->pool, s->cfg.pool_size, &po)) < 0)
         goto fail_lfd;

@@ -31,6 +31,9 @@ fi
 # (bench/plot.sh; without it the benchmarks run and the charts are skipped).
 if [ "${1:-}" = bench ]; then
     command -v gnuplot >/dev/null 2>&1 || need="$need gnuplot-nox"
+    # bench/run_http1k.sh's peers: a libuv responder, nginx
+    [ -f /usr/include/uv.h ] || need="$need libuv1-dev"
+    [ -x /usr/sbin/nginx ] || command -v nginx >/dev/null 2>&1 || need="$need nginx-light"
 fi
 if [ -n "$need" ]; then
     echo "colony: installing build dependencies:$need"
