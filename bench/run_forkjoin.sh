@@ -69,13 +69,14 @@ div() { # median of $2 / median of $1
     if [ -n "$a" ] && [ -n "$b" ]; then awk -v a="$a" -v b="$b" 'BEGIN{printf "%.2f", b/a}'; else echo n/a; fi
 }
 machine=$(lscpu 2>/dev/null | sed -n 's/^Model name:[[:space:]]*//p' | head -1)
+btype=$(sed -n 's/^CMAKE_BUILD_TYPE:[A-Z]*=//p' "$BUILD/CMakeCache.txt" 2>/dev/null)
 host=$(div "$TMP/s1" "$TMP/s2")
 {
     echo "## forkjoin: parallel fib on 1 and 2 Ps, against Go"
     echo
     echo "\`sh bench/run_forkjoin.sh $(basename "$BUILD")\` on $(date -u '+%Y-%m-%d %H:%M UTC'), $machine,"
     echo "$(nproc) logical CPUs, load average $load0 at the start and $(cut -d' ' -f1-3 /proc/loadavg) at the end"
-    echo "(the host is shared with other builds and tests), $RUNS alternating runs per row."
+    echo "(the host is shared with other builds and tests), $RUNS alternating runs per row, build type ${btype:-unknown}."
     echo "fib($N), a coroutine (goroutine) per call above the cut-off, each parent joining its children with a"
     echo "waitgroup, plain recursion at or below it: cut-off $FINE (fine) and $COARSE (coarse). Wall ms median [range],"
     echo "CPU ms median (user + system), largest peak RSS. $(go version 2>/dev/null || echo 'Go: not installed')."
