@@ -1,0 +1,3 @@
+module colony.bench/forkjoin
+
+go 1.19
