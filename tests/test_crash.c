@@ -88,6 +88,13 @@ static void test_user_handler(void) {
     fputs(out, stderr);
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 42);
     CHECK(strstr(out, "user handler ran") != NULL);
+    /* colony's report first, not called fatal: the handler may go on */
+    const char *rep = strstr(out, "colony: SIGSEGV: segmentation violation at address 0x0 "
+                                  "(the program's own handler runs next)");
+    CHECK(rep != NULL);
+    CHECK(strstr(out, "colony: fatal:") == NULL);
+    CHECK(strstr(out, "'crasher' [running]:") != NULL);
+    CHECK(rep && strstr(rep, "user handler ran") != NULL); /* in that order */
 }
 
 int main(void) {

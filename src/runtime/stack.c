@@ -186,7 +186,7 @@ static void put_frame(const char *pre, void *pc) {
 /* The crash report: signal, address, the coroutine, its entry and stack.
  * write(2) only; the symbol lookup (libunwind's, reading the ELF tables)
  * takes no lock of colony's and allocates nothing. */
-static void crash_report(int sig, siginfo_t *si, void *uctx, co_g_t *g) {
+static void crash_report(int sig, siginfo_t *si, void *uctx, co_g_t *g, bool chained) {
     static const char *const names[] = {"SIGSEGV: segmentation violation", "SIGBUS: bus error",
                                         "SIGFPE: floating-point exception",
                                         "SIGILL: illegal instruction", "SIGABRT: abort"};
@@ -197,12 +197,15 @@ static void crash_report(int sig, siginfo_t *si, void *uctx, co_g_t *g) {
     char name[sizeof g->name + 1];
     memcpy(name, g->name, sizeof g->name);
     name[sizeof g->name] = 0;
-    size_t n = put_str(buf, 0, sizeof buf, "colony: fatal: ");
+    /* chained: the program's own handler runs next and may handle the
+     * signal and go on, so this is not called fatal */
+    size_t n = put_str(buf, 0, sizeof buf, chained ? "colony: " : "colony: fatal: ");
     n = put_str(buf, n, sizeof buf, what);
     if (sig != SIGABRT) {
         n = put_str(buf, n, sizeof buf, " at address ");
         n = put_hex(buf, n, sizeof buf, (uintptr_t)si->si_addr);
     }
+    if (chained) n = put_str(buf, n, sizeof buf, " (the program's own handler runs next)");
     n = put_str(buf, n, sizeof buf, "\n\ncoroutine ");
     n = put_u64(buf, n, sizeof buf, g->id);
     if (name[0]) {
@@ -249,19 +252,25 @@ static void segv_handler(int sig, siginfo_t *si, void *uctx) {
     struct sigaction *prev = NULL;
     for (size_t i = 0; i < N_CRASH_SIGS; i++)
         if (crash_sigs[i] == sig) prev = &prev_act[i];
-    /* A handler the program installed first runs instead of the report:
-     * it may be one that handles the fault and goes on. */
-    if (prev && (prev->sa_flags & SA_SIGINFO)) {
-        if (prev->sa_sigaction) {
+    /* A handler the program installed first still runs, after the report:
+     * it may be one that handles the fault and goes on, so the report is
+     * printed for the first such signal of the process only (relaxed
+     * exchange: only which handler prints matters). */
+    bool user = prev && ((prev->sa_flags & SA_SIGINFO) ? prev->sa_sigaction != NULL
+                                                      : prev->sa_handler != SIG_DFL &&
+                                                            prev->sa_handler != SIG_IGN);
+    if (user) {
+        static uint32_t chained_reported; /* atomic: 1 once a chained report was printed */
+        if (g && crash_reports && !__atomic_exchange_n(&chained_reported, 1, __ATOMIC_RELAXED))
+            crash_report(sig, si, uctx, g, true);
+        if (prev->sa_flags & SA_SIGINFO)
             prev->sa_sigaction(sig, si, uctx);
-            return;
-        }
-    } else if (prev && prev->sa_handler != SIG_DFL && prev->sa_handler != SIG_IGN) {
-        prev->sa_handler(sig);
+        else
+            prev->sa_handler(sig);
         return;
     }
     /* Dying the default way: say where first. */
-    if (g && crash_reports) crash_report(sig, si, uctx, g);
+    if (g && crash_reports) crash_report(sig, si, uctx, g, false);
     signal(sig, SIG_DFL);
     raise(sig);
 }
