@@ -258,7 +258,7 @@ pr=$(ratio "$pc" "$pg")
     echo "| HTTPS: server peak RSS (KiB), median | $(med https_rss_kib colony) | $(med https_rss_kib go) | | report | |"
     echo
     echo "**Reading.** The CPU rows say where the gap is: per full handshake colony's"
-    echo "client and server together use about twice the CPU time of Go's, and that time is"
+    echo "client and server together use 1.4-2x the CPU time of Go's, and that time is"
     echo "OpenSSL's. perf record on colony's handshake client (2026-11-27, 100 clients):"
     echo "libcrypto 48%, the kernel 27%, libc 19% (malloc/free, and the rwlocks of OpenSSL 3's"
     echo "provider and property stores), libssl 5%, colony and the benchmark about 1%. The raw"
