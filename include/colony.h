@@ -457,6 +457,13 @@ CO_EXTERN ssize_t co_sendto(int fd, const void *buf, size_t len, int flags,
                             const struct sockaddr *to, socklen_t tolen, int64_t deadline);
 CO_EXTERN ssize_t co_recvmsg(int fd, struct msghdr *msg, int flags, int64_t deadline);
 CO_EXTERN ssize_t co_sendmsg(int fd, const struct msghdr *msg, int flags, int64_t deadline);
+/* Batches of datagrams in one system call (recvmmsg(2), sendmmsg(2)): n
+ * in 1..1024. co_recvmmsg waits until at least one datagram is queued and
+ * returns how many it took (each msgs[i].msg_len set); co_sendmmsg returns
+ * how many went out (at least 1; the caller sends the rest again). */
+struct mmsghdr;
+CO_EXTERN int co_recvmmsg(int fd, struct mmsghdr *msgs, unsigned n, int flags, int64_t deadline);
+CO_EXTERN int co_sendmmsg(int fd, struct mmsghdr *msgs, unsigned n, int flags, int64_t deadline);
 CO_EXTERN ssize_t co_readv(int fd, const struct iovec *iov, int iovcnt, int64_t deadline);
 CO_EXTERN ssize_t co_writev(int fd, const struct iovec *iov, int iovcnt, int64_t deadline);
 CO_EXTERN ssize_t co_sendfile(int out_fd, int in_fd, off_t *offset, size_t count,

@@ -430,6 +430,14 @@ static void test_verification(void) {
     CHECK_EQ(client_against("wrong", sys, NULL), 0);
     co_tls_config_free(sys);
     co_tls_config_free(ca);
+    /* off, then on again: the checks are all back */
+    co_tls_config_t *again = client_cfg(true);
+    CHECK_EQ(co_tls_config_verify(again, false), 0);
+    CHECK_EQ(co_tls_config_verify(again, true), 0);
+    CHECK_EQ(client_against("expired", again, "localhost"), CO_ETLSVERIFY);
+    CHECK_EQ(client_against("wrong", again, "localhost"), CO_ETLSVERIFY);
+    CHECK_EQ(client_against("good", again, "localhost"), 0);
+    co_tls_config_free(again);
 }
 
 /* ---- peers that stall or send garbage --------------------------------- */

@@ -1,6 +1,6 @@
 /*
  * Datagrams, messages and vectored I/O on the netpoller: co_recvfrom,
- * co_sendto, co_recvmsg, co_sendmsg, co_readv, co_writev, co_sendfile.
+ * co_sendto, co_recvmsg, co_sendmsg, co_recvmmsg, co_sendmmsg, co_readv, co_writev, co_sendfile.
  * Each is a system call tried under io's protocol (io/io.h: the fd's
  * reference, parking on readiness, the deadline, co_close); sends hold
  * co_write's lock, as Go's WriteTo and Writev hold the fd's write lock, so
@@ -127,6 +127,63 @@ ssize_t co_sendmsg(int fd, const struct msghdr *msg, int flags, int64_t deadline
         return CO_EINVAL;
     dgram_t d = {.cmsg = msg, .flags = flags | MSG_NOSIGNAL | MSG_DONTWAIT};
     return co__io_op(fd, CO__IO_WRITE | CO__IO_WLOCK, do_sendmsg, &d, deadline);
+}
+
+/* ---- batches of datagrams --------------------------------------------------- */
+
+typedef struct mm {
+    struct mmsghdr *v;
+    unsigned n;
+    int flags;
+} mm_t;
+
+static NOINL ssize_t do_recvmmsg(int fd, void *arg) {
+    mm_t *m = arg;
+    int r = recvmmsg(fd, m->v, m->n, m->flags, NULL);
+    return r < 0 ? -errno : r;
+}
+
+static NOINL ssize_t do_sendmmsg(int fd, void *arg) {
+    mm_t *m = arg;
+    int r = sendmmsg(fd, m->v, m->n, m->flags);
+    return r < 0 ? -errno : r;
+}
+
+/* The kernel takes at most UIO_MAXIOV (1024) messages a call and caps a
+ * larger n silently; we refuse it, so a caller's count is never cut. */
+#define MMSG_MAX 1024
+
+static int mm_check(const struct mmsghdr *v, unsigned n) {
+    if (!v || n == 0 || n > MMSG_MAX)
+        return CO_EINVAL;
+    for (unsigned i = 0; i < n; i++)
+        if ((!v[i].msg_hdr.msg_iov && v[i].msg_hdr.msg_iovlen) ||
+            v[i].msg_hdr.msg_iovlen > IOV_MAX)
+            return CO_EINVAL;
+    return 0;
+}
+
+int co_recvmmsg(int fd, struct mmsghdr *msgs, unsigned n, int flags, int64_t deadline) {
+    if (fd < 0)
+        return -EBADF;
+    if (mm_check(msgs, n) < 0)
+        return CO_EINVAL;
+    /* MSG_WAITFORONE is implied by MSG_DONTWAIT: the call returns what is
+     * queued, and parks only while nothing is */
+    mm_t m = {.v = msgs, .n = n, .flags = flags | MSG_CMSG_CLOEXEC | MSG_DONTWAIT};
+    ssize_t r = co__io_op(fd, CO__IO_READ, do_recvmmsg, &m, deadline);
+    for (ssize_t i = 0; i < r; i++)
+        fresh_rights(&msgs[i].msg_hdr);
+    return (int)r;
+}
+
+int co_sendmmsg(int fd, struct mmsghdr *msgs, unsigned n, int flags, int64_t deadline) {
+    if (fd < 0)
+        return -EBADF;
+    if (mm_check(msgs, n) < 0)
+        return CO_EINVAL;
+    mm_t m = {.v = msgs, .n = n, .flags = flags | MSG_NOSIGNAL | MSG_DONTWAIT};
+    return (int)co__io_op(fd, CO__IO_WRITE | CO__IO_WLOCK, do_sendmmsg, &m, deadline);
 }
 
 /* ---- vectored I/O ------------------------------------------------------------ */

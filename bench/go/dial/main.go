@@ -120,6 +120,8 @@ func main() {
 		os.Exit(2)
 	}
 	var wg sync.WaitGroup
+	var ru0 syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
 	t0 := time.Now()
 	for i := 0; i < c; i++ {
 		wg.Add(1)
@@ -130,7 +132,9 @@ func main() {
 	ops := per * c
 	var ru syscall.Rusage
 	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	fmt.Printf("bench=%s impl=go procs=%d ns_per_op=%.1f ops=%d peak_rss_kb=%d ops_per_s=%.0f failures=%d\n",
+	// CPU time (user + system, all threads) of the measurement
+	cpu := ru.Utime.Nano() + ru.Stime.Nano() - ru0.Utime.Nano() - ru0.Stime.Nano()
+	fmt.Printf("bench=%s impl=go procs=%d ns_per_op=%.1f ops=%d peak_rss_kb=%d ops_per_s=%.0f failures=%d cpu_ns_per_op=%.0f\n",
 		mode, runtime.GOMAXPROCS(0), float64(dt.Nanoseconds())/float64(ops), ops, ru.Maxrss,
-		float64(ops)/dt.Seconds(), failures)
+		float64(ops)/dt.Seconds(), failures, float64(cpu)/float64(ops))
 }

@@ -186,4 +186,8 @@ func main() {
 		fmt.Printf("echo: %d round trips of %d B in %.2f s, %.1f MiB/s, %d errors\n", count, size, el,
 			float64(bytes)/el/(1<<20), errs)
 	}
+	// the client's CPU time (user + system, all threads), for the cost per operation
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	fmt.Printf("cpu: client_ms=%d\n", (ru.Utime.Nano()+ru.Stime.Nano())/1000000)
 }
