@@ -259,6 +259,12 @@ typedef struct co_m {
     void *altstack;            /* sigaltstack for the overflow report */
     bool exiting;
     uint64_t tcheck;           /* co__cycles() at run_post's last timer check; owner only */
+    /* Gs that must run on this M (co_thread_return): FIFO through
+     * schedlink, under sched.lock. The owner peeks at affq (relaxed) as a
+     * hint and takes from it under the lock; a missed push is found at the
+     * owner's next look (findrunnable, every 61st schedule, stopm). */
+    co_g_t *affq, *affq_tail;
+    bool onmidle;              /* under sched.lock: asleep in stopm, on the idle M list */
     uint32_t pin;              /* co__pin_enter's sequence, odd inside a pinned section:
                                 * stored by the owner only (relaxed on entry, release on
                                 * exit), loaded by co__pin_wait (acquire) */
@@ -303,6 +309,8 @@ typedef struct co_sched {
     int64_t runqsize;          /* atomic for lock-free emptiness checks: all Gs queued */
     co_p_t *pspare;            /* retired Ps, ready to be lent again */
     co_p_t *pretiring;         /* Ps lent away whose M has not retired them yet */
+    int naffq;                 /* Gs queued on Ms' affq (under lock): a P going idle
+                                * goes to an idle M with one instead (pidleput_locked) */
 
     /* gcache_lock protects the caches of gcache.c: gfree, sfree,
      * stackwait, tokwait, nstackwait. Not sched.lock: dead Gs spilled by
@@ -373,6 +381,11 @@ CO_HIDDEN void co__wakep(void);
 CO_HIDDEN void co__startm(co_p_t *p, bool spinning);
 CO_HIDDEN void co__handoffp(co_p_t *p);
 CO_HIDDEN co_p_t *co__pidleget(void);
+/* sched.lock held, s->naffq > 0: hand p to an M asleep on the idle list
+ * with Gs on its affq; false if there is none (sched.c) */
+CO_HIDDEN bool co__affine_handoff_locked(co_p_t *p);
+/* m's first affine G, or NULL (sched.c) */
+CO_HIDDEN co_g_t *co__affq_take(co_m_t *m);
 /* Run-queue entries: in the Ps' rings (runq.c), globq.c's global queue
  * and its injection stack. Ring entries carry a tag in bit 0 (Gs are at least
  * 8-byte aligned): set when the G never ran (it has no stack yet), so that
