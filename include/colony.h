@@ -389,6 +389,15 @@ CO_EXTERN int co_blocking_stats(int *busy, int *waiting);
  * letting another thread take the coroutine on. For foreign code that
  * keeps the address of errno or of a thread-local across the call. */
 CO_EXTERN int co_blocking_on_thread(void (*fn)(void *arg), void *arg);
+/* The calling coroutine's thread, as a token for co_thread_return (NULL
+ * on a plain thread). */
+CO_EXTERN void *co_thread_home(void);
+/* Back to the thread co_thread_home named: a coroutine that parked since
+ * and runs on another thread now waits until that thread runs it (without
+ * holding either thread meanwhile); on that thread already, or with home
+ * NULL, it returns at once. For foreign code that keeps the address of
+ * errno or of a thread-local across a call that parks (docs/hook.md). */
+CO_EXTERN void co_thread_return(void *home);
 /* Whether a wait here parks a coroutine (true: a coroutine holding a P)
  * or blocks the thread (false: a plain thread, or inside co_blocking's fn):
  * for code that interposes blocking calls. */

@@ -20,13 +20,13 @@
  *    the number can name another file; socket, accept and dup give a
  *    number a fresh entry.
  *  - sleep, usleep, nanosleep in a coroutine are co_sleep_until.
- *  - $COLONY_HOOK_PIN=1: every wait keeps the coroutine on its thread
- *    (inside co_blocking), for foreign code that caches &errno or the
- *    address of a thread-local across a call (see co_wait below).
+ *  - a coroutine that parked comes back to its thread before the call
+ *    returns, for foreign code that caches &errno or the address of a
+ *    thread-local across a call ($COLONY_HOOK_MIGRATE=1: not;
+ *    $COLONY_HOOK_PIN=1: it holds its thread instead; see co_wait below).
  *  - poll parks (several fds: through a private epoll set); select runs
  *    inside co_blocking (a thread held, within its cap).
- * The program's errno is set after the coroutine resumes, on the thread it
- * resumed on (see docs/hook.md for code that caches &errno).
+ * The program's errno is set after the coroutine is back on its thread.
  */
 #include <colony.h>
 
@@ -173,22 +173,26 @@ static hfd_t *hooked(int fd, bool co) {
 }
 
 /* ---- where a coroutine waits ----------------------------------------------
- * By default it parks: its thread runs other coroutines, and it may resume
- * on another thread. With $COLONY_HOOK_PIN=1 (read once) every wait of the
- * hook runs inside co_blocking_on_thread instead: the coroutine keeps its
- * thread (its P goes to another thread meanwhile), so foreign code that
- * took &errno or the address of a thread-local before the call finds the
- * right thread after it. It costs a thread per waiting coroutine, beyond
- * co_blocking's cap if need be. */
-static int pin_mode = -1; /* atomic relaxed: -1 unread, 0 park, 1 pin */
-static bool pinned(void) {
-    int m = __atomic_load_n(&pin_mode, __ATOMIC_RELAXED);
-    if (m < 0) {
-        const char *e = getenv("COLONY_HOOK_PIN");
-        m = e && e[0] == '1';
-        __atomic_store_n(&pin_mode, m, __ATOMIC_RELAXED);
+ * By default it parks, and comes back to the thread it parked on before
+ * the hook returns (co_thread_return): its thread runs other coroutines
+ * meanwhile, and foreign code that took &errno or the address of a
+ * thread-local before the call finds the right thread after it. Read once:
+ *  - $COLONY_HOOK_MIGRATE=1: it may resume on any thread (cheaper; only
+ *    for code that keeps no thread-local address across a call);
+ *  - $COLONY_HOOK_PIN=1: every wait runs inside co_blocking_on_thread: the
+ *    coroutine holds its thread while it waits (its P goes to another
+ *    thread meanwhile), a thread per waiting coroutine, beyond
+ *    co_blocking's cap if need be. */
+enum { MODE_UNREAD = -1, MODE_HOME, MODE_MIGRATE, MODE_PIN };
+static int wait_mode = MODE_UNREAD; /* atomic relaxed: read once from the environment */
+static int mode(void) {
+    int m = __atomic_load_n(&wait_mode, __ATOMIC_RELAXED);
+    if (m == MODE_UNREAD) {
+        const char *pin = getenv("COLONY_HOOK_PIN"), *mig = getenv("COLONY_HOOK_MIGRATE");
+        m = pin && pin[0] == '1' ? MODE_PIN : mig && mig[0] == '1' ? MODE_MIGRATE : MODE_HOME;
+        __atomic_store_n(&wait_mode, m, __ATOMIC_RELAXED);
     }
-    return m == 1;
+    return m;
 }
 struct wait_args {
     int fd, ev;
@@ -199,13 +203,19 @@ static void wait_in_thread(void *arg) {
     struct wait_args *a = arg;
     a->r = a->fd >= 0 ? co_wait_fd(a->fd, a->ev, a->deadline) : co_sleep_until(a->deadline);
 }
-/* co_wait_fd (fd >= 0) or co_sleep_until (fd < 0), on this thread if pinned */
+/* co_wait_fd (fd >= 0) or co_sleep_until (fd < 0), back on this thread
+ * after it unless MODE_MIGRATE */
 static int co_wait(int fd, int ev, int64_t deadline) {
-    if (!pinned())
-        return fd >= 0 ? co_wait_fd(fd, ev, deadline) : co_sleep_until(deadline);
-    struct wait_args a = {fd, ev, deadline, 0};
-    co_blocking_on_thread(wait_in_thread, &a);
-    return a.r;
+    int m = mode();
+    if (m == MODE_PIN) {
+        struct wait_args a = {fd, ev, deadline, 0};
+        co_blocking_on_thread(wait_in_thread, &a);
+        return a.r;
+    }
+    void *home = m == MODE_HOME ? co_thread_home() : NULL;
+    int r = fd >= 0 ? co_wait_fd(fd, ev, deadline) : co_sleep_until(deadline);
+    co_thread_return(home);
+    return r;
 }
 
 /* Wait until fd is ready for `ev` (CO_READABLE / CO_WRITABLE) or timeo ns

@@ -361,6 +361,7 @@ int co_shutdown(void) {
 static void wake_idle_ms_locked(void) {
     co_sched_t *s = &co__sched;
     for (co_m_t *m = s->midle; m; m = m->link) {
+        m->onmidle = false;
         __atomic_store_n(&m->park, 1, __ATOMIC_RELEASE);
         co__futex_wake(&m->park, 1);
     }

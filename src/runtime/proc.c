@@ -116,6 +116,7 @@ void co__startm(co_p_t *p, bool spinning) {
     if (m) {
         s->midle = m->link;
         s->nmidle--;
+        m->onmidle = false;
     }
     co__unlock(&s->lock);
     if (!m) {
@@ -194,10 +195,21 @@ static void stopm(co_m_t *m) {
         co__unlock(&s->lock);
         return;
     }
+    if (m->affq) {
+        /* Gs only this M may run wait: take an idle P for them, or sleep
+         * until a P going idle is handed over (co__affine_handoff_locked) */
+        co_p_t *p = pidleget_locked();
+        if (p) {
+            m->nextp = p;
+            co__unlock(&s->lock);
+            return;
+        }
+    }
     __atomic_store_n(&m->park, 0, __ATOMIC_RELAXED);
     m->link = s->midle;
     s->midle = m;
     s->nmidle++;
+    m->onmidle = true;
     co__unlock(&s->lock);
     /* acquire: pairs with startm's store-release */
     CO_TRACE(CO__TEV_M_SLEEP, 0, 0);
@@ -236,7 +248,8 @@ void co__block_idle(co_m_t *m) {
             delay = next - co_now();
             if (delay < 0) delay = 0;
         }
-        if (co__globrunq_pending(__ATOMIC_ACQUIRE) &&
+        if ((co__globrunq_pending(__ATOMIC_ACQUIRE) ||
+             __atomic_load_n(&m->affq, __ATOMIC_RELAXED) != NULL) &&
             __atomic_load_n(&s->npidle, __ATOMIC_ACQUIRE) > 0)
             delay = 0; /* work is waiting for a P: don't sleep */
         CO_TRACE(CO__TEV_M_SLEEP, 0, 1);

@@ -273,6 +273,12 @@ typedef struct co_m {
     bool np_batch;             /* inside co__netpoll's event loop, or past the first callback
                                 * of co__timers_run: the network's and the timers' wake-ups
                                 * go to the ring's tail, not runnext; owner only */
+    /* Gs that must run on this M (co_thread_return): FIFO through
+     * schedlink, under sched.lock. The owner peeks at affq (relaxed) as a
+     * hint and takes from it under the lock; a missed push is found at the
+     * owner's next look (findrunnable, every 61st schedule, stopm). */
+    co_g_t *affq, *affq_tail;
+    bool onmidle;              /* under sched.lock: asleep in stopm, on the idle M list */
     uint32_t pin;              /* co__pin_enter's sequence, odd inside a pinned section:
                                 * stored by the owner only (relaxed on entry, release on
                                 * exit), loaded by co__pin_wait (acquire) */
@@ -322,6 +328,8 @@ typedef struct co_sched {
     int64_t runqsize;          /* atomic for lock-free emptiness checks: all Gs queued */
     co_p_t *pspare;            /* retired Ps, ready to be lent again */
     co_p_t *pretiring;         /* Ps lent away whose M has not retired them yet */
+    int naffq;                 /* Gs queued on Ms' affq (under lock): a P going idle
+                                * goes to an idle M with one instead (pidleput_locked) */
 
     /* gcache_lock protects the caches of gcache.c: gfree, sfree,
      * stackwait, tokwait, nstackwait. Not sched.lock: dead Gs spilled by
@@ -397,6 +405,11 @@ CO_HIDDEN void co__wakep(void);
 CO_HIDDEN void co__startm(co_p_t *p, bool spinning);
 CO_HIDDEN void co__handoffp(co_p_t *p);
 CO_HIDDEN co_p_t *co__pidleget(void);
+/* sched.lock held, s->naffq > 0: hand p to an M asleep on the idle list
+ * with Gs on its affq; false if there is none (sched.c) */
+CO_HIDDEN bool co__affine_handoff_locked(co_p_t *p);
+/* m's first affine G, or NULL (sched.c) */
+CO_HIDDEN co_g_t *co__affq_take(co_m_t *m);
 /* Run-queue entries: in the Ps' rings (runq.c), globq.c's global queue
  * and its injection stack. Ring entries carry a tag in bit 0 (Gs are at least
  * 8-byte aligned): set when the G never ran (it has no stack yet), so that

@@ -602,6 +602,121 @@ void co_yield(void) {
 }
 
 
+/* ---- affine Gs: back to the thread they parked on ------------------------
+ * Foreign code may keep the address of errno or of a thread-local across a
+ * call that parks (the hook's read, say). co_thread_return brings such a
+ * coroutine back to the M it parked on: the M that woke it queues it on
+ * that M's affq (sched.lock), and that M runs it at its next look:
+ * findrunnable, every 61st schedule (runq_next_fast), or, asleep on the
+ * idle list, with the P of the M that sent it (as Go's startlockedm),
+ * an idle P, or the next P to go idle (co__affine_handoff_locked).
+ * Queued, such a G is RUNNABLE: the deadlock detector counts it so. */
+
+void *co_thread_home(void) {
+    co_m_t *m = getm();
+    return m && m->curg ? m : NULL;
+}
+
+co_g_t *co__affq_take(co_m_t *m) {
+    co_sched_t *s = &co__sched;
+    co__lock(&s->lock);
+    co_g_t *g = m->affq;
+    if (g) {
+        /* relaxed store: the owner's hint (see co_m_t) */
+        __atomic_store_n(&m->affq, g->schedlink, __ATOMIC_RELAXED);
+        if (!g->schedlink) m->affq_tail = NULL;
+        g->schedlink = NULL;
+        s->naffq--;
+    }
+    co__unlock(&s->lock);
+    return g;
+}
+
+/* sched.lock held. m leaves the idle list with p, woken. */
+static void affine_wake_locked(co_m_t *m, co_p_t *p) {
+    co_sched_t *s = &co__sched;
+    for (co_m_t **pp = &s->midle; *pp; pp = &(*pp)->link) {
+        if (*pp == m) {
+            *pp = m->link;
+            s->nmidle--;
+            break;
+        }
+    }
+    m->onmidle = false;
+    m->spinning = false;
+    m->nextp = p;
+    /* store-release: publishes nextp to the woken M's acquire load (stopm) */
+    __atomic_store_n(&m->park, 1, __ATOMIC_RELEASE);
+    co__futex_wake(&m->park, 1);
+}
+
+bool co__affine_handoff_locked(co_p_t *p) {
+    co_sched_t *s = &co__sched;
+    if (__atomic_load_n(&s->stopping, __ATOMIC_ACQUIRE)) return false;
+    for (co_m_t *m = s->midle; m; m = m->link) {
+        if (m->affq && m->onmidle) {
+            p->m = NULL;
+            __atomic_store_n(&p->status, CO_P_IDLE, __ATOMIC_RELEASE);
+            affine_wake_locked(m, p);
+            return true;
+        }
+    }
+    /* none asleep: the one with Gs may be the poller; it takes p after */
+    co__netpoll_break();
+    return false;
+}
+
+/* g0 of the M that woke g, after g switched away: g goes to its home M's
+ * queue; an asleep home gets this M's P (this M then looks for another). */
+static void post_affine(co_g_t *g, void *arg) {
+    co_m_t *home = arg;
+    co_m_t *m = getm();
+    co_sched_t *s = &co__sched;
+    CO_TRACE(CO__TEV_READY, g, 0);
+#ifdef CO_TSAN
+    co__race_ready(g);
+#endif
+    __atomic_store_n(&g->status, CO_G_RUNNABLE, __ATOMIC_RELAXED);
+    co__lock(&s->lock);
+    g->schedlink = NULL;
+    if (home->affq_tail)
+        home->affq_tail->schedlink = g;
+    else
+        __atomic_store_n(&home->affq, g, __ATOMIC_RELAXED); /* the owner's hint */
+    home->affq_tail = g;
+    s->naffq++;
+    co_p_t *p = m->p;
+    bool give = home->onmidle && p && !__atomic_load_n(&p->retire, __ATOMIC_ACQUIRE) &&
+                !__atomic_load_n(&s->stopping, __ATOMIC_ACQUIRE);
+    if (give) {
+        CO_TRACE(CO__TEV_P_RELEASE, p->id, 0);
+        m->p = NULL;
+        p->m = NULL;
+        __atomic_store_n(&p->status, CO_P_IDLE, __ATOMIC_RELEASE);
+        affine_wake_locked(home, p);
+    }
+    co__unlock(&s->lock);
+    /* home may be the poller, or on its way to sleep: it looks again */
+    if (!give) co__netpoll_break();
+}
+
+void co_thread_return(void *home) {
+    co_m_t *m = getm();
+    if (!home || m == home || !m || !m->curg || !m->p) return;
+    co_g_t *g = m->curg;
+    __atomic_store_n(&g->wait_reason, (int16_t)CO__WR_NONE, __ATOMIC_RELAXED);
+    co__stack_check(g);
+    m->post_fn = post_affine;
+    m->post_g = g;
+    m->post_arg = home;
+    /* on g0: post_affine may give the P away; traced as a park */
+    gogo(m, g, &m->g0, false, CO__TEV_PARK);
+#ifdef CO_TSAN
+    co__race_woken(g);
+#endif
+}
+
+
 /* ---- M main loop -------------------------------------------------------- */
 
 static void resetspinning(co_m_t *m) {
@@ -637,7 +752,11 @@ static co_g_t *findrunnable(co_m_t *m) {
         }
         int64_t tw = __atomic_load_n(&p->timer0_when, __ATOMIC_ACQUIRE);
         if (tw && tw <= co_now()) co__timers_run(p, co_now());
-        co_g_t *g = runq_next_fast(p);
+        co_g_t *g;
+        if (CO_UNLIKELY(__atomic_load_n(&m->affq, __ATOMIC_RELAXED) != NULL) &&
+            (g = co__affq_take(m)))
+            return g;
+        g = runq_next_fast(p);
         if (g) return g;
         /* Lent away just now: runq_next_fast gave up without looking at the
          * queue, which may be full. Retire at the top; never steal into it. */

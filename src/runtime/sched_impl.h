@@ -120,6 +120,8 @@ static inline void acquirep(co_m_t *m, co_p_t *p) {
 static inline void pidleput_locked(co_p_t *p) {
     CO_TRACE(CO__TEV_P_RELEASE, p->id, 0);
     co_sched_t *s = &co__sched;
+    /* an M holding Gs that only it may run waits for a P: this one */
+    if (CO_UNLIKELY(s->naffq > 0) && co__affine_handoff_locked(p)) return;
     p->m = NULL;
     __atomic_store_n(&p->status, CO_P_IDLE, __ATOMIC_RELEASE);
     p->link = s->pidle;
@@ -321,6 +323,13 @@ static inline __attribute__((always_inline)) co_g_t *runq_next_fast(co_p_t *p) {
     uint32_t tick = p->schedtick + 1;
     __atomic_store_n(&p->schedtick, tick, __ATOMIC_RELAXED);
     co_g_t *g;
+    if (CO_UNLIKELY(tick % 61 == 0)) {
+        /* fairness: Gs sent back to this M (co_thread_return) first */
+        co_m_t *m = getm();
+        if (CO_UNLIKELY(__atomic_load_n(&m->affq, __ATOMIC_RELAXED) != NULL) &&
+            (g = co__affq_take(m)))
+            return g;
+    }
     /* The global queue's front list (a late timer's coroutine, one back
      * from co_blocking) is looked at every time, the rest 1 in 61. */
     if ((tick % 61 == 0 || CO_UNLIKELY(__atomic_load_n(&co__sched.front_pending, __ATOMIC_RELAXED))) &&
