@@ -24,8 +24,20 @@ __attribute__((noinline)) void crash_fn(void *arg) {
     __asm__ volatile("" ::: "memory");
 }
 
+static co_chan_t *never;
+
+__attribute__((noinline)) void bystander_fn(void *arg) {
+    (void)arg;
+    int v;
+    (void)co_chan_recv(never, &v, CO_FOREVER);
+}
+
 static int spawn_crasher(void *arg) {
     (void)arg;
+    /* a bystander, parked, for COLONY_DEBUG=crashall to list */
+    if (co_chan_new(&never, sizeof(int), 0) == 0)
+        co_go_with(&(co_attr_t){.name = "bystander"}, bystander_fn, NULL);
+    co_sleep(20 * 1000000LL);
     co_attr_t at = {.name = "crasher"};
     co_go_with(&at, crash_fn, NULL);
     co_sleep(10LL * 1000000000);
@@ -41,7 +53,7 @@ static void user_handler(int sig) {
 
 /* Runs the crasher in a child, with the program's own SIGSEGV handler
  * first when user is set; returns its wait status, stderr in out. */
-static int run_child(int user, char *out, size_t cap) {
+static int run_child(int user, char *out, size_t cap, const char *debug) {
     int p[2];
     if (pipe(p) != 0) return -1;
     pid_t pid = fork();
@@ -51,6 +63,8 @@ static int run_child(int user, char *out, size_t cap) {
         dup2(p[1], 2);
         close(p[0]);
         if (user) signal(SIGSEGV, user_handler);
+        if (debug) setenv("COLONY_DEBUG", debug, 1);
+        else unsetenv("COLONY_DEBUG");
         co_main(spawn_crasher, NULL);
         _exit(0);
     }
@@ -67,12 +81,13 @@ static int run_child(int user, char *out, size_t cap) {
 
 static void test_null_deref(void) {
     static char out[65536];
-    int st = run_child(0, out, sizeof out);
+    int st = run_child(0, out, sizeof out, NULL);
     fputs(out, stderr);
     CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGSEGV);
     CHECK(strstr(out, "colony: fatal: SIGSEGV") != NULL);
     CHECK(strstr(out, "at address 0x0") != NULL);
     CHECK(strstr(out, "'crasher' [running]:") != NULL);
+    CHECK(strstr(out, "bystander") == NULL); /* others only with crashall */
 #ifdef CO_HAVE_LIBUNWIND
     CHECK(strstr(out, "entry: crash_fn+") != NULL);
     if (!strstr(out, "(no frames"))
@@ -84,7 +99,7 @@ static void test_null_deref(void) {
 
 static void test_user_handler(void) {
     static char out[65536];
-    int st = run_child(1, out, sizeof out);
+    int st = run_child(1, out, sizeof out, NULL);
     fputs(out, stderr);
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 42);
     CHECK(strstr(out, "user handler ran") != NULL);
@@ -97,6 +112,22 @@ static void test_user_handler(void) {
     CHECK(rep && strstr(rep, "user handler ran") != NULL); /* in that order */
 }
 
+/* COLONY_DEBUG=crashall: the report, then the other coroutines */
+static void test_crash_all(void) {
+    static char out[65536];
+    int st = run_child(0, out, sizeof out, "crashall");
+    fputs(out, stderr);
+    CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGSEGV);
+    const char *rep = strstr(out, "'crasher' [running]:");
+    CHECK(rep != NULL);
+    const char *others = rep ? strstr(rep, "other coroutines:\n") : NULL;
+    CHECK(others != NULL);
+    CHECK(others && strstr(others, "'bystander' [waiting, chan receive") != NULL);
+#ifdef CO_HAVE_LIBUNWIND
+    CHECK(others && strstr(others, "entry: bystander_fn+") != NULL);
+#endif
+}
+
 int main(void) {
 #ifdef SAN
     fprintf(stderr, "skip: the sanitizer runtime owns the crash signals in this build\n");
@@ -105,5 +136,6 @@ int main(void) {
     t_begin(50);
     T_RUN(test_null_deref);
     T_RUN(test_user_handler);
+    T_RUN(test_crash_all);
     return t_end();
 }

@@ -65,10 +65,10 @@ static void gdbt_timed(void *arg) {
 /* Whether co_dump shows all three waiting where they should. */
 static int all_parked(void) {
     char *d = t_dump();
-    int ok = d && strstr(d, "'receiver' [waiting, chan receive]") &&
-             strstr(d, "'timed' [waiting, chan receive]") &&
-             strstr(d, "'wgwaiter' [waiting, sync.WaitGroup.Wait]") &&
-             strstr(d, "'handed' [waiting, sync.WaitGroup.Wait]");
+    int ok = d && strstr(d, "'receiver' [waiting, chan receive") &&
+             strstr(d, "'timed' [waiting, chan receive") &&
+             strstr(d, "'wgwaiter' [waiting, sync.WaitGroup.Wait") &&
+             strstr(d, "'handed' [waiting, sync.WaitGroup.Wait");
     free(d);
     return ok;
 }

@@ -448,7 +448,7 @@ static void test_close_while_waiting(void) {
 /* How many coroutines co_dump shows parked on I/O. */
 static int io_waiting(void) {
     char *d = t_dump();
-    int n = d ? t_count(d, "[waiting, IO wait]") : -1;
+    int n = d ? t_count(d, "[waiting, IO wait") : -1;
     free(d);
     return n;
 }

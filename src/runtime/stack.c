@@ -105,6 +105,7 @@ static const int crash_sigs[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
 static struct sigaction prev_act[N_CRASH_SIGS];
 static bool segv_installed;
 static bool crash_reports; /* COLONY_DEBUG has no "nocrash"; set with prev_act */
+static bool crash_all;     /* COLONY_DEBUG has "crashall": list the others too */
 #endif
 
 /* The report is built by hand: printf's family may read thread-local
@@ -186,6 +187,25 @@ static void put_frame(const char *pre, void *pc) {
 /* The crash report: signal, address, the coroutine, its entry and stack.
  * write(2) only; the symbol lookup (libunwind's, reading the ELF tables)
  * takes no lock of colony's and allocates nothing. */
+/* COLONY_DEBUG=crashall: the other coroutines after the crashed one's
+ * report, through co_dump (stdio, locks: not async-signal-safe, hence
+ * opt-in). Only if the all-coroutines lock is free now: a crash inside a
+ * walk of it (or with another thread in one) would otherwise hang here. */
+static void crash_others(void) {
+    co__lock_t *l = &co__sched.allg_lock;
+    if (!co__lock_try_free(l)) {
+        static const char msg[] =
+            "\n(other coroutines not listed: the coroutine list is locked)\n";
+        (void)!write(2, msg, sizeof msg - 1);
+        return;
+    }
+    co__unlock(l);
+    static const char hdr[] = "\nother coroutines:\n";
+    (void)!write(2, hdr, sizeof hdr - 1);
+    co_dump(stderr);
+    fflush(stderr);
+}
+
 static void crash_report(int sig, siginfo_t *si, void *uctx, co_g_t *g, bool chained) {
     static const char *const names[] = {"SIGSEGV: segmentation violation", "SIGBUS: bus error",
                                         "SIGFPE: floating-point exception",
@@ -223,6 +243,7 @@ static void crash_report(int sig, siginfo_t *si, void *uctx, co_g_t *g, bool cha
         static const char msg[] = "  (no frames: this build has no unwinder for signals)\n";
         (void)!write(2, msg, sizeof msg - 1);
     }
+    if (crash_all) crash_others();
 }
 
 static void segv_handler(int sig, siginfo_t *si, void *uctx) {
@@ -351,6 +372,7 @@ void co__stack_setup(void) {
          * re-raised abort into an exit */
         bool crash = !CO_TSAN_ON && !(dbg && strstr(dbg, "nocrash"));
         crash_reports = crash;
+        crash_all = crash && strstr(dbg ? dbg : "", "crashall") != NULL;
         for (size_t i = 1; crash && i < N_CRASH_SIGS; i++)
             if (sigaction(crash_sigs[i], &sa, &prev_act[i]) != 0)
                 prev_act[i].sa_handler = SIG_DFL;
