@@ -116,7 +116,9 @@ static int run(void *arg) {
     return 0;
 }
 
-/* this test again, as a child with one more variable set; its status */
+/* this test again, as a child with one more variable set; its status (77:
+ * the child could not have the hook preloaded, as under an emulator that
+ * execs through a host loader which refuses the guest's library) */
 static int child(const char *self, const char *var) {
     pid_t pid = fork();
     if (pid == 0) {
@@ -138,13 +140,16 @@ int main(int argc, char **argv) {
     }
     if (!getenv("HOOK_ERRNO_CHILD")) {
         /* before this process starts any thread */
-        if (child(argv[0], "COLONY_HOOK_PIN") != 0) {
-            fprintf(stderr, "FAIL: the COLONY_HOOK_PIN=1 run\n");
-            return 1;
-        }
-        if (child(argv[0], "COLONY_HOOK_MIGRATE") != 0) {
-            fprintf(stderr, "FAIL: the COLONY_HOOK_MIGRATE=1 run\n");
-            return 1;
+        static const char *const modes[] = {"COLONY_HOOK_PIN", "COLONY_HOOK_MIGRATE"};
+        for (int i = 0; i < 2; i++) {
+            int st = child(argv[0], modes[i]);
+            if (st == 77) {
+                fprintf(stderr, "note: the %s=1 child could not preload the hook: "
+                                "that mode is not checked here\n", modes[i]);
+            } else if (st != 0) {
+                fprintf(stderr, "FAIL: the %s=1 run (status %d)\n", modes[i], st);
+                return 1;
+            }
         }
     }
     co_config_t cfg = {.procs = 4};
