@@ -192,14 +192,21 @@ static void put_frame(const char *pre, void *pc) {
  * opt-in). Only if the all-coroutines lock is free now: a crash inside a
  * walk of it (or with another thread in one) would otherwise hang here. */
 static void crash_others(void) {
-    co__lock_t *l = &co__sched.allg_lock;
-    if (!co__lock_try_free(l)) {
+    /* co_dump takes the scheduler's lock (its first line) and then the
+     * list's: both must be free, or a crash inside either could hang */
+    co__lock_t *l = &co__sched.allg_lock, *sl = &co__sched.lock;
+    bool free_now = co__lock_try_free(sl);
+    if (free_now) {
+        co__unlock(sl);
+        free_now = co__lock_try_free(l);
+        if (free_now) co__unlock(l);
+    }
+    if (!free_now) {
         static const char msg[] =
-            "\n(other coroutines not listed: the coroutine list is locked)\n";
+            "\n(other coroutines not listed: the scheduler or its coroutine list is locked)\n";
         (void)!write(2, msg, sizeof msg - 1);
         return;
     }
-    co__unlock(l);
     static const char hdr[] = "\nother coroutines:\n";
     (void)!write(2, hdr, sizeof hdr - 1);
     co_dump(stderr);
@@ -277,9 +284,9 @@ static void segv_handler(int sig, siginfo_t *si, void *uctx) {
      * it may be one that handles the fault and goes on, so the report is
      * printed for the first such signal of the process only (relaxed
      * exchange: only which handler prints matters). */
-    bool user = prev && ((prev->sa_flags & SA_SIGINFO) ? prev->sa_sigaction != NULL
-                                                      : prev->sa_handler != SIG_DFL &&
-                                                            prev->sa_handler != SIG_IGN);
+    /* sa_handler and sa_sigaction share their storage: SIG_DFL and SIG_IGN
+     * read the same through either, SA_SIGINFO or not */
+    bool user = prev && prev->sa_handler != SIG_DFL && prev->sa_handler != SIG_IGN;
     if (user) {
         static uint32_t chained_reported; /* atomic: 1 once a chained report was printed */
         if (g && crash_reports && !__atomic_exchange_n(&chained_reported, 1, __ATOMIC_RELAXED))
