@@ -132,20 +132,17 @@ static inline __attribute__((always_inline)) void run_post(co_m_t *m) {
      * off its G first, as the action gives the G back for reuse. The
      * action runs on this context's stack, not the switcher's: its memory
      * accesses are not recorded, or this coroutine's own, later, at the
-     * same addresses would look like races with it. */
+     * same addresses would look like races with it. That holds for every
+     * action, a yield's requeue too: its lock's slow path reads the clock
+     * into a timespec on g0's stack, a thread stack glibc may hand to a
+     * later M with that shadow still on it. */
     void *dead = NULL;
-    bool hide = false;
+    bool hide = f != NULL;
     if (f == post_gfree) {
         dead = m->post_g->tsan_fiber;
         m->post_g->tsan_fiber = NULL;
-    } else if (f && f != post_yield
-#ifndef SWITCH_POSTS
-               && f != post_yslot
-#endif
-    ) {
-        hide = true;
-        __tsan_ignore_thread_begin();
     }
+    if (hide) __tsan_ignore_thread_begin();
 #endif
     if (f) {
         m->post_fn = NULL;
