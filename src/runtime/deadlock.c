@@ -58,6 +58,20 @@ static uint64_t sched_ticks(co_sched_t *s) {
     return t;
 }
 
+struct parked_walk {
+    int live;        /* coroutines seen so far */
+    bool all_parked; /* every one of them WAITING */
+};
+
+/* A co__g_visit_fn: counts g, and stops at the first one not parked. */
+static bool count_parked(co_g_t *g, uint32_t status, void *arg) {
+    (void)g;
+    struct parked_walk *w = arg;
+    w->live++;
+    w->all_parked = status == CO_G_WAITING;
+    return w->all_parked;
+}
+
 /* true when the runtime looks stuck right now (see the file comment) */
 static bool looks_dead(co_sched_t *s, int *ncoroutines) {
     if (__atomic_load_n(&s->npidle, __ATOMIC_ACQUIRE) != (uint32_t)s->nprocs) return false;
@@ -77,16 +91,10 @@ static bool looks_dead(co_sched_t *s, int *ncoroutines) {
     for (co_m_t *m = s->allm; m; m = m->alllink) blocking |= m->syscallp != NULL;
     co__unlock(&s->lock);
     if (lent || blocking) return false;
-    int live = 0;
-    bool all_parked = true;
-    co__lock(&s->allg_lock);
-    for (co_g_t *g = s->allg; g && all_parked; g = g->alllink_next) {
-        uint32_t st = __atomic_load_n(&g->status, __ATOMIC_ACQUIRE);
-        if (st == CO_G_DEAD || st == CO_G_IDLE) continue;
-        live++;
-        all_parked = st == CO_G_WAITING;
-    }
-    co__unlock(&s->allg_lock);
+    struct parked_walk w = {0, true};
+    co__each_live_g(count_parked, &w);
+    int live = w.live;
+    bool all_parked = w.all_parked;
     uint32_t plain = __atomic_load_n(&co__plain_parked_forever, __ATOMIC_RELAXED);
     if (!all_parked || (live == 0 && plain == 0)) return false;
     int want = ms + 1 + (int)plain;

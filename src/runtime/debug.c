@@ -176,7 +176,7 @@ static const char *const wait_reasons[CO__WR_COUNT_] = {
 
 /* Names already looked up, by address: a dump of many coroutines shows the
  * same few functions, and a lookup reads the ELF symbol tables. Direct
- * mapped; only co_dump touches it, under sched.allg_lock. */
+ * mapped; only co_dump touches it, under sched.allg_lock (its walk). */
 static struct {
     void *pc;
     char name[120];
@@ -236,9 +236,33 @@ static void wait_for(char *buf, size_t len, co_g_t *g) {
         snprintf(buf, len, ", %llu second%s", (unsigned long long)sec, sec == 1 ? "" : "s");
 }
 
+struct dump_walk {
+    FILE *out;
+    co_g_t *self; /* the caller's coroutine, or NULL on a plain thread */
+};
+
+/* One coroutine's entry in co_dump: a co__g_visit_fn. */
+static bool dump_g(co_g_t *g, uint32_t status, void *arg) {
+    static const char *const st[] = {"idle", "runnable", "running", "waiting", "dead"};
+    struct dump_walk *w = arg;
+    FILE *out = w->out;
+    /* A record that exits and is reused for a new coroutine during these
+     * few reads may show that one's id and name: a snapshot, like the rest. */
+    int wr = __atomic_load_n(&g->wait_reason, __ATOMIC_RELAXED);
+    char waited[32] = "";
+    if (status == CO_G_WAITING) wait_for(waited, sizeof waited, g);
+    fprintf(out, "coroutine %llu%s%s%s [%s%s%s%s]:\n", (unsigned long long)g->id,
+            g->name[0] ? " '" : "", g->name, g->name[0] ? "'" : "", st[status],
+            status == CO_G_WAITING && wr > 0 && wr < CO__WR_COUNT_ ? ", " : "",
+            status == CO_G_WAITING && wr > 0 && wr < CO__WR_COUNT_ ? wait_reasons[wr] : "",
+            waited);
+    dump_frames(out, g, status, w->self);
+    dump_creator(out, g);
+    return true;
+}
+
 void co_dump(FILE *out) {
     if (!out) out = stderr;
-    co_sched_t *s = &co__sched;
     /* counted in as a reader (co__stats_enter): co_init and co_shutdown
      * wait for it before they reset or free what it walks */
     if (!co__stats_enter()) {
@@ -246,58 +270,40 @@ void co_dump(FILE *out) {
         return;
     }
     co__schedtrace(out);
-    static const char *const st[] = {"idle", "runnable", "running", "waiting", "dead"};
     co_m_t *m = co__getm();
-    co_g_t *self = m ? m->curg : NULL;
-    co__lock(&s->allg_lock);
-    for (co_g_t *g = s->allg; g; g = g->alllink_next) {
-        /* acquire: pairs with the spawn's release store of RUNNABLE, so the
-         * id and name are the ones g_init wrote. (A record that exits and
-         * is reused for a new coroutine during these few reads may show
-         * that one's: a snapshot, like the rest.) */
-        uint32_t status = __atomic_load_n(&g->status, __ATOMIC_ACQUIRE);
-        if (status == CO_G_DEAD || status == CO_G_IDLE) continue;
-        int wr = __atomic_load_n(&g->wait_reason, __ATOMIC_RELAXED);
-        char waited[32] = "";
-        if (status == CO_G_WAITING) wait_for(waited, sizeof waited, g);
-        fprintf(out, "coroutine %llu%s%s%s [%s%s%s%s]:\n", (unsigned long long)g->id,
-                g->name[0] ? " '" : "", g->name, g->name[0] ? "'" : "", st[status],
-                status == CO_G_WAITING && wr > 0 && wr < CO__WR_COUNT_ ? ", " : "",
-                status == CO_G_WAITING && wr > 0 && wr < CO__WR_COUNT_ ? wait_reasons[wr] : "",
-                waited);
-        dump_frames(out, g, status, self);
-        dump_creator(out, g);
-    }
-    co__unlock(&s->allg_lock);
+    struct dump_walk w = {out, m ? m->curg : NULL};
+    co__each_live_g(dump_g, &w);
     co__stats_exit();
 }
 
 /* ---- what is alive (co_alive, co_dump_alive) ---------------------------- */
 
-/* Coroutines by state, and the waiting ones by wait reason (by_reason may
- * be NULL), walking allg as co_dump does. */
-static void count_gs(co_alive_t *a, int *by_reason) {
-    co_sched_t *s = &co__sched;
-    co__lock(&s->allg_lock);
-    for (co_g_t *g = s->allg; g; g = g->alllink_next) {
-        uint32_t st = __atomic_load_n(&g->status, __ATOMIC_ACQUIRE);
-        if (st == CO_G_DEAD || st == CO_G_IDLE) continue;
-        a->coroutines++;
-        if (st == CO_G_RUNNABLE) a->runnable++;
-        else if (st == CO_G_RUNNING) a->running++;
-        else if (st == CO_G_WAITING) {
-            a->waiting++;
-            int wr = __atomic_load_n(&g->wait_reason, __ATOMIC_RELAXED);
-            if (by_reason) by_reason[wr > 0 && wr < CO__WR_COUNT_ ? wr : 0]++;
-        }
+struct count_walk {
+    co_alive_t *a;
+    int *by_reason; /* may be NULL */
+};
+
+/* One coroutine counted by state, and a waiting one by wait reason: a
+ * co__g_visit_fn. */
+static bool count_g(co_g_t *g, uint32_t status, void *arg) {
+    struct count_walk *w = arg;
+    co_alive_t *a = w->a;
+    a->coroutines++;
+    if (status == CO_G_RUNNABLE) a->runnable++;
+    else if (status == CO_G_RUNNING) a->running++;
+    else if (status == CO_G_WAITING) {
+        a->waiting++;
+        int wr = __atomic_load_n(&g->wait_reason, __ATOMIC_RELAXED);
+        if (w->by_reason) w->by_reason[wr > 0 && wr < CO__WR_COUNT_ ? wr : 0]++;
     }
-    co__unlock(&s->allg_lock);
+    return true;
 }
 
 static void alive_fill(co_alive_t *a, int *by_reason) {
     memset(a, 0, sizeof *a);
     if (!co__stats_enter()) return; /* down: nothing alive */
-    count_gs(a, by_reason);
+    struct count_walk w = {a, by_reason};
+    co__each_live_g(count_g, &w);
     a->plain_parked = (int)(__atomic_load_n(&co__plain_parked_forever, __ATOMIC_RELAXED) +
                             __atomic_load_n(&co__plain_parked_timed, __ATOMIC_RELAXED));
     int busy = 0;

@@ -325,17 +325,17 @@ static int64_t count_live(void) {
     return n < 0 ? 0 : n;
 }
 
+/* any_alive's co__g_visit_fn: one coroutine found is enough. */
+static bool found_alive(co_g_t *g, uint32_t status, void *arg) {
+    (void)g, (void)status;
+    *(bool *)arg = true;
+    return false;
+}
 /* co_shutdown's check: a coroutine alive all along is found for sure (its
  * status leaves DEAD/IDLE only at spawn and returns there only at exit). */
 static bool any_alive(void) {
-    co_sched_t *s = &co__sched;
     bool alive = false;
-    co__lock(&s->allg_lock);
-    for (co_g_t *g = s->allg; g && !alive; g = g->alllink_next) {
-        uint32_t st = __atomic_load_n(&g->status, __ATOMIC_ACQUIRE);
-        alive = st != CO_G_DEAD && st != CO_G_IDLE;
-    }
-    co__unlock(&s->allg_lock);
+    co__each_live_g(found_alive, &alive);
     return alive;
 }
 

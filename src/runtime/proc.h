@@ -395,6 +395,17 @@ static inline co_p_t *co__allp(int i) {
     return __atomic_load_n(&co__sched.allp[i], __ATOMIC_ACQUIRE);
 }
 
+/* The walk of the all-G list (spawn.c), for co_dump, co_alive, co_shutdown
+ * and the deadlock check: fn(g, status, arg) for each G whose status is
+ * RUNNABLE, RUNNING or WAITING, until fn returns false. status is g's as
+ * loaded (acquire: pairs with the spawn's release store of RUNNABLE, so
+ * what g_init wrote is seen); it may change at once, so what fn reports is
+ * a snapshot. fn runs under sched.allg_lock, a leaf lock: it takes no lock
+ * of colony's, never spawns, parks, yields or frees a G, and reads g only
+ * (g stays allocated until fn returns: freeing one takes the lock). */
+typedef bool co__g_visit_fn(co_g_t *g, uint32_t status, void *arg);
+CO_HIDDEN void co__each_live_g(co__g_visit_fn *fn, void *arg);
+
 /* Internal functions shared by the runtime files. */
 CO_HIDDEN co_m_t *co__getm(void);         /* noinline; NULL on a plain thread */
 CO_HIDDEN void co__ready(co_g_t *g);      /* make a WAITING G runnable (runnext) */

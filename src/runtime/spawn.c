@@ -1,5 +1,6 @@
 /*
- * Making coroutines: G records (g_new, g_alloc, g_init), co__spawn, co_go
+ * Making coroutines: G records (g_new, g_alloc, g_init) and the walk of
+ * them all (co__each_live_g), co__spawn, co_go
  * and co_go_with, spawn back-pressure, and the pool's tokens: a coroutine
  * to be, queued without a G (co__spawn_token), made a G by whoever takes
  * it to run it (co__token_g_slow), or taken over unstarted by a running
@@ -27,6 +28,17 @@ static __attribute__((noinline)) co_g_t *g_new(void) {
     s->allg = g;
     co__unlock(&s->allg_lock);
     return g;
+}
+
+void co__each_live_g(co__g_visit_fn *fn, void *arg) {
+    co_sched_t *s = &co__sched;
+    co__lock(&s->allg_lock);
+    for (co_g_t *g = s->allg; g; g = g->alllink_next) {
+        uint32_t st = __atomic_load_n(&g->status, __ATOMIC_ACQUIRE); /* see proc.h */
+        if (st == CO_G_DEAD || st == CO_G_IDLE) continue;
+        if (!fn(g, st, arg)) break;
+    }
+    co__unlock(&s->allg_lock);
 }
 
 /* A G from the caches, or a new one (on the all-G list): NULL without
