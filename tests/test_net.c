@@ -5,6 +5,7 @@
 // ctest-timeout: 120
 #define _GNU_SOURCE 1
 #include "t.h"
+#include "test_net_util.h"
 
 #include <colony.h>
 
@@ -23,18 +24,6 @@
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#define MS 1000000LL
-#define SEC (1000 * MS)
-
-static int local_port(int fd) {
-    struct sockaddr_storage ss;
-    socklen_t l = sizeof ss;
-    if (getsockname(fd, (struct sockaddr *)&ss, &l) < 0)
-        return -1;
-    return ntohs(ss.ss_family == AF_INET ? ((struct sockaddr_in *)&ss)->sin_port
-                                         : ((struct sockaddr_in6 *)&ss)->sin6_port);
-}
 
 static int sockopt(int fd, int level, int name) {
     int v = -1;
@@ -107,17 +96,44 @@ static bool roundtrip(int fd, const char *msg) {
     return memcmp(buf, msg, n) == 0;
 }
 
-static void test_tcp4(void) {
-    int l = co_listen("tcp4", "127.0.0.1:0", NULL);
+/* A listener on host (an address's host part: "127.0.0.1", "[::1]", ""),
+ * any port, with its "host:port" in addr; its descriptor, or a failed
+ * CHECK and the error code. */
+static int listen_any_port(const char *net, const char *host, const struct co_listen_opts *o,
+                           char *addr, size_t cap) {
+    char at[64];
+    snprintf(at, sizeof at, "%s:0", host);
+    int l = co_listen(net, at, o);
+    if (l < 0)
+        fprintf(stderr, "listen %s %s: %s\n", net, at, co_strerror(l));
     CHECK(l >= 0);
+    if (l >= 0)
+        snprintf(addr, cap, "%s:%d", host, local_port(l));
+    return l;
+}
+
+/* Dials addr over net, makes one round trip of msg and closes: a CHECK
+ * fails where the dial or the round trip does. */
+static void dial_echo(const char *net, const char *addr, const char *msg) {
+    int fd = co_dial(net, addr, co_deadline_after(10 * SEC));
+    if (fd < 0)
+        fprintf(stderr, "dial %s %s: %s\n", net, addr, co_strerror(fd));
+    CHECK(fd >= 0);
+    if (fd < 0)
+        return;
+    CHECK(roundtrip(fd, msg));
+    co_close(fd);
+}
+
+static void test_tcp4(void) {
+    char addr[64];
+    int l = listen_any_port("tcp4", "127.0.0.1", NULL, addr, sizeof addr);
     if (l < 0)
         return;
     int port = local_port(l);
     CHECK(port > 0);
     srv_t s;
     srv_start(&s, l);
-    char addr[64];
-    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
     int fd = co_dial("tcp", addr, co_deadline_after(10 * SEC));
     CHECK(fd >= 0);
     if (fd >= 0) {
@@ -130,19 +146,9 @@ static void test_tcp4(void) {
     }
     /* a name from /etc/hosts, and Go's empty host: the local system */
     snprintf(addr, sizeof addr, "localhost:%d", port);
-    fd = co_dial("tcp4", addr, co_deadline_after(10 * SEC));
-    CHECK(fd >= 0);
-    if (fd >= 0) {
-        CHECK(roundtrip(fd, "hello, localhost"));
-        co_close(fd);
-    }
+    dial_echo("tcp4", addr, "hello, localhost");
     snprintf(addr, sizeof addr, ":%d", port);
-    fd = co_dial("tcp4", addr, co_deadline_after(10 * SEC));
-    CHECK(fd >= 0);
-    if (fd >= 0) {
-        CHECK(roundtrip(fd, "hello, empty host"));
-        co_close(fd);
-    }
+    dial_echo("tcp4", addr, "hello, empty host");
     srv_stop(&s);
     CHECK_EQ(s.accepted_nodelay, 1); /* accepted sockets inherit the listener's */
     CHECK_EQ(s.accepted_keepalive, 1);
@@ -166,28 +172,20 @@ static void test_tcp6(void) {
         fprintf(stderr, "skip: this host has no ::1\n");
         return;
     }
-    int l = co_listen("tcp6", "[::1]:0", NULL);
-    CHECK(l >= 0);
+    char addr[64];
+    int l = listen_any_port("tcp6", "[::1]", NULL, addr, sizeof addr);
     if (l < 0)
         return;
     srv_t s;
     srv_start(&s, l);
-    char addr[64];
-    snprintf(addr, sizeof addr, "[::1]:%d", local_port(l));
-    int fd = co_dial("tcp6", addr, co_deadline_after(10 * SEC));
-    CHECK(fd >= 0);
-    if (fd >= 0) {
-        CHECK(roundtrip(fd, "hello, tcp6"));
-        co_close(fd);
-    }
+    dial_echo("tcp6", addr, "hello, tcp6");
     /* tcp4 cannot reach an IPv6 literal */
     CHECK_EQ(co_dial("tcp4", addr, co_deadline_after(SEC)), CO_EADDR);
     srv_stop(&s);
 
     /* a dual-stack wildcard listener takes both families */
     struct co_listen_opts o = {.backlog = 16};
-    l = co_listen("tcp", ":0", &o);
-    CHECK(l >= 0);
+    l = listen_any_port("tcp", "", &o, addr, sizeof addr);
     if (l < 0)
         return;
     srv_start(&s, l);
@@ -195,18 +193,12 @@ static void test_tcp6(void) {
     const char *fmts[] = {"127.0.0.1:%d", "[::1]:%d", "localhost:%d"};
     for (int i = 0; i < 3; i++) {
         snprintf(addr, sizeof addr, fmts[i], port);
-        fd = co_dial("tcp", addr, co_deadline_after(10 * SEC));
-        CHECK(fd >= 0);
-        if (fd >= 0) {
-            CHECK(roundtrip(fd, addr));
-            co_close(fd);
-        }
+        dial_echo("tcp", addr, addr);
     }
     srv_stop(&s);
     /* v6only: IPv4 is refused */
     o.v6only = true;
-    l = co_listen("tcp", "[::]:0", &o);
-    CHECK(l >= 0);
+    l = listen_any_port("tcp", "[::]", &o, addr, sizeof addr);
     if (l >= 0) {
         snprintf(addr, sizeof addr, "127.0.0.1:%d", local_port(l));
         CHECK_EQ(co_dial("tcp", addr, co_deadline_after(10 * SEC)), -ECONNREFUSED);
@@ -216,15 +208,13 @@ static void test_tcp6(void) {
 
 static void test_listen_opts(void) {
     struct co_listen_opts o = {.reuseport = true, .delay = true, .keepalive_ns = -1};
-    int a = co_listen("tcp4", "127.0.0.1:0", &o);
-    CHECK(a >= 0);
+    char addr[64];
+    int a = listen_any_port("tcp4", "127.0.0.1", &o, addr, sizeof addr);
     if (a < 0)
         return;
     CHECK_EQ(sockopt(a, SOL_SOCKET, SO_REUSEPORT), 1);
     CHECK_EQ(sockopt(a, IPPROTO_TCP, TCP_NODELAY), 0);
     CHECK_EQ(sockopt(a, SOL_SOCKET, SO_KEEPALIVE), 0);
-    char addr[64];
-    snprintf(addr, sizeof addr, "127.0.0.1:%d", local_port(a));
     int b = co_listen("tcp4", addr, &o); /* the same port, shared */
     CHECK(b >= 0);
     int c = co_listen("tcp4", addr, NULL); /* without SO_REUSEPORT: taken */
@@ -288,10 +278,8 @@ static void test_bad_input(void) {
     CHECK(strcmp(co_strerror(CO_EDNS), "unknown error") != 0);
 
     /* deadlines in the past: a try, never a wait */
-    int l = co_listen("tcp4", "127.0.0.1:0", NULL);
-    CHECK(l >= 0);
-    char addr[64];
-    snprintf(addr, sizeof addr, "127.0.0.1:%d", local_port(l));
+    char addr[64] = "";
+    int l = listen_any_port("tcp4", "127.0.0.1", NULL, addr, sizeof addr);
     int fd = co_dial("tcp", addr, 0);
     CHECK(fd >= 0 || fd == CO_ETIMEDOUT);
     if (fd >= 0)
@@ -336,13 +324,11 @@ static void udp_echo(void *arg) {
 }
 
 static void test_udp(void) {
-    int s = co_listen("udp", "127.0.0.1:0", NULL);
-    CHECK(s >= 0);
+    char addr[64];
+    int s = listen_any_port("udp", "127.0.0.1", NULL, addr, sizeof addr);
     if (s < 0)
         return;
     CHECK_EQ(co_go(udp_echo, (void *)(intptr_t)s), 0);
-    char addr[64];
-    snprintf(addr, sizeof addr, "127.0.0.1:%d", local_port(s));
     int c = co_dial("udp", addr, co_deadline_after(SEC));
     CHECK(c >= 0);
     for (int i = 0; i < 20 && c >= 0; i++) {
@@ -374,16 +360,18 @@ static void test_udp(void) {
 }
 
 /* python3's socket module as the far side: a UDP echo and a unix socket
- * that sends a descriptor. */
+ * that sends a descriptor. Without python3: false, and a line on why the
+ * test skips. */
 static bool have_python(void) {
-    return system("python3 -c 'import socket' >/dev/null 2>&1") == 0;
+    if (system("python3 -c 'import socket' >/dev/null 2>&1") == 0)
+        return true;
+    fprintf(stderr, "skip: no python3\n");
+    return false;
 }
 
 static void test_udp_python(void) {
-    if (!have_python()) {
-        fprintf(stderr, "skip: no python3\n");
+    if (!have_python())
         return;
-    }
     int c = co_listen("udp4", "127.0.0.1:0", NULL);
     CHECK(c >= 0);
     if (c < 0)
@@ -513,10 +501,8 @@ static void test_unix_fd_passing(void) {
     unlink(path);
 
     /* python3 passes us a descriptor */
-    if (!have_python()) {
-        fprintf(stderr, "skip: no python3\n");
+    if (!have_python())
         return;
-    }
     tmp_path(path, sizeof path, "py");
     int l = co_listen("unix", path, NULL);
     CHECK(l >= 0);
@@ -579,12 +565,7 @@ static void test_unixgram(void) {
     if (l >= 0) {
         srv_t srv;
         srv_start(&srv, l);
-        int d = co_dial("unix", ab, co_deadline_after(10 * SEC));
-        CHECK(d >= 0);
-        if (d >= 0) {
-            CHECK(roundtrip(d, "abstract"));
-            co_close(d);
-        }
+        dial_echo("unix", ab, "abstract");
         srv_stop(&srv);
     }
     unlink(sp);
@@ -628,12 +609,10 @@ static uint32_t sum_of(const uint8_t *p, size_t n, uint32_t s) {
 }
 
 static void test_writev_sendfile(void) {
-    int l = co_listen("tcp4", "127.0.0.1:0", NULL);
-    CHECK(l >= 0);
+    char addr[64];
+    int l = listen_any_port("tcp4", "127.0.0.1", NULL, addr, sizeof addr);
     if (l < 0)
         return;
-    char addr[64];
-    snprintf(addr, sizeof addr, "127.0.0.1:%d", local_port(l));
     int c = co_dial("tcp", addr, co_deadline_after(10 * SEC));
     int a = co_accept(l, NULL, NULL, co_deadline_after(10 * SEC));
     CHECK(c >= 0 && a >= 0);
@@ -878,14 +857,13 @@ static void dialer(void *arg) {
 }
 
 static void test_many_dials(void) {
-    int l = co_listen("tcp4", "127.0.0.1:0", NULL);
-    CHECK(l >= 0);
+    char addr[64];
+    int l = listen_any_port("tcp4", "127.0.0.1", NULL, addr, sizeof addr);
     if (l < 0)
         return;
     srv_t s;
     srv_start(&s, l);
-    char addr[64];
-    snprintf(addr, sizeof addr, "localhost:%d", local_port(l));
+    snprintf(addr, sizeof addr, "localhost:%d", local_port(l)); /* by name */
     many_t m = {.addr = addr};
     int n = t_sanitized() ? 10 : 50;
     co_waitgroup_add(&m.wg, n);

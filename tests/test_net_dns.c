@@ -7,6 +7,7 @@
 // ctest-timeout: 120
 #define _GNU_SOURCE 1
 #include "t.h"
+#include "test_net_util.h"
 
 #include <colony.h>
 
@@ -20,9 +21,6 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
-
-#define MS 1000000LL
-#define SEC (1000 * MS)
 
 enum { T_A = 1, T_PTR = 12, T_AAAA = 28 };
 
@@ -404,12 +402,24 @@ static void test_storm(void) {
     CHECK_EQ(s.ok, n * 10);
 }
 
-static int local_port(int fd) {
-    struct sockaddr_storage ss;
-    socklen_t l = sizeof ss;
-    getsockname(fd, (struct sockaddr *)&ss, &l);
-    return ntohs(ss.ss_family == AF_INET ? ((struct sockaddr_in *)&ss)->sin_port
-                                         : ((struct sockaddr_in6 *)&ss)->sin6_port);
+/* Dials addr over tcp and closes: the family of the address reached, or
+ * the dial's error code. */
+static int dial_family(const char *addr, int64_t deadline) {
+    int fd = co_dial("tcp", addr, deadline);
+    if (fd < 0)
+        return fd;
+    int family = peer_family(fd);
+    co_close(fd);
+    return family;
+}
+
+/* A listener on ::1, any port; without IPv6 here, a line on why the test
+ * skips and the error code. */
+static int listen_ipv6_loopback(const struct co_listen_opts *o) {
+    int l = co_listen("tcp6", "[::1]:0", o);
+    if (l < 0)
+        fprintf(stderr, "skip: this host has no ::1 (%s)\n", co_strerror(l));
+    return l;
 }
 
 /* dual.test is ::1 and 127.0.0.1: a dial reaches a listener on either. */
@@ -423,35 +433,17 @@ static void test_dial_dual(void) {
     dual_port = local_port(l4);
     snprintf(addr, sizeof addr, "dual.test:%d", dual_port);
     /* ::1 first (refused, or no IPv6 here), then IPv4 */
-    int fd = co_dial("tcp", addr, co_deadline_after(10 * SEC));
-    CHECK(fd >= 0);
+    CHECK_EQ(dial_family(addr, co_deadline_after(10 * SEC)), AF_INET);
     int a = co_accept(l4, NULL, NULL, co_deadline_after(10 * SEC));
     CHECK(a >= 0);
-    if (fd >= 0) {
-        struct sockaddr_storage peer;
-        socklen_t pl = sizeof peer;
-        getpeername(fd, (struct sockaddr *)&peer, &pl);
-        CHECK_EQ(peer.ss_family, AF_INET);
-        co_close(fd);
-    }
     if (a >= 0)
         co_close(a);
     co_close(l4);
-    int l6 = co_listen("tcp6", "[::1]:0", NULL);
-    if (l6 < 0) {
-        fprintf(stderr, "skip: this host has no ::1 (%s)\n", co_strerror(l6));
+    int l6 = listen_ipv6_loopback(NULL);
+    if (l6 < 0)
         return;
-    }
     snprintf(addr, sizeof addr, "dual.test:%d", local_port(l6));
-    fd = co_dial("tcp", addr, co_deadline_after(10 * SEC));
-    CHECK(fd >= 0);
-    if (fd >= 0) {
-        struct sockaddr_storage peer;
-        socklen_t pl = sizeof peer;
-        getpeername(fd, (struct sockaddr *)&peer, &pl);
-        CHECK_EQ(peer.ss_family, AF_INET6);
-        co_close(fd);
-    }
+    CHECK_EQ(dial_family(addr, co_deadline_after(10 * SEC)), AF_INET6);
     CHECK_EQ(co_dial("tcp4", "six.test:80", co_deadline_after(10 * SEC)), CO_EADDR);
     CHECK_EQ(co_dial("tcp", "nx.test:80", co_deadline_after(10 * SEC)), CO_ENOTFOUND);
     co_close(l6);
@@ -465,14 +457,8 @@ typedef struct race {
 
 static void race_one(void *arg) {
     race_t *r = arg;
-    int fd = co_dial("tcp", r->addr, co_deadline_after(30 * SEC));
-    if (fd >= 0) {
-        struct sockaddr_storage peer;
-        socklen_t pl = sizeof peer;
-        if (getpeername(fd, (struct sockaddr *)&peer, &pl) == 0 && peer.ss_family == AF_INET)
-            __atomic_add_fetch(&r->v4, 1, __ATOMIC_RELAXED);
-        co_close(fd);
-    }
+    if (dial_family(r->addr, co_deadline_after(30 * SEC)) == AF_INET)
+        __atomic_add_fetch(&r->v4, 1, __ATOMIC_RELAXED);
     co_waitgroup_done(&r->wg);
 }
 
@@ -497,11 +483,9 @@ static void test_dial_fallback(void) {
     co_waitgroup_wait(&warm.wg);
     int fds0 = t_count_fds();
     struct co_listen_opts one = {.backlog = 1};
-    int l6 = co_listen("tcp6", "[::1]:0", &one);
-    if (l6 < 0) {
-        fprintf(stderr, "skip: this host has no ::1 (%s)\n", co_strerror(l6));
+    int l6 = listen_ipv6_loopback(&one);
+    if (l6 < 0)
         return;
-    }
     int port = local_port(l6);
     char addr[64];
     snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
@@ -523,15 +507,7 @@ static void test_dial_fallback(void) {
     }
     CHECK(nfill < 4);
     snprintf(addr, sizeof addr, "dual.test:%d", port);
-    int fd = co_dial("tcp", addr, co_deadline_after(30 * SEC));
-    CHECK(fd >= 0);
-    if (fd >= 0) {
-        struct sockaddr_storage peer;
-        socklen_t pl = sizeof peer;
-        getpeername(fd, (struct sockaddr *)&peer, &pl);
-        CHECK_EQ(peer.ss_family, AF_INET);
-        co_close(fd);
-    }
+    CHECK_EQ(dial_family(addr, co_deadline_after(30 * SEC)), AF_INET);
     /* again, many at once: each race has its winner */
     race_t r = {.addr = addr};
     co_waitgroup_add(&r.wg, 8);
@@ -541,8 +517,7 @@ static void test_dial_fallback(void) {
     CHECK_EQ(r.v4, 8);
     /* the deadline ends a race that nobody wins */
     co_close(l4);
-    fd = co_dial("tcp6", addr, co_deadline_after(200 * MS));
-    CHECK_EQ(fd, CO_ETIMEDOUT);
+    CHECK_EQ(co_dial("tcp6", addr, co_deadline_after(200 * MS)), CO_ETIMEDOUT);
     /* a context ends a connect that does not answer, one family or two */
     canceller_t c = {0};
     cancel_soon(&c);

@@ -5,6 +5,7 @@
 // ctest-timeout: 120
 #define _GNU_SOURCE 1
 #include "t.h"
+#include "test_net_util.h"
 
 #include <colony.h>
 
@@ -16,16 +17,6 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
-
-#define MS 1000000LL
-#define SEC (1000 * MS)
-
-static int local_port(int fd) {
-    struct sockaddr_in a;
-    socklen_t l = sizeof a;
-    getsockname(fd, (struct sockaddr *)&a, &l);
-    return ntohs(a.sin_port);
-}
 
 static struct sockaddr_in loopback(int port) {
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
