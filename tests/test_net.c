@@ -284,7 +284,10 @@ static void test_bad_input(void) {
     CHECK(fd >= 0 || fd == CO_ETIMEDOUT);
     if (fd >= 0)
         co_close(fd);
-    CHECK_EQ(co_accept(l, NULL, NULL, 0) >= 0 || true, 1);
+    int a = co_accept(l, NULL, NULL, 0); /* the dial's connection, or none yet */
+    CHECK(a >= 0 || a == CO_ETIMEDOUT);
+    if (a >= 0)
+        co_close(a);
     co_close(l);
 
     /* the datagram calls */
