@@ -403,18 +403,28 @@ static void wait_accepted(const psrv_t *s, int64_t n) {
         co_sleep(10 * MS);
 }
 
-static int64_t pool_busy(const co_pool_t *p) {
-    co_pool_stats_t ps;
-    co_pool_stats(p, &ps);
-    return ps.busy;
+/* Wait (up to 10 s) until the server has admitted n connections and each
+ * of them holds a work slot (it leaves its place among the connections
+ * holding none, off_pool, only as it takes one: psrv_work). A request run
+ * in place on its reader coroutine holds no pool worker, so the pool's
+ * busy count cannot tell. true once they do. */
+static bool wait_slots_held(const psrv_t *s, int64_t n) {
+    for (int i = 0; i < 1000; i++) {
+        if (__atomic_load_n(&s->admitted, __ATOMIC_RELAXED) >= n &&
+            __atomic_load_n(&s->off_pool, __ATOMIC_RELAXED) == 0)
+            return true;
+        co_sleep(10 * MS);
+    }
+    return false;
 }
 
 static void test_http_overload(void) {
     int cos0 = settled_count(0), fds0 = count_fds();
-    /* 2 workers, 2 waiting places, 200 ms of waiting, 16 connections
-     * without a worker at once. The 30 s read timeout keeps the two uploads
-     * below on their workers for the whole 503 phase, however slowly it
-     * runs; nothing waits for it: they are finished by us below. */
+    /* 2 work slots and 2 pool workers, 2 waiting places, 200 ms of
+     * waiting, 16 connections without a slot at once. The 30 s read
+     * timeout keeps the two uploads below on their slots for the whole 503
+     * phase, however slowly it runs; nothing waits for it: they are
+     * finished by us below. */
     enum { CAP = 16 };
     http_config_t cfg = {.pool_size = 2, .queue_cap = 2, .queue_wait_ns = 200 * MS,
                          .read_cap = CAP, .read_timeout_ns = 30000 * MS,
@@ -423,21 +433,26 @@ static void test_http_overload(void) {
     CHECK_EQ(http_server_start(&s, &cfg), 0);
     int port = http_server_port(s);
     char b[4096];
-    /* two uploads that stop after the head occupy both workers (reading a
-     * body is the work's: only the head is read outside the pool) */
+    /* two uploads that stop after the head hold both work slots (reading
+     * a body is the work's: only the head is read without a slot). Each
+     * finds a slot free and is served in place on its own reader
+     * coroutine, so the pool's workers stay idle: what shows them held is
+     * that both connections have left the places of those holding none. */
     int busy[2];
     const char up[] = "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\n";
     for (int i = 0; i < 2; i++) {
         busy[i] = dial(port);
         co_write(busy[i], up, sizeof up - 1, CO_FOREVER);
     }
-    for (int i = 0; i < 100 && pool_busy(s->front.pool) < 2; i++)
-        co_sleep(10 * MS);
-    /* a request waits for a worker, then gets 503 */
+    CHECK(wait_slots_held(&s->front, 2));
+    /* a request is taken by an idle pool worker, which waits for a slot,
+     * then it gets 503 */
     int64_t t0 = co_now();
     CHECK_EQ(http_exchange(port, "GET / HTTP/1.1\r\nHost: x\r\n\r\n", 27, b, sizeof b), 503);
-    CHECK(co_now() - t0 >= 150 * MS); /* it did wait for a worker first */
-    /* 8 at once: 2 wait, 6 find the waiting places taken; all get 503 */
+    CHECK(co_now() - t0 >= 150 * MS); /* it did wait for a slot first */
+    /* 8 at once: the 2 workers take one each and wait for a slot, up to 2
+     * more wait for a worker, the rest find the waiting places taken; all
+     * get 503 */
     int many[8];
     for (int i = 0; i < 8; i++) {
         many[i] = dial(port);
@@ -452,8 +467,8 @@ static void test_http_overload(void) {
     }
     CHECK_EQ(refused, 8);
     /* CAP silent connections fill the places of connections without a
-     * worker (once the refused ones have closed): one more is refused as
-     * it arrives, before it has said anything */
+     * slot (once the refused ones have closed): one more is refused as it
+     * arrives, before it has said anything */
     for (int i = 0; i < 500 && __atomic_load_n(&s->front.off_pool, __ATOMIC_RELAXED) > 0; i++)
         co_sleep(10 * MS);
     int64_t acc = __atomic_load_n(&s->front.accepted, __ATOMIC_RELAXED);
@@ -468,7 +483,8 @@ static void test_http_overload(void) {
     co_close(extra);
     for (int i = 0; i < CAP; i++)
         co_close(silent[i]);
-    /* the uploads end: the workers answer them (405) and are free again */
+    /* the uploads end: their coroutines answer them (405) and give the
+     * slots back */
     for (int i = 0; i < 2; i++) {
         co_write(busy[i], "abcd", 4, CO_FOREVER);
         have = 0;
