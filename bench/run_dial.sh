@@ -20,10 +20,8 @@
 # Writes bench/results/dial.md (BENCH_QUICK=1: a tenth of the counts, one
 # run, to <builddir>/bench-dial-quick.md).
 set -u
-BUILD=${1:-build}
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-cd "$ROOT" || exit 1
-case "$BUILD" in /*) ;; *) BUILD="$ROOT/$BUILD" ;; esac
+. "$(dirname "$0")/lib.sh"
+bench_init "${1:-build}"
 QUICK=${BENCH_QUICK:-0}
 RUNS=${BENCH_RUNS:-5}
 SCALE=1
@@ -37,18 +35,15 @@ LOG="$OUT/log.txt"
 : >"$LOG"
 T0=$(date +%s)
 TW0=$(ss -tan state time-wait 2>/dev/null | tail -n +2 | wc -l)
-LOAD0=$(cut -d' ' -f1-3 /proc/loadavg)
+LOAD0=$(bench_load)
 
-TMP=${TMPDIR:-/tmp}
-BENCH_GO_CACHE=${BENCH_GO_CACHE:-$TMP/colony-bench-go}
 GO_OK=0
 GO_VERSION="not installed"
 GOBIN="$BUILD/bench-go/dial"
 mkdir -p "$BUILD/bench-go"
 if command -v go >/dev/null 2>&1; then
     GO_VERSION=$(go version 2>/dev/null)
-    if (cd bench/go/dial && GOCACHE="$BENCH_GO_CACHE/cache" GOPATH="$BENCH_GO_CACHE/path" \
-        GOFLAGS=-mod=mod GOPROXY=off GOTOOLCHAIN=local go build -o "$GOBIN" .) >>"$LOG" 2>&1; then
+    if bench_go_build dial "$GOBIN" >>"$LOG" 2>&1; then
         GO_OK=1
     else
         echo "bench/run_dial.sh: building bench/go/dial failed (see $LOG)" >&2
@@ -126,18 +121,15 @@ row dial dial $((100000 / SCALE)) 100
 # ---- the table ------------------------------------------------------------------
 # stats ID IMPL KEY: "median [min–max]" of KEY over the runs
 stats() {
-    grep "^id=$1 impl=$2 " "$RAW" | sed -n "s/.* $3=\([0-9.]*\).*/\1/p" | sort -n |
-        awk '{ v[NR] = $1 } END { if (NR == 0) { print "n/a"; exit } m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2; printf "%.0f [%.0f–%.0f]\n", m, v[1], v[NR] }'
+    grep "^id=$1 impl=$2 " "$RAW" | sed -n "s/.* $3=\([0-9.]*\).*/\1/p" | bench_med_range
 }
 med() { stats "$@" | awk '{ print $1 }'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "n/a" || b == "n/a" || b == 0) print "n/a"; else printf "%.2f", a / b }'; }
 met() { awk -v r="$1" -v t="$2" 'BEGIN { if (r == "n/a") print "n/a"; else print (r >= t) ? "yes" : "no" }'; }
 
 T1=$(date +%s)
-LOAD1=$(cut -d' ' -f1-3 /proc/loadavg)
-CPU=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
-MEM=$(awk '/MemTotal/ { printf "%d", $2 / 1048576 }' /proc/meminfo)
-COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+LOAD1=$(bench_load)
+COMMIT=$(bench_rev)
 {
     echo "# net: dial, lookups, UDP echo: colony vs Go 1.19"
     echo
@@ -145,7 +137,7 @@ COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
     echo "alternating which goes first; medians, [min–max] over the runs; failures summed."
     echo
     echo "- Date: $(date -u '+%Y-%m-%d %H:%M UTC'); commit $COMMIT"
-    echo "- Machine: $CPU, $(nproc) logical CPUs, $MEM GiB RAM, Linux $(uname -r); load average before $LOAD0, after $LOAD1; $((T1 - T0)) s in all"
+    echo "- Machine: $(bench_machine); load average before $LOAD0, after $LOAD1; $((T1 - T0)) s in all"
     echo "- Go: $GO_VERSION (GOMAXPROCS = CPUs); colony with its default procs (the CPU count)"
     echo "- Everything on 127.0.0.1, client and server in one process (the DNS responder in its own)."
     echo

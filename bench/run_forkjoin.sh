@@ -6,21 +6,16 @@
 # alternation. Writes bench/results/forkjoin.md.
 #   sh bench/run_forkjoin.sh <builddir>   (BENCH_RUNS=N, default 5; BENCH_QUICK=1: fib(32), 1 run)
 set -u
-BUILD=${1:-build}
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-cd "$ROOT" || exit 1
-case "$BUILD" in /*) ;; *) BUILD="$ROOT/$BUILD" ;; esac
+. "$(dirname "$0")/lib.sh"
+bench_init "${1:-build}"
 RUNS=${BENCH_RUNS:-5}
 N=40 FINE=11 COARSE=22 SPIN=300000000
 OUT=bench/results/forkjoin.md
 if [ -n "${BENCH_QUICK:-}" ]; then RUNS=1 N=32 FINE=8 COARSE=16 SPIN=30000000 OUT="$BUILD/bench-forkjoin-quick.md"; fi
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/colony-forkjoin.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
-CACHE=${BENCH_GO_CACHE:-${TMPDIR:-/tmp}/colony-bench-go}
 GO=""
-if command -v go >/dev/null 2>&1 &&
-    (cd bench/go/forkjoin && GOCACHE="$CACHE/cache" GOPATH="$CACHE/path" GOFLAGS=-mod=mod GOPROXY=off \
-        GOTOOLCHAIN=local go build -o "$TMP/goforkjoin" .) >"$TMP/go.log" 2>&1; then
+if command -v go >/dev/null 2>&1 && bench_go_build forkjoin "$TMP/goforkjoin" >"$TMP/go.log" 2>&1; then
     GO="$TMP/goforkjoin"
 fi
 [ -x "$BUILD/bench_forkjoin" ] || { echo "bench/run_forkjoin.sh: $BUILD/bench_forkjoin missing" >&2; exit 1; }
@@ -38,7 +33,7 @@ run() { # row cmd...
         echo "bench/run_forkjoin.sh: $* failed: $(head -c 300 "$TMP/e")" >&2
     fi
 }
-load0=$(cut -d' ' -f1-3 /proc/loadavg)
+load0=$(bench_load)
 i=0
 while [ "$i" -lt "$RUNS" ]; do
     for g in fine coarse; do
@@ -55,12 +50,12 @@ while [ "$i" -lt "$RUNS" ]; do
     i=$((i + 1))
 done
 
-med() { [ -s "$1" ] && sort -n -k"${2:-1}","${2:-1}" "$1" | awk -v k="${2:-1}" '{v[NR]=$k} END {print (NR%2)?v[(NR+1)/2]:(v[NR/2]+v[NR/2+1])/2}'; }
+# the median of column ${2:-1} of file $1 (nothing if it has no lines)
+med() { [ -s "$1" ] && awk -v k="${2:-1}" '{ print $k }' "$1" | bench_median; }
 # "wall median [min-max] | CPU median | largest peak RSS MiB"
 stat() {
     [ -s "$1" ] || { echo "n/a | n/a | n/a"; return; }
-    w=$(sort -n -k1,1 "$1" | awk '{v[NR]=$1} END {
-        printf "%.0f [%.0f-%.0f]", (NR % 2) ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2, v[1], v[NR] }')
+    w=$(awk '{ print $1 }' "$1" | bench_med_range 0 -)
     r=$(awk '$3>r {r=$3} END {printf "%.0f", r/1024}' "$1")
     echo "$w | $(med "$1" 2) | $r"
 }
@@ -68,14 +63,13 @@ div() { # median of $2 / median of $1
     a=$(med "$1"); b=$(med "$2")
     if [ -n "$a" ] && [ -n "$b" ]; then awk -v a="$a" -v b="$b" 'BEGIN{printf "%.2f", b/a}'; else echo n/a; fi
 }
-machine=$(lscpu 2>/dev/null | sed -n 's/^Model name:[[:space:]]*//p' | head -1)
 btype=$(sed -n 's/^CMAKE_BUILD_TYPE:[A-Z]*=//p' "$BUILD/CMakeCache.txt" 2>/dev/null)
 host=$(div "$TMP/s1" "$TMP/s2")
 {
     echo "## forkjoin: parallel fib on 1 and 2 Ps, against Go"
     echo
-    echo "\`sh bench/run_forkjoin.sh $(basename "$BUILD")\` on $(date -u '+%Y-%m-%d %H:%M UTC'), $machine,"
-    echo "$(nproc) logical CPUs, load average $load0 at the start and $(cut -d' ' -f1-3 /proc/loadavg) at the end"
+    echo "\`sh bench/run_forkjoin.sh $(basename "$BUILD")\` on $(date -u '+%Y-%m-%d %H:%M UTC'), $(bench_machine),"
+    echo "load average $load0 at the start and $(bench_load) at the end"
     echo "(the host is shared with other builds and tests), $RUNS alternating runs per row, build type ${btype:-unknown}."
     echo "fib($N), a coroutine (goroutine) per call above the cut-off, each parent joining its children with a"
     echo "waitgroup, plain recursion at or below it: cut-off $FINE (fine) and $COARSE (coarse). Wall ms median [range],"

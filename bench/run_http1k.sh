@@ -23,11 +23,8 @@
 # BENCH_HTTP_BASELINE (another build's http_server, e.g. one from before a
 # change: measured too, as "colony-base").
 set -u
-
-BUILD=${1:-build}
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-cd "$ROOT" || exit 1
-case "$BUILD" in /*) ;; *) BUILD="$ROOT/$BUILD" ;; esac
+. "$(dirname "$0")/lib.sh"
+bench_init "${1:-build}"
 
 QUICK=${BENCH_QUICK:-0}
 RUNS=${BENCH_RUNS:-5}
@@ -77,11 +74,8 @@ else
     echo "bench/run_http1k.sh: nginx missing: no nginx row" >&2
 fi
 TMP=${TMPDIR:-/tmp}
-BENCH_GO_CACHE=${BENCH_GO_CACHE:-$TMP/colony-bench-go}
 GO_VERSION="not installed"
-if command -v go >/dev/null 2>&1 &&
-    (cd bench/go/net && GOCACHE="$BENCH_GO_CACHE/cache" GOPATH="$BENCH_GO_CACHE/path" \
-        GOFLAGS=-mod=mod GOPROXY=off GOTOOLCHAIN=local go build -o "$OUT/go_http" ./http) >>"$LOG" 2>&1; then
+if command -v go >/dev/null 2>&1 && bench_go_build net "$OUT/go_http" ./http >>"$LOG" 2>&1; then
     GO_VERSION=$(go version 2>/dev/null)
     IMPLS="$IMPLS go"
 else
@@ -89,40 +83,34 @@ else
 fi
 
 # ---- helpers --------------------------------------------------------------------
-SPID="" PORT="" NGDIR=""
+NGDIR=""
 free_port() {
     python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
 }
 start_server() { # impl
-    : >"$OUT/$1.out"
-    PORT=""
     case $1 in
-    colony) "$BUILD/http_server" 0 1000 >"$OUT/$1.out" 2>&1 & SPID=$! ;;
-    colony-base) "$BASELINE" 0 1000 >"$OUT/$1.out" 2>&1 & SPID=$! ;;
-    libuv) "$OUT/uv_http" 0 >"$OUT/$1.out" 2>&1 & SPID=$! ;;
-    go) "$OUT/go_http" 0 >"$OUT/$1.out" 2>&1 & SPID=$! ;;
-    nginx)
+    colony) bench_start_server "$1" "$BUILD/http_server" 0 1000 ;;
+    colony-base) bench_start_server "$1" "$BASELINE" 0 1000 ;;
+    libuv) bench_start_server "$1" "$OUT/uv_http" 0 ;;
+    go) bench_start_server "$1" "$OUT/go_http" 0 ;;
+    nginx) # it prints no port: one is chosen for it, and asked until it answers
+        : >"$OUT/$1.out"
         NGDIR=$(mktemp -d "$TMP/colony-nginx.XXXXXX")
         PORT=$(free_port)
         sed -e "s|@DIR@|$NGDIR|g" -e "s|@PORT@|$PORT|g" bench/peers/nginx.conf.in >"$NGDIR/nginx.conf"
         "$NGINX" -p "$NGDIR" -c "$NGDIR/nginx.conf" -e "$NGDIR/error.log" >"$OUT/$1.out" 2>&1 &
         SPID=$!
+        tries=0
+        while [ $tries -lt 100 ]; do
+            curl -s -o /dev/null "http://127.0.0.1:$PORT/" && return 0
+            sleep 0.05
+            tries=$((tries + 1))
+        done
+        echo "$ME: $1 did not start" >&2
+        stop_server
+        return 1
         ;;
     esac
-    tries=0
-    while [ $tries -lt 100 ]; do
-        if [ "$1" = nginx ]; then
-            curl -s -o /dev/null "http://127.0.0.1:$PORT/" && return 0
-        else
-            PORT=$(sed -n 's/.*127\.0\.0\.1:\([0-9][0-9]*\).*/\1/p' "$OUT/$1.out" | head -n 1)
-            [ -n "$PORT" ] && return 0
-        fi
-        sleep 0.05
-        tries=$((tries + 1))
-    done
-    echo "bench/run_http1k.sh: $1 did not start" >&2
-    stop_server
-    return 1
 }
 # cpu_ticks: user + system clock ticks of the server and its children
 cpu_ticks() {
@@ -134,19 +122,9 @@ cpu_ticks() {
     echo "$t"
 }
 stop_server() { # sets HWM (KiB): the server's peak RSS, its children's added
-    HWM=0
-    for p in $SPID $(cat /proc/$SPID/task/*/children 2>/dev/null); do
-        h=$(sed -n 's/^VmHWM:[[:space:]]*\([0-9]*\).*/\1/p' "/proc/$p/status" 2>/dev/null)
-        HWM=$((HWM + ${h:-0}))
-    done
-    kill -TERM "$SPID" 2>/dev/null
-    wait "$SPID" 2>/dev/null
-    SPID=""
+    bench_stop_server
     [ -n "$NGDIR" ] && rm -rf "$NGDIR"
     NGDIR=""
-}
-to_us() {
-    echo "$1" | awk '{ v = $1 + 0; if ($1 ~ /ms$/) v *= 1000; else if ($1 ~ /us$/) v *= 1; else if ($1 ~ /s$/) v *= 1000000; printf "%.0f", v }'
 }
 run_one() { # impl conns run
     start_server "$1" || { echo "id=http c=$2 impl=$1 run=$3 status=failed" >>"$RAW"; return; }
@@ -157,15 +135,15 @@ run_one() { # impl conns run
     t1=$(cpu_ticks)
     stop_server
     printf '== %s c=%s run %s\n%s\n' "$1" "$2" "$3" "$res" >>"$LOG"
-    rps=$(printf '%s\n' "$res" | sed -n 's/^Requests\/sec:[[:space:]]*\([0-9.]*\).*/\1/p')
-    p99=$(printf '%s\n' "$res" | awk '$1 == "99%" { print $2 }')
+    bench_wrk "$res"
+    rps=$WRK_RPS p99=$WRK_P99
     errs=$(printf '%s\n' "$res" | awk '/Socket errors/ { n += $4 + $6 + $8 + $10 } /Non-2xx/ { n += $NF } END { print n + 0 }')
     if [ -z "$rps" ] || [ -z "$p99" ]; then
         echo "id=http c=$2 impl=$1 run=$3 status=failed" >>"$RAW"
         echo "  c=$2 #$3 $1: FAILED" >&2
         return
     fi
-    p99=$(to_us "$p99")
+    p99=$(bench_to_us "$p99")
     # the server's CPU time per request (µs): less hostage to the host's
     # load than requests/s, as the load generator's share does not count
     cpu=$(awk -v d=$((t1 - t0)) -v hz="$(getconf CLK_TCK)" -v r="$rps" -v s="$DUR" \
@@ -173,16 +151,10 @@ run_one() { # impl conns run
     echo "id=http c=$2 impl=$1 run=$3 rps=$rps p99_us=$p99 rss_kib=$HWM errors=$errs cpu_us=$cpu" >>"$RAW"
     echo "  c=$2 #$3 $1: $rps req/s, p99 $p99 us, peak RSS $HWM KiB, errors $errs, CPU $cpu us/req" >&2
 }
-loadavg() { cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?'; }
-machine() {
-    m=$(lscpu 2>/dev/null | sed -n 's/^Model name:[[:space:]]*//p' | head -1)
-    echo "${m:-$(uname -m)}, $(nproc) logical CPUs, $(awk '/MemTotal/ {printf "%.0f GiB RAM", $2/1048576}' /proc/meminfo), Linux $(uname -r)"
-}
-
 DATE=$(date -u '+%Y-%m-%d %H:%M UTC')
-LOAD_BEFORE=$(loadavg)
+LOAD_BEFORE=$(bench_load)
 T0=$(date +%s)
-echo "bench/run_http1k.sh: $(machine); load $LOAD_BEFORE; $RUNS runs of ${DUR}s; $IMPLS" >&2
+echo "bench/run_http1k.sh: $(bench_machine); load $LOAD_BEFORE; $RUNS runs of ${DUR}s; $IMPLS" >&2
 for c in $CONNS; do
     r=1
     while [ $r -le "$RUNS" ]; do
@@ -194,21 +166,16 @@ for c in $CONNS; do
         r=$((r + 1))
     done
 done
-LOAD_AFTER=$(loadavg)
+LOAD_AFTER=$(bench_load)
 ELAPSED=$(( $(date +%s) - T0 ))
-REV=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
-[ -n "$(git status --porcelain -- src include examples 2>/dev/null)" ] && REV="$REV plus uncommitted changes"
+REV=$(bench_rev src include examples)
 NGV=$([ -n "$NGINX" ] && "$NGINX" -v 2>&1 | sed 's/.*version: //')
 UVV=$(pkg-config --modversion libuv 2>/dev/null || echo '?')
 
 mkdir -p "$(dirname "$RESULT")"
-awk -v date="$DATE" -v machine="$(machine)" -v lb="$LOAD_BEFORE" -v la="$LOAD_AFTER" \
+awk -v date="$DATE" -v machine="$(bench_machine)" -v lb="$LOAD_BEFORE" -v la="$LOAD_AFTER" \
     -v runs="$RUNS" -v dur="$DUR" -v rev="$REV" -v el="$ELAPSED" -v gov="$GO_VERSION" \
-    -v base="$([ "${IMPLS#*colony-base}" != "$IMPLS" ] && echo "$BASELINE")" -v ngv="${NGV:-not installed}" -v uvv="$UVV" -v wrkv="$(wrk -v 2>&1 | head -n 1 | sed 's/ Copyright.*//')" '
-function med(a, n,   i, j, t) {
-    for (i = 2; i <= n; i++) { t = a[i]; for (j = i - 1; j >= 1 && a[j] > t; j--) a[j + 1] = a[j]; a[j + 1] = t }
-    return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
-}
+    -v base="$([ "${IMPLS#*colony-base}" != "$IMPLS" ] && echo "$BASELINE")" -v ngv="${NGV:-not installed}" -v uvv="$UVV" -v wrkv="$(wrk -v 2>&1 | head -n 1 | sed 's/ Copyright.*//')" "$BENCH_AWK"'
 function lo(a, n,   i, m) { m = a[1]; for (i = 2; i <= n; i++) if (a[i] < m) m = a[i]; return m }
 function hi(a, n,   i, m) { m = a[1]; for (i = 2; i <= n; i++) if (a[i] > m) m = a[i]; return m }
 {
@@ -247,13 +214,13 @@ END {
         print "|---|---|---|---|---|---|---|"
         ck = c SUBSEP "colony"
         for (k = 1; k <= n[ck]; k++) t[k] = rps[ck, k]
-        cmed = n[ck] ? med(t, n[ck]) : 0
+        cmed = n[ck] ? bench_median(t, n[ck]) : 0
         for (ii = 1; ii <= ni; ii++) {
             key = c SUBSEP is[ii]; m = n[key]
             if (!m) { printf "| %s | failed | | | | | |\n", is[ii]; continue }
             for (k = 1; k <= m; k++) { a[k] = rps[key, k]; b[k] = p99[key, k]; d[k] = rss[key, k]; u[k] = cpu[key, k] }
-            r = med(a, m)
-            printf "| %s | %.0f [%.0f-%.0f] | %.1f [%.1f-%.1f] | %.2f [%.2f-%.2f] | %.1f | %d | %s |\n", is[ii], r, lo(a, m), hi(a, m), med(b, m), lo(b, m), hi(b, m), med(u, m), lo(u, m), hi(u, m), med(d, m), err[key], cmed ? sprintf("%.2f", r / cmed) : "n/a"
+            r = bench_median(a, m)
+            printf "| %s | %.0f [%.0f-%.0f] | %.1f [%.1f-%.1f] | %.2f [%.2f-%.2f] | %.1f | %d | %s |\n", is[ii], r, lo(a, m), hi(a, m), bench_median(b, m), lo(b, m), hi(b, m), bench_median(u, m), lo(u, m), hi(u, m), bench_median(d, m), err[key], cmed ? sprintf("%.2f", r / cmed) : "n/a"
         }
     }
 }' "$RAW" >"$RESULT"

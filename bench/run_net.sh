@@ -36,11 +36,8 @@
 # change: the slowloris rows are measured for it too, as "colony
 # (baseline)").
 set -u
-
-BUILD=${1:-build}
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-cd "$ROOT" || exit 1
-case "$BUILD" in /*) ;; *) BUILD="$ROOT/$BUILD" ;; esac
+. "$(dirname "$0")/lib.sh"
+bench_init "${1:-build}"
 
 QUICK=${BENCH_QUICK:-0}
 RUNS=${BENCH_RUNS:-5}
@@ -74,8 +71,6 @@ LOG="$OUT/log.txt"
 : >"$LOG"
 
 # ---- the Go peers ------------------------------------------------------------
-TMP=${TMPDIR:-/tmp}
-BENCH_GO_CACHE=${BENCH_GO_CACHE:-$TMP/colony-bench-go}
 GOBIN_DIR="$BUILD/bench-go"
 mkdir -p "$GOBIN_DIR"
 GO_OK=0
@@ -84,8 +79,7 @@ if command -v go >/dev/null 2>&1; then
     GO_VERSION=$(go version 2>/dev/null)
     GO_OK=1
     for p in http echo; do
-        if ! (cd bench/go/net && GOCACHE="$BENCH_GO_CACHE/cache" GOPATH="$BENCH_GO_CACHE/path" \
-              GOFLAGS=-mod=mod GOPROXY=off GOTOOLCHAIN=local go build -o "$GOBIN_DIR/net-$p" "./$p") >>"$LOG" 2>&1; then
+        if ! bench_go_build net "$GOBIN_DIR/net-$p" "./$p" >>"$LOG" 2>&1; then
             echo "bench/run_net.sh: building bench/go/net/$p failed (see $LOG)" >&2
             GO_OK=0
         fi
@@ -93,68 +87,28 @@ if command -v go >/dev/null 2>&1; then
 fi
 
 # ---- helpers ------------------------------------------------------------------
-SPID=""
-PORT=""
-# start_server NAME CMD...: start a server, wait for the port it prints.
-start_server() {
-    name=$1
-    shift
-    # emptied here, not only by the child's redirection: the loop below
-    # could otherwise read the previous run's file, and its port
-    : >"$OUT/$name.out"
-    "$@" >"$OUT/$name.out" 2>&1 &
-    SPID=$!
-    PORT=""
-    tries=0 # (sh has no locals: every helper uses its own variable names)
-    while [ $tries -lt 100 ] && [ -z "$PORT" ]; do
-        PORT=$(sed -n 's/.*127\.0\.0\.1:\([0-9][0-9]*\).*/\1/p' "$OUT/$name.out" | head -n 1)
-        [ -z "$PORT" ] && sleep 0.05
-        tries=$((tries + 1))
-    done
-    if [ -z "$PORT" ]; then
-        echo "bench/run_net.sh: $name did not start" >&2
-        kill "$SPID" 2>/dev/null
-        wait "$SPID" 2>/dev/null
-        SPID=""
-        return 1
-    fi
-    return 0
-}
-# stop_server: read the peak RSS (KiB) into HWM, SIGTERM, wait.
-stop_server() {
-    HWM=$(sed -n 's/^VmHWM:[[:space:]]*\([0-9]*\).*/\1/p' "/proc/$SPID/status" 2>/dev/null)
-    [ -n "$HWM" ] || HWM=0
-    kill -TERM "$SPID" 2>/dev/null
-    wait "$SPID" 2>/dev/null
-    SPID=""
-}
-# to_us VALUE-WITH-UNIT (wrk: 812.00us, 1.23ms, 1.01s)
-to_us() {
-    echo "$1" | awk '{ v = $1 + 0; if ($1 ~ /ms$/) v *= 1000; else if ($1 ~ /us$/) v *= 1; else if ($1 ~ /s$/) v *= 1000000; printf "%.0f", v }'
-}
-
 run_http() { # impl run
     impl=$1 run=$2
     if [ "$impl" = colony ]; then
-        start_server "http-$impl" "$BUILD/http_server" 0 1000 || return
+        bench_start_server "http-$impl" "$BUILD/http_server" 0 1000 || return
     else
         [ "$GO_OK" = 1 ] || return
-        start_server "http-$impl" "$GOBIN_DIR/net-http" 0 || return
+        bench_start_server "http-$impl" "$GOBIN_DIR/net-http" 0 || return
     fi
     url="http://127.0.0.1:$PORT/"
     wrk -t2 -c100 -d1s "$url" >/dev/null 2>&1
     res=$(wrk -t2 -c100 -d"${DUR}s" --latency "$url" 2>&1)
-    stop_server
+    bench_stop_server
     printf '%s\n' "$res" >>"$LOG"
-    rps=$(printf '%s\n' "$res" | sed -n 's/^Requests\/sec:[[:space:]]*\([0-9.]*\).*/\1/p')
-    p99=$(printf '%s\n' "$res" | awk '$1 == "99%" { print $2 }')
+    bench_wrk "$res"
+    rps=$WRK_RPS p99=$WRK_P99
     errs=$(printf '%s\n' "$res" | awk '/Socket errors|Non-2xx/ { n++ } END { print n + 0 }')
     if [ -z "$rps" ] || [ -z "$p99" ]; then
         echo "id=http impl=$impl run=$run status=failed" >>"$RAW"
         echo "  http #$run $impl: FAILED" >&2
         return
     fi
-    p99=$(to_us "$p99")
+    p99=$(bench_to_us "$p99")
     echo "id=http impl=$impl run=$run rps=$rps p99_us=$p99 rss_kib=$HWM error_lines=$errs" >>"$RAW"
     echo "  http #$run $impl: $rps req/s, p99 $p99 us, peak RSS $HWM KiB" >&2
 }
@@ -162,13 +116,13 @@ run_http() { # impl run
 run_echo() { # impl run
     impl=$1 run=$2
     if [ "$impl" = colony ]; then
-        start_server "echo-$impl" "$BUILD/echo_server" 0 1000 || return
+        bench_start_server "echo-$impl" "$BUILD/echo_server" 0 1000 || return
     else
         [ "$GO_OK" = 1 ] || return
-        start_server "echo-$impl" "$GOBIN_DIR/net-echo" 0 || return
+        bench_start_server "echo-$impl" "$GOBIN_DIR/net-echo" 0 || return
     fi
     res=$("$BUILD/echo_client" -p "$PORT" -c 100 -s 64 -d "$DUR" 2>&1)
-    stop_server
+    bench_stop_server
     printf '%s\n' "$res" >>"$LOG"
     rts=$(printf '%s\n' "$res" | sed -n 's/.* round trips, \([0-9.]*\)\/s.*/\1/p')
     p99=$(printf '%s\n' "$res" | sed -n 's/.* p99 \([0-9.]*\) us.*/\1/p')
@@ -185,17 +139,17 @@ run_echo() { # impl run
 run_flood() { # impl run
     impl=$1 run=$2
     if [ "$impl" = colony ]; then
-        start_server "flood-$impl" "$BUILD/echo_server" 0 "$FPOOL" || return
+        bench_start_server "flood-$impl" "$BUILD/echo_server" 0 "$FPOOL" || return
     else
         [ "$GO_OK" = 1 ] || return
-        start_server "flood-$impl" "$GOBIN_DIR/net-echo" 0 || return
+        bench_start_server "flood-$impl" "$GOBIN_DIR/net-echo" 0 || return
     fi
     res=$("$BUILD/echo_client" -p "$PORT" -f "$FLOOD" -H 500 -t 20000 2>&1)
     # still up? one connection, one second of round trips
     after=$("$BUILD/echo_client" -p "$PORT" -c 1 -d 1 2>&1)
     alive=0
     printf '%s\n' "$after" | grep -q ' 0 connection errors' && alive=1
-    stop_server
+    bench_stop_server
     printf '%s\n%s\n' "$res" "$after" >>"$LOG"
     line=$(printf '%s\n' "$res" | grep '^flood:')
     if [ -z "$line" ]; then
@@ -215,15 +169,15 @@ run_flood() { # impl run
 run_slow() { # impl run slow-connections
     impl=$1 run=$2 nslow=$3
     case "$impl" in
-    colony) start_server "slow-$impl" "$BUILD/http_server" 0 1000 || return ;;
-    baseline) start_server "slow-$impl" "$BASELINE" 0 1000 || return ;;
+    colony) bench_start_server "slow-$impl" "$BUILD/http_server" 0 1000 || return ;;
+    baseline) bench_start_server "slow-$impl" "$BASELINE" 0 1000 || return ;;
     go)
         [ "$GO_OK" = 1 ] || return
-        start_server "slow-$impl" "$GOBIN_DIR/net-http" 0 || return
+        bench_start_server "slow-$impl" "$GOBIN_DIR/net-http" 0 || return
         ;;
     esac
     res=$("$BUILD/slowloris" -p "$PORT" -s "$nslow" -c 50 -d "$DUR" 2>&1)
-    stop_server
+    bench_stop_server
     printf '%s\n' "$res" >>"$LOG"
     line=$(printf '%s\n' "$res" | grep '^slowloris:')
     if [ -z "$line" ]; then
@@ -274,26 +228,18 @@ pair() {
     done
 }
 
-machine() {
-    m=$(lscpu 2>/dev/null | sed -n 's/^Model name:[[:space:]]*//p' | head -1)
-    [ -n "$m" ] || m=$(uname -m)
-    echo "$m, $(nproc 2>/dev/null || echo '?') logical CPUs, $(awk '/MemTotal/ {printf "%.0f GiB RAM", $2/1048576}' /proc/meminfo), Linux $(uname -r)"
-}
-loadavg() { cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?'; }
-
 DATE=$(date -u '+%Y-%m-%d %H:%M UTC')
-MACHINE=$(machine)
-LOAD_BEFORE=$(loadavg)
+MACHINE=$(bench_machine)
+LOAD_BEFORE=$(bench_load)
 T0=$(date +%s)
 echo "bench/run_net.sh: $MACHINE; load $LOAD_BEFORE; $RUNS runs each" >&2
 command -v wrk >/dev/null 2>&1 && pair http
 pair echo
 pair flood
 slow_pairs
-LOAD_AFTER=$(loadavg)
+LOAD_AFTER=$(bench_load)
 ELAPSED=$(( $(date +%s) - T0 ))
-REV=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
-[ -n "$(git status --porcelain -- src include examples 2>/dev/null)" ] && REV="$REV plus uncommitted changes"
+REV=$(bench_rev src include examples)
 BUILD_TYPE=$(sed -n 's/^CMAKE_BUILD_TYPE:STRING=//p' "$BUILD/CMakeCache.txt" 2>/dev/null)
 [ -n "$BUILD_TYPE" ] || BUILD_TYPE=RelWithDebInfo
 WRK_VERSION=$(wrk -v 2>&1 | head -n 1 | sed 's/ Copyright.*//')
@@ -310,15 +256,14 @@ awk -v date="$DATE" -v machine="$MACHINE" -v lb="$LOAD_BEFORE" -v la="$LOAD_AFTE
     -v runs="$RUNS" -v rev="$REV" -v goversion="$GO_VERSION" -v wrkv="$WRK_VERSION" \
     -v elapsed="$ELAPSED" -v btype="$BUILD_TYPE" -v quick="$QUICK" -v dur="$DUR" \
     -v base="$([ -n "$BASELINE" ] && echo 1 || echo 0)" \
-    -v flood="$FLOOD" -v fpool="$FPOOL" -v slow="$SLOW" '
-function sortv(a, n,    i, j, t) { for (i = 2; i <= n; i++) { t = a[i]; for (j = i - 1; j >= 1 && a[j] > t; j--) a[j + 1] = a[j]; a[j + 1] = t } }
-function med(id, impl, key, nslow,    a, n, k) {
+    -v flood="$FLOOD" -v fpool="$FPOOL" -v slow="$SLOW" "$BENCH_AWK"'
+function med(id, impl, key, nslow,    a, n, k, m) {
     n = 0
     for (k = 1; k <= nl; k++) if (I[k] == id && M[k] == impl && (k, key) in V && (nslow == "" || V[k, "slow"] == nslow)) a[++n] = V[k, key] + 0
     N = n
     if (n == 0) return ""
-    sortv(a, n); MIN = a[1]; MAX = a[n]
-    return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+    m = bench_median(a, n); MIN = a[1]; MAX = a[n]
+    return m
 }
 function f0(v) { return v == "" ? "n/a" : sprintf("%.0f", v) }
 function rngs() { return N > 1 ? sprintf(" [%.0f–%.0f]", MIN, MAX) : "" }

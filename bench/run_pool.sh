@@ -29,11 +29,8 @@
 # BENCH_QUICK=1, BENCH_GO_CACHE (GOCACHE/GOPATH root, default
 # $TMPDIR/colony-bench-go), BENCH_NO_LOCKS=1 (skip the lock variants).
 set -u
-
-BUILD=${1:-build}
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-cd "$ROOT" || exit 1
-case "$BUILD" in /*) ;; *) BUILD="$ROOT/$BUILD" ;; esac
+. "$(dirname "$0")/lib.sh"
+bench_init "${1:-build}"
 
 QUICK=${BENCH_QUICK:-0}
 RUNS=${BENCH_RUNS:-3}
@@ -60,16 +57,13 @@ ERR="$OUT/stderr.txt"
 : >"$ERR"
 
 # ---- the Go peer ---------------------------------------------------------------
-TMP=${TMPDIR:-/tmp}
-BENCH_GO_CACHE=${BENCH_GO_CACHE:-$TMP/colony-bench-go}
 GOBIN="$BUILD/bench-go/pool"
 mkdir -p "$BUILD/bench-go"
 GO_OK=0
 GO_VERSION="not installed"
 if command -v go >/dev/null 2>&1; then
     GO_VERSION=$(go version 2>/dev/null)
-    if (cd bench/go/pool && GOCACHE="$BENCH_GO_CACHE/cache" GOPATH="$BENCH_GO_CACHE/path" \
-        GOFLAGS=-mod=mod GOPROXY=off GOTOOLCHAIN=local go build -o "$GOBIN" .) >>"$ERR" 2>&1; then
+    if bench_go_build pool "$GOBIN" >>"$ERR" 2>&1; then
         GO_OK=1
     else
         echo "bench/run_pool.sh: building bench/go/pool failed (see $ERR)" >&2
@@ -137,8 +131,8 @@ C="$BUILD/bench_pool"
 G="$GOBIN"
 go_spec() { [ "$GO_OK" = 1 ] && echo "$1"; }
 
-MACHINE="$(lscpu 2>/dev/null | sed -n 's/^Model name:[[:space:]]*//p' | head -1), $(nproc) logical CPUs, Linux $(uname -r)"
-LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
+MACHINE=$(bench_machine)
+LOAD_BEFORE=$(bench_load)
 T0=$(date +%s)
 echo "bench/run_pool.sh: $MACHINE; load $LOAD_BEFORE; $RUNS runs" >&2
 
@@ -168,17 +162,16 @@ set -- "colony $C sleep 2 $N_1S $CAP_1S 1000"
 [ "$GO_OK" = 1 ] && set -- "$@" "go_ants $G ants_sleep 2 $N_1S $CAP_1S 1000"
 rounds sleep1s "$SLOW_RUNS" "$@"
 ELAPSED=$(( $(date +%s) - T0 ))
-LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
+LOAD_AFTER=$(bench_load)
 
 # ---- the report --------------------------------------------------------------------
 # Medians per (benchmark, implementation, field) over the runs that completed.
-REPORT_AWK='
-function med(id, impl, f,    n, k, a, i, j, t) {
+REPORT_AWK=$BENCH_AWK'
+function med(id, impl, f,    n, k, a) {
     n = 0
     for (k = 1; k <= N; k++) if (ID[k] == id && IM[k] == impl && ((k, f) in V)) a[++n] = V[k, f] + 0
     if (n == 0) return ""
-    for (i = 2; i <= n; i++) { t = a[i]; for (j = i - 1; j >= 1 && a[j] > t; j--) a[j + 1] = a[j]; a[j + 1] = t }
-    return (n % 2) ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+    return bench_median(a, n)
 }
 function cnt(id, impl,    n, k) { n = 0; for (k = 1; k <= N; k++) if (ID[k] == id && IM[k] == impl && !FAILED[k]) n++; return n }
 function fmt(x, d) { return (x == "") ? "n/a" : sprintf("%." d "f", x) }
@@ -288,8 +281,7 @@ END {
 { LINE[N] = $0 }
 '
 
-REV=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
-[ -n "$(git status --porcelain -- src include bench/bench_pool.c 2>/dev/null)" ] && REV="$REV plus uncommitted changes"
+REV=$(bench_rev src include bench/bench_pool.c)
 QUICK_NOTE=""
 [ "$QUICK" = 1 ] && QUICK_NOTE="SMOKE RUN (BENCH_QUICK=1): small sizes, not figures to quote."
 mkdir -p "$(dirname "$RESULT")"

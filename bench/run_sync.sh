@@ -5,10 +5,8 @@
 # processes. Writes bench/results/sync.md.
 #   sh bench/run_sync.sh <builddir>      (BENCH_RUNS=N, default 5; BENCH_QUICK=1: small, 1 run)
 set -u
-BUILD=${1:-build}
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-cd "$ROOT" || exit 1
-case "$BUILD" in /*) ;; *) BUILD="$ROOT/$BUILD" ;; esac
+. "$(dirname "$0")/lib.sh"
+bench_init "${1:-build}"
 RUNS=${BENCH_RUNS:-5}
 KEYS=1000000
 OPS=2000000
@@ -16,16 +14,12 @@ OUT=bench/results/sync.md
 if [ -n "${BENCH_QUICK:-}" ]; then RUNS=1 KEYS=100000 OPS=200000 OUT="$BUILD/bench-sync-quick.md"; fi
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/colony-sync.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
-CACHE=${BENCH_GO_CACHE:-${TMPDIR:-/tmp}/colony-bench-go}
 GO=""
-if command -v go >/dev/null 2>&1 &&
-    (cd bench/go/map && GOCACHE="$CACHE/cache" GOPATH="$CACHE/path" GOFLAGS=-mod=mod GOPROXY=off \
-        GOTOOLCHAIN=local go build -o "$TMP/gomap" .) >"$TMP/go.log" 2>&1; then
+if command -v go >/dev/null 2>&1 && bench_go_build map "$TMP/gomap" >"$TMP/go.log" 2>&1; then
     GO="$TMP/gomap"
 fi
 GOC=""
-if [ -n "$GO" ] && (cd bench/go/cache && GOCACHE="$CACHE/cache" GOPATH="$CACHE/path" GOFLAGS=-mod=mod GOPROXY=off \
-        GOTOOLCHAIN=local go build -o "$TMP/gocache" .) >>"$TMP/go.log" 2>&1; then
+if [ -n "$GO" ] && bench_go_build cache "$TMP/gocache" >>"$TMP/go.log" 2>&1; then
     GOC="$TMP/gocache"
 fi
 CK=1
@@ -62,21 +56,18 @@ done
 # median [min-max] of column 1, and the largest column 2
 stat() {
     [ -s "$1" ] || { echo "n/a|n/a"; return; }
-    sort -n -k1,1 "$1" | awk '{v[NR]=$1; if ($2>r) r=$2} END {
-        m = (NR % 2) ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2;
-        printf "%.1f [%.1f-%.1f]|%.0f\n", m, v[1], v[NR], r/1024 }'
+    echo "$(awk '{ print $1 }' "$1" | bench_med_range 1 -)|$(awk '$2 > r { r = $2 } END { printf "%.0f", r / 1024 }' "$1")"
 }
-med() { [ -s "$1" ] && sort -n -k1,1 "$1" | awk '{v[NR]=$1} END {print (NR%2)?v[(NR+1)/2]:(v[NR/2]+v[NR/2+1])/2}'; }
+med() { [ -s "$1" ] && awk '{ print $1 }' "$1" | bench_median; }
 ratio() { # b / a, "n/a" if either is missing
     a=$(med "$1"); b=$(med "$2")
     if [ -n "$a" ] && [ -n "$b" ]; then awk -v a="$a" -v b="$b" 'BEGIN{printf "%.2fx", b/a}'; else echo n/a; fi
 }
-machine=$(lscpu 2>/dev/null | sed -n 's/^Model name:[[:space:]]*//p' | head -1)
 {
     echo "## sync: the concurrent map (co_map) against Go's sync.Map and ck_ht"
     echo
-    echo "\`sh bench/run_sync.sh $(basename "$BUILD")\` on $(date -u '+%Y-%m-%d %H:%M UTC'), $machine,"
-    echo "$(nproc) logical CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg) at the end (the host is shared with other builds and tests),"
+    echo "\`sh bench/run_sync.sh $(basename "$BUILD")\` on $(date -u '+%Y-%m-%d %H:%M UTC'), $(bench_machine),"
+    echo "load average $(bench_load) at the end (the host is shared with other builds and tests),"
     echo "$RUNS alternating runs per implementation. $KEYS string keys of 8 bytes, 2 workers (colony: coroutines on 2 Ps;"
     echo "Go: goroutines, GOMAXPROCS=2; ck: threads, writers under a mutex as ck_ht is single-writer), $OPS random operations"
     echo "each; a store writes a present key. Both maps are warmed with one load per key first (Go's sync.Map promotes"

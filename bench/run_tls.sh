@@ -25,11 +25,8 @@
 # Environment: BENCH_RUNS (default 3), BENCH_QUICK=1 (2 s runs, 1 run),
 # BENCH_GO_CACHE (GOCACHE/GOPATH root, default $TMPDIR/colony-bench-go).
 set -u
-
-BUILD=${1:-build}
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-cd "$ROOT" || exit 1
-case "$BUILD" in /*) ;; *) BUILD="$ROOT/$BUILD" ;; esac
+. "$(dirname "$0")/lib.sh"
+bench_init "${1:-build}"
 
 QUICK=${BENCH_QUICK:-0}
 RUNS=${BENCH_RUNS:-3}
@@ -58,14 +55,11 @@ LOG="$OUT/log.txt"
 : >"$RAW"
 : >"$LOG"
 
-TMP=${TMPDIR:-/tmp}
-BENCH_GO_CACHE=${BENCH_GO_CACHE:-$TMP/colony-bench-go}
 GO_OK=0
 GO_VERSION="not installed"
 if command -v go >/dev/null 2>&1; then
     GO_VERSION=$(go version 2>/dev/null)
-    if (cd bench/go/tls && GOCACHE="$BENCH_GO_CACHE/cache" GOPATH="$BENCH_GO_CACHE/path" \
-        GOFLAGS=-mod=mod GOPROXY=off GOTOOLCHAIN=local go build -o "$OUT/go-tls" .) >>"$LOG" 2>&1; then
+    if bench_go_build tls "$OUT/go-tls" >>"$LOG" 2>&1; then
         GO_OK=1
     else
         echo "bench/run_tls.sh: building bench/go/tls failed (see $LOG)" >&2
@@ -77,37 +71,6 @@ openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$O
     -addext subjectAltName=DNS:localhost,IP:127.0.0.1 >>"$LOG" 2>&1 || {
     echo "bench/run_tls.sh: openssl could not make a certificate" >&2
     exit 1
-}
-
-SPID=""
-PORT=""
-start_server() { # name cmd...
-    name=$1
-    shift
-    : >"$OUT/$name.out"
-    "$@" >"$OUT/$name.out" 2>&1 &
-    SPID=$!
-    PORT=""
-    tries=0
-    while [ $tries -lt 100 ] && [ -z "$PORT" ]; do
-        PORT=$(sed -n 's/.*127\.0\.0\.1:\([0-9][0-9]*\).*/\1/p' "$OUT/$name.out" | head -n 1)
-        [ -z "$PORT" ] && sleep 0.05
-        tries=$((tries + 1))
-    done
-    if [ -z "$PORT" ]; then
-        echo "bench/run_tls.sh: $name did not start" >&2
-        kill "$SPID" 2>/dev/null
-        wait "$SPID" 2>/dev/null
-        SPID=""
-        return 1
-    fi
-}
-stop_server() {
-    HWM=$(sed -n 's/^VmHWM:[[:space:]]*\([0-9]*\).*/\1/p' "/proc/$SPID/status" 2>/dev/null)
-    [ -n "$HWM" ] || HWM=0
-    kill -TERM "$SPID" 2>/dev/null
-    wait "$SPID" 2>/dev/null
-    SPID=""
 }
 
 srv_ms() { # the server's CPU time so far, ms (user + system)
@@ -122,13 +85,13 @@ run_impl() { # impl run
         [ "$GO_OK" = 1 ] || return
         bin="$OUT/go-tls"
     fi
-    start_server "tls-$impl" "$bin" server "$OUT/cert.pem" "$OUT/key.pem" || return
+    bench_start_server "tls-$impl" "$bin" server "$OUT/cert.pem" "$OUT/key.pem" || return
     s0=$(srv_ms)
     hs=$("$bin" handshakes "$PORT" "$CONNS" "$DUR" 2>&1)
     s1=$(srv_ms)
     ec=$("$bin" echo "$PORT" "$CONNS" "$DUR" "$SIZE" 2>&1)
     s2=$(srv_ms)
-    stop_server
+    bench_stop_server
     printf '%s %s\n%s\n%s\n' "$impl" "$run" "$hs" "$ec" >>"$LOG"
     hps=$(printf '%s\n' "$hs" | sed -n 's/^handshakes: .*, \([0-9.]*\)\/s.*/\1/p')
     herr=$(printf '%s\n' "$hs" | sed -n 's/.* \([0-9]*\) errors$/\1/p')
@@ -145,40 +108,36 @@ run_impl() { # impl run
     echo "  #$run $impl: ${hps:-FAILED} handshakes/s (errors ${herr:-?}), ${mib:-FAILED} MiB/s echo (errors ${eerr:-?}), server peak RSS $HWM KiB" >&2
 }
 
-to_us() { # wrk's 812.00us, 1.23ms, 1.01s
-    echo "$1" | awk '{ v = $1 + 0; if ($1 ~ /ms$/) v *= 1000; else if ($1 ~ /us$/) v *= 1; else if ($1 ~ /s$/) v *= 1000000; printf "%.0f", v }'
-}
 
 run_https() { # impl run
     impl=$1 run=$2
     command -v wrk >/dev/null 2>&1 || return
     if [ "$impl" = colony ]; then
         HTTP_TLS_CERT="$OUT/cert.pem" HTTP_TLS_KEY="$OUT/key.pem" \
-            start_server "https-$impl" "$BUILD/http_server" 0 1000 || return
+            bench_start_server "https-$impl" "$BUILD/http_server" 0 1000 || return
     else
         [ "$GO_OK" = 1 ] || return
-        start_server "https-$impl" "$OUT/go-tls" https "$OUT/cert.pem" "$OUT/key.pem" || return
+        bench_start_server "https-$impl" "$OUT/go-tls" https "$OUT/cert.pem" "$OUT/key.pem" || return
     fi
     url="https://127.0.0.1:$PORT/"
     wrk -t2 -c100 -d1s "$url" >/dev/null 2>&1
     res=$(wrk -t2 -c100 -d"${DUR}s" --latency "$url" 2>&1)
-    stop_server
+    bench_stop_server
     printf '%s %s https\n%s\n' "$impl" "$run" "$res" >>"$LOG"
-    rps=$(printf '%s\n' "$res" | sed -n 's/^Requests\/sec:[[:space:]]*\([0-9.]*\).*/\1/p')
-    p99=$(printf '%s\n' "$res" | awk '$1 == "99%" { print $2 }')
+    bench_wrk "$res"
+    rps=$WRK_RPS p99=$WRK_P99
     if [ -z "$rps" ] || [ -z "$p99" ]; then
         echo "id=https impl=$impl run=$run status=failed" >>"$RAW"
         echo "  #$run $impl https: FAILED" >&2
         return
     fi
-    p99=$(to_us "$p99")
+    p99=$(bench_to_us "$p99")
     echo "id=https impl=$impl run=$run rps=$rps p99_us=$p99 https_rss_kib=$HWM" >>"$RAW"
     echo "  #$run $impl https: $rps req/s, p99 $p99 us, server peak RSS $HWM KiB" >&2
 }
 
-loadavg() { cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?'; }
 T0=$(date +%s)
-LOAD_BEFORE=$(loadavg)
+LOAD_BEFORE=$(bench_load)
 r=1
 while [ $r -le "$RUNS" ]; do
     if [ $((r % 2)) = 1 ]; then
@@ -194,19 +153,13 @@ while [ $r -le "$RUNS" ]; do
     fi
     r=$((r + 1))
 done
-LOAD_AFTER=$(loadavg)
+LOAD_AFTER=$(bench_load)
 SECS=$(($(date +%s) - T0))
 
 # ---- the report -----------------------------------------------------------
 # stats KEY IMPL: "median [min–max]" of KEY over the runs of IMPL
 stats() {
-    grep "impl=$2 " "$RAW" | grep -v status=failed | sed -n "s/.* $1=\([0-9.]*\).*/\1/p" | sort -g | awk '
-        { v[NR] = $1 }
-        END {
-            if (NR == 0) { print "n/a"; exit }
-            m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
-            printf "%.0f [%.0f–%.0f]\n", m, v[1], v[NR]
-        }'
+    grep "impl=$2 " "$RAW" | grep -v status=failed | sed -n "s/.* $1=\([0-9.]*\).*/\1/p" | bench_med_range
 }
 med() { stats "$1" "$2" | awk '{ print $1 }'; }
 ratio() { # a b
@@ -217,10 +170,7 @@ met() { # ratio-number target
 }
 
 if [ "$QUICK" = 1 ]; then MD="$BUILD/bench-tls-quick.md"; else MD="bench/results/tls.md"; fi
-m=$(lscpu 2>/dev/null | sed -n 's/^Model name:[[:space:]]*//p' | head -1)
-ncpu=$(nproc 2>/dev/null || echo '?')
-mem=$(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo 2>/dev/null)
-REV=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+REV=$(bench_rev)
 OSSL=$(openssl version 2>/dev/null)
 hc=$(med hps colony) hg=$(med hps go)
 ec=$(med mibs colony) eg=$(med mibs go)
@@ -237,7 +187,7 @@ pr=$(ratio "$pc" "$pg")
     echo "alternating which goes first; medians, [min–max] over the runs."
     echo
     echo "- Date: $(date -u '+%Y-%m-%d %H:%M UTC'); commit $REV"
-    echo "- Machine: ${m:-?}, $ncpu logical CPUs, $mem RAM, Linux $(uname -r); load average before $LOAD_BEFORE, after $LOAD_AFTER; $SECS s in all"
+    echo "- Machine: $(bench_machine); load average before $LOAD_BEFORE, after $LOAD_AFTER; $SECS s in all"
     echo "- colony: $OSSL; Go: $GO_VERSION"
     echo "- TLS 1.3, X25519, ECDSA P-256 certificate; everything on 127.0.0.1, each implementation"
     echo "  is both client and server, on the same CPUs; $CONNS connections; ${DUR} s per measurement."
