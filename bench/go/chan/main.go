@@ -12,45 +12,11 @@ package main
 import (
 	"fmt"
 	"os"
-	"runtime"
-	"strconv"
 	"sync"
-	"syscall"
 	"time"
+
+	"colony.bench/peer"
 )
-
-var args []string
-
-func arg(i int, def int64) int64 {
-	if i < len(args) && args[i] != "" {
-		v, err := strconv.ParseInt(args[i], 10, 64)
-		if err != nil || v <= 0 {
-			fmt.Fprintf(os.Stderr, "bad argument '%s'\n", args[i])
-			os.Exit(2)
-		}
-		return v
-	}
-	return def
-}
-
-func setProcs(def int64) int {
-	p := int(arg(0, def))
-	runtime.GOMAXPROCS(p)
-	return p
-}
-
-func peakRSSKB() int64 {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return -1
-	}
-	return ru.Maxrss
-}
-
-func report(name string, procs int, nsPerOp float64, ops int64, extra string) {
-	fmt.Printf("bench=%s impl=go procs=%d ns_per_op=%.2f ops=%d peak_rss_kb=%d%s\n",
-		name, procs, nsPerOp, ops, peakRSSKB(), extra)
-}
 
 func die(format string, a ...interface{}) {
 	fmt.Fprintf(os.Stderr, format+"\n", a...)
@@ -60,8 +26,8 @@ func die(format string, a ...interface{}) {
 // ---- pingpong over two unbuffered channels --------------------------------
 
 func benchPingpong() {
-	procs := setProcs(1)
-	n := arg(1, 2000000)
+	procs := peer.SetProcs(1)
+	n := peer.Arg(1, 2000000)
 	c1, c2 := make(chan int64), make(chan int64)
 	var wg sync.WaitGroup
 	wg.Add(2)
@@ -87,16 +53,16 @@ func benchPingpong() {
 	wg.Wait()
 	dt := time.Since(t0)
 	msgs := 2 * n
-	report("chan_pingpong", procs, float64(dt.Nanoseconds())/float64(msgs), msgs, "")
+	peer.Report("chan_pingpong", procs, float64(dt.Nanoseconds())/float64(msgs), msgs, "")
 }
 
 // ---- buffered: P producers, C consumers, cap 1024 -------------------------
 
 func benchBuffered() {
-	procs := setProcs(2)
-	np := arg(1, 1)
-	nc := arg(2, 1)
-	n := arg(3, 4000000)
+	procs := peer.SetProcs(2)
+	np := peer.Arg(1, 1)
+	nc := peer.Arg(2, 1)
+	n := peer.Arg(3, 4000000)
 	per := n / np
 	total := per * np
 	ch := make(chan int64, 1024)
@@ -135,15 +101,15 @@ func benchBuffered() {
 	if received != total || sum != total*(total-1)/2 {
 		die("buffered: received %d (sum %d), want %d", received, sum, total)
 	}
-	report(fmt.Sprintf("chan_buffered_%dp%dc", np, nc), procs,
+	peer.Report(fmt.Sprintf("chan_buffered_%dp%dc", np, nc), procs,
 		float64(dt.Nanoseconds())/float64(total), total, "")
 }
 
 // ---- select with default over two empty channels --------------------------
 
 func benchSelectDefault() {
-	procs := setProcs(1)
-	n := arg(1, 10000000)
+	procs := peer.SetProcs(1)
+	n := peer.Arg(1, 10000000)
 	a, b := make(chan int64), make(chan int64)
 	fired := 0
 	t0 := time.Now()
@@ -160,14 +126,14 @@ func benchSelectDefault() {
 	if fired != 0 {
 		die("select_default: %d selects did not take the default", fired)
 	}
-	report("select_default", procs, float64(dt.Nanoseconds())/float64(n), n, "")
+	peer.Report("select_default", procs, float64(dt.Nanoseconds())/float64(n), n, "")
 }
 
 // ---- select over two ready channels, refilling the one that fired ---------
 
 func benchSelectReady() {
-	procs := setProcs(1)
-	n := arg(1, 5000000)
+	procs := peer.SetProcs(1)
+	n := peer.Arg(1, 5000000)
 	a, b := make(chan int64, 1), make(chan int64, 1)
 	a <- 1
 	b <- 1
@@ -183,16 +149,16 @@ func benchSelectReady() {
 		}
 	}
 	dt := time.Since(t0)
-	report("select_ready", procs, float64(dt.Nanoseconds())/float64(n), n,
+	peer.Report("select_ready", procs, float64(dt.Nanoseconds())/float64(n), n,
 		fmt.Sprintf(" first_pct=%.1f", 100*float64(first)/float64(n)))
 }
 
 // ---- contended sync.Mutex --------------------------------------------------
 
 func benchMutex() {
-	procs := setProcs(2)
-	workers := arg(1, 4)
-	n := arg(2, 1000000)
+	procs := peer.SetProcs(2)
+	workers := peer.Arg(1, 4)
+	n := peer.Arg(2, 1000000)
 	var mu sync.Mutex
 	var counter int64 // protected by mu
 	var wg sync.WaitGroup
@@ -214,7 +180,7 @@ func benchMutex() {
 	if counter != ops {
 		die("mutex: counter %d, want %d", counter, ops)
 	}
-	report(fmt.Sprintf("mutex_%dco", workers), procs, float64(dt.Nanoseconds())/float64(ops), ops, "")
+	peer.Report(fmt.Sprintf("mutex_%dco", workers), procs, float64(dt.Nanoseconds())/float64(ops), ops, "")
 }
 
 func main() {
@@ -229,6 +195,6 @@ func main() {
 		fmt.Fprintf(os.Stderr, "usage: %s pingpong|buffered|select_default|select_ready|mutex [args]\n", os.Args[0])
 		os.Exit(2)
 	}
-	args = os.Args[2:]
+	peer.Args = os.Args[2:]
 	cmds[os.Args[1]]()
 }

@@ -14,63 +14,17 @@ package main
 import (
 	"fmt"
 	"os"
-	"runtime"
 	"sort"
-	"strconv"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
+
+	"colony.bench/peer"
 )
 
-var args []string
-
-func arg(i int, def int64) int64 {
-	if i < len(args) && args[i] != "" {
-		v, err := strconv.ParseInt(args[i], 10, 64)
-		if err != nil || v <= 0 {
-			fmt.Fprintf(os.Stderr, "bad argument '%s'\n", args[i])
-			os.Exit(2)
-		}
-		return v
-	}
-	return def
-}
-
-func setProcs() int {
-	p := int(arg(0, 2))
-	runtime.GOMAXPROCS(p)
-	return p
-}
-
-func peakRSSKB() int64 {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return -1
-	}
-	return ru.Maxrss
-}
-
-func curRSSKB() int64 {
-	b, err := os.ReadFile("/proc/self/statm")
-	if err != nil {
-		return -1
-	}
-	var size, res int64
-	if _, err := fmt.Sscan(string(b), &size, &res); err != nil {
-		return -1
-	}
-	return res * 4
-}
-
-func report(name string, procs int, nsPerOp float64, ops int64, extra string) {
-	fmt.Printf("bench=%s impl=go procs=%d ns_per_op=%.2f ops=%d peak_rss_kb=%d%s\n",
-		name, procs, nsPerOp, ops, peakRSSKB(), extra)
-}
-
 func rawSleep() {
-	procs := setProcs()
-	n, ms := arg(1, 1000000), arg(2, 10)
+	procs := peer.SetProcs(2)
+	n, ms := peer.Arg(1, 1000000), peer.Arg(2, 10)
 	d := time.Duration(ms) * time.Millisecond
 	var wg sync.WaitGroup
 	t0 := time.Now()
@@ -83,16 +37,16 @@ func rawSleep() {
 	}
 	wg.Wait()
 	dt := time.Since(t0)
-	report("raw_sleep", procs, float64(dt.Nanoseconds())/float64(n), n,
+	peer.Report("raw_sleep", procs, float64(dt.Nanoseconds())/float64(n), n,
 		fmt.Sprintf(" task_ms=%d wall_ms=%.1f", ms, float64(dt.Nanoseconds())/1e6))
 }
 
 func antsSleep() {
-	procs := setProcs()
-	n, c, ms := arg(1, 1000000), arg(2, 50000), arg(3, 10)
+	procs := peer.SetProcs(2)
+	n, c, ms := peer.Arg(1, 1000000), peer.Arg(2, 50000), peer.Arg(3, 10)
 	d := time.Duration(ms) * time.Millisecond
 	p := newAntsPool(int(c), 10*time.Second) // ants' benchmark uses a 10 s expiry
-	before := curRSSKB()
+	before := peer.CurRSSKB()
 	var wg sync.WaitGroup
 	task := func() {
 		time.Sleep(d)
@@ -105,17 +59,17 @@ func antsSleep() {
 	}
 	wg.Wait()
 	dt := time.Since(t0)
-	peak := peakRSSKB()
+	peak := peer.PeakRSSKB()
 	p.Release()
 	floor := float64((n+c-1)/c) * float64(ms)
-	report("pool_sleep", procs, float64(dt.Nanoseconds())/float64(n), n,
+	peer.Report("pool_sleep", procs, float64(dt.Nanoseconds())/float64(n), n,
 		fmt.Sprintf(" lock=spin cap=%d task_ms=%d wall_ms=%.1f floor_ms=%.0f rss_per_worker_b=%.0f",
 			c, ms, float64(dt.Nanoseconds())/1e6, floor, float64(peak-before)*1024/float64(c)))
 }
 
 func rawTiny() {
-	procs := setProcs()
-	n := arg(1, 1000000)
+	procs := peer.SetProcs(2)
+	n := peer.Arg(1, 1000000)
 	var wg sync.WaitGroup
 	var counter int64
 	t0 := time.Now()
@@ -128,14 +82,14 @@ func rawTiny() {
 	}
 	wg.Wait()
 	dt := time.Since(t0)
-	report("raw_tiny", procs, float64(dt.Nanoseconds())/float64(n), n,
+	peer.Report("raw_tiny", procs, float64(dt.Nanoseconds())/float64(n), n,
 		fmt.Sprintf(" wall_ms=%.1f mtasks_per_s=%.2f", float64(dt.Nanoseconds())/1e6,
 			float64(n)/dt.Seconds()/1e6))
 }
 
 func antsTiny() {
-	procs := setProcs()
-	n, c := arg(1, 1000000), arg(2, 1000)
+	procs := peer.SetProcs(2)
+	n, c := peer.Arg(1, 1000000), peer.Arg(2, 1000)
 	p := newAntsPool(int(c), time.Second)
 	var wg sync.WaitGroup
 	var counter int64
@@ -151,14 +105,14 @@ func antsTiny() {
 	wg.Wait()
 	dt := time.Since(t0)
 	p.Release()
-	report("pool_tiny_co", procs, float64(dt.Nanoseconds())/float64(n), n,
+	peer.Report("pool_tiny_co", procs, float64(dt.Nanoseconds())/float64(n), n,
 		fmt.Sprintf(" lock=spin cap=%d wall_ms=%.1f mtasks_per_s=%.2f", c,
 			float64(dt.Nanoseconds())/1e6, float64(n)/dt.Seconds()/1e6))
 }
 
 func antsLatency() {
-	procs := setProcs()
-	n, c, us := arg(1, 200000), arg(2, 1000), arg(3, 1000)
+	procs := peer.SetProcs(2)
+	n, c, us := peer.Arg(1, 200000), peer.Arg(2, 1000), peer.Arg(3, 1000)
 	d := time.Duration(us) * time.Microsecond
 	p := newAntsPool(int(c), time.Second)
 	task := func() { time.Sleep(d) }
@@ -176,7 +130,7 @@ func antsLatency() {
 	p.Release()
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 	q := func(f float64) int64 { return lat[int(f*float64(n-1)+0.5)] }
-	report("pool_latency", procs, float64(dt.Nanoseconds())/float64(n), n,
+	peer.Report("pool_latency", procs, float64(dt.Nanoseconds())/float64(n), n,
 		fmt.Sprintf(" lock=spin cap=%d task_us=%d p50_ns=%d p99_ns=%d max_ns=%d", c, us,
 			q(0.5), q(0.99), lat[n-1]))
 }
@@ -186,7 +140,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "usage: pool raw_sleep|ants_sleep|raw_tiny|ants_tiny|ants_latency [args]")
 		os.Exit(2)
 	}
-	args = os.Args[2:]
+	peer.Args = os.Args[2:]
 	switch os.Args[1] {
 	case "raw_sleep":
 		rawSleep()

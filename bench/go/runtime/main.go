@@ -16,63 +16,18 @@ import (
 	"runtime"
 	"runtime/trace"
 	"sort"
-	"strconv"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
+
+	"colony.bench/peer"
 )
-
-var args []string
-
-func arg(i int, def int64) int64 {
-	if i < len(args) && args[i] != "" {
-		v, err := strconv.ParseInt(args[i], 10, 64)
-		if err != nil || v <= 0 {
-			fmt.Fprintf(os.Stderr, "bad argument '%s'\n", args[i])
-			os.Exit(2)
-		}
-		return v
-	}
-	return def
-}
-
-func setProcs(def int64) int {
-	p := int(arg(0, def))
-	runtime.GOMAXPROCS(p)
-	return p
-}
-
-func peakRSSKB() int64 {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return -1
-	}
-	return ru.Maxrss // Linux: KiB
-}
-
-func curRSSKB() int64 {
-	b, err := os.ReadFile("/proc/self/statm")
-	if err != nil {
-		return -1
-	}
-	var size, res int64
-	if _, err := fmt.Sscan(string(b), &size, &res); err != nil {
-		return -1
-	}
-	return res * 4
-}
-
-func report(name string, procs int, nsPerOp float64, ops int64, extra string) {
-	fmt.Printf("bench=%s impl=go procs=%d ns_per_op=%.2f ops=%d peak_rss_kb=%d%s\n",
-		name, procs, nsPerOp, ops, peakRSSKB(), extra)
-}
 
 // ---- yield: two goroutines on one P ping-pong runtime.Gosched -------------
 
 func benchYield() {
-	procs := setProcs(1)
-	n := arg(1, 5000000)
+	procs := peer.SetProcs(1)
+	n := peer.Arg(1, 5000000)
 	var wg sync.WaitGroup
 	var last, switches int64 // GOMAXPROCS=1: the two never run at once; atomics keep -race quiet
 	worker := func(me int64) {
@@ -92,15 +47,15 @@ func benchYield() {
 	wg.Wait()
 	dt := time.Since(t0)
 	ops := 2 * n
-	report("yield", procs, float64(dt.Nanoseconds())/float64(ops), ops,
+	peer.Report("yield", procs, float64(dt.Nanoseconds())/float64(ops), ops,
 		fmt.Sprintf(" switches=%d", switches))
 }
 
 // ---- spawn: n empty goroutines joined by a WaitGroup ----------------------
 
 func benchSpawn() {
-	procs := setProcs(2)
-	n := arg(1, 1000000)
+	procs := peer.SetProcs(2)
+	n := peer.Arg(1, 1000000)
 	var wg sync.WaitGroup
 	t0 := time.Now()
 	wg.Add(int(n))
@@ -109,15 +64,15 @@ func benchSpawn() {
 	}
 	wg.Wait()
 	dt := time.Since(t0)
-	report("spawn", procs, float64(dt.Nanoseconds())/float64(n), n, "")
+	peer.Report("spawn", procs, float64(dt.Nanoseconds())/float64(n), n, "")
 }
 
 // ---- park: n goroutines alive at once, each parked on a WaitGroup ---------
 
 func benchPark() {
-	procs := setProcs(2)
-	n := arg(1, 1000000)
-	base := curRSSKB()
+	procs := peer.SetProcs(2)
+	n := peer.Arg(1, 1000000)
+	base := peer.CurRSSKB()
 	var started, gate, finished sync.WaitGroup
 	started.Add(int(n))
 	finished.Add(int(n))
@@ -133,12 +88,12 @@ func benchPark() {
 	started.Wait()
 	dt := time.Since(t0)
 	alive := runtime.NumGoroutine() - 1
-	parked := curRSSKB()
+	parked := peer.CurRSSKB()
 	gate.Done()
 	finished.Wait()
-	peak := peakRSSKB()
+	peak := peer.PeakRSSKB()
 	perCo := float64(peak-base) * 1024 / float64(n)
-	report("park", procs, float64(dt.Nanoseconds())/float64(n), n,
+	peer.Report("park", procs, float64(dt.Nanoseconds())/float64(n), n,
 		fmt.Sprintf(" bytes_per_co=%.0f base_rss_kb=%d parked_rss_kb=%d alive=%d",
 			perCo, base, parked, alive))
 }
@@ -146,9 +101,9 @@ func benchPark() {
 // ---- sleep: n goroutines each sleeping ms ---------------------------------
 
 func benchSleep() {
-	procs := setProcs(2)
-	n := arg(1, 100000)
-	d := time.Duration(arg(2, 10)) * time.Millisecond
+	procs := peer.SetProcs(2)
+	n := peer.Arg(1, 100000)
+	d := time.Duration(peer.Arg(2, 10)) * time.Millisecond
 	var started, gate, wg sync.WaitGroup
 	var pending, maxPending, errors int64
 	started.Add(int(n))
@@ -181,7 +136,7 @@ func benchSleep() {
 	gate.Done()
 	wg.Wait()
 	dt := time.Since(t1)
-	report("sleep", procs, float64(dt.Nanoseconds())/float64(n), n,
+	peer.Report("sleep", procs, float64(dt.Nanoseconds())/float64(n), n,
 		fmt.Sprintf(" wall_ms=%.2f spawn_ms=%.2f max_pending=%d errors=%d",
 			float64(dt.Nanoseconds())/1e6, float64(spawned.Nanoseconds())/1e6,
 			atomic.LoadInt64(&maxPending), atomic.LoadInt64(&errors)))
@@ -195,9 +150,9 @@ func quantile(v []int64, q float64) int64 {
 }
 
 func benchTimer() {
-	procs := setProcs(2)
-	n := arg(1, 1000)
-	d := time.Duration(arg(2, 100)) * time.Microsecond
+	procs := peer.SetProcs(2)
+	n := peer.Arg(1, 1000)
+	d := time.Duration(peer.Arg(2, 100)) * time.Microsecond
 	over := make([]int64, n)
 	early := 0
 	for i := range over {
@@ -211,7 +166,7 @@ func benchTimer() {
 	}
 	sort.Slice(over, func(i, j int) bool { return over[i] < over[j] })
 	p50, p99 := quantile(over, 0.50), quantile(over, 0.99)
-	report("timer", procs, float64(p50), n,
+	peer.Report("timer", procs, float64(p50), n,
 		fmt.Sprintf(" sleep_ns=%d p50_ns=%d p99_ns=%d min_ns=%d max_ns=%d early=%d",
 			int64(d), p50, p99, over[0], over[n-1], early))
 }
@@ -242,9 +197,9 @@ func xorSink(v uint64) {
 }
 
 func spreadRun(name string, long bool, defTasks, defWork int64) {
-	procs := setProcs(2)
-	tasks := arg(1, defTasks)
-	work := arg(2, defWork)
+	procs := peer.SetProcs(2)
+	tasks := peer.Arg(1, defTasks)
+	work := peer.Arg(2, defWork)
 	var streams sync.WaitGroup
 	stream := func(seed uint64) {
 		defer streams.Done()
@@ -281,7 +236,7 @@ func spreadRun(name string, long bool, defTasks, defWork int64) {
 	streams.Wait()
 	dt := time.Since(t0)
 	ops := tasks / 2 * 2
-	report(name, procs, float64(dt.Nanoseconds())/float64(ops), ops,
+	peer.Report(name, procs, float64(dt.Nanoseconds())/float64(ops), ops,
 		fmt.Sprintf(" tasks_per_s=%.0f work=%d sink=%d", float64(ops)*1e9/float64(dt.Nanoseconds()),
 			work, atomic.LoadUint64(&sink)&0xff))
 }
@@ -300,7 +255,7 @@ func main() {
 		fmt.Fprintf(os.Stderr, "usage: %s yield|spawn|park|sleep|timer|spread|spread_long [args]\n", os.Args[0])
 		os.Exit(2)
 	}
-	args = os.Args[2:]
+	peer.Args = os.Args[2:]
 	// GO_TRACE=path: the run under runtime/trace, the anchor for colony's
 	// COLONY_TRACE overhead (bench/trace.sh)
 	if p := os.Getenv("GO_TRACE"); p != "" {

@@ -15,29 +15,14 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/signal"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
-)
 
-func serve(c net.Conn) {
-	defer c.Close()
-	buf := make([]byte, 16384)
-	for {
-		n, err := c.Read(buf)
-		if n > 0 {
-			if _, werr := c.Write(buf[:n]); werr != nil {
-				return
-			}
-		}
-		if err != nil {
-			return
-		}
-	}
-}
+	"colony.bench/peer"
+)
 
 func server(cert, key string) {
 	pair, err := tls.LoadX509KeyPair(cert, key)
@@ -52,8 +37,6 @@ func server(cert, key string) {
 		os.Exit(1)
 	}
 	fmt.Printf("tlsbench: listening on %s\n", ln.Addr())
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -68,42 +51,20 @@ func server(cert, key string) {
 					return
 				}
 				c.SetDeadline(time.Time{})
-				serve(c)
+				peer.Echo(c, 16384)
 			}()
 		}
 	}()
-	<-sig
+	peer.WaitStop()
 	os.Exit(0)
 }
 
-var hello = []byte("Hello, World!\n")
-
 func https(cert, key string) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	mux := http.NewServeMux()
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/" {
-			http.NotFound(w, r)
-			return
-		}
-		h := w.Header()
-		h.Set("Content-Type", "text/plain; charset=utf-8")
-		h.Set("Content-Length", strconv.Itoa(len(hello)))
-		w.Write(hello)
-	})
+	ln := peer.Listen(0)
 	// HTTP/1.1 only, as the colony example (wrk speaks nothing else)
-	srv := &http.Server{Handler: mux, TLSNextProto: map[string]func(*http.Server, *tls.Conn, http.Handler){}}
+	srv := &http.Server{Handler: peer.Hello(), TLSNextProto: map[string]func(*http.Server, *tls.Conn, http.Handler){}}
 	fmt.Printf("tlsbench: listening on https://%s/\n", ln.Addr())
-	go func() {
-		c := make(chan os.Signal, 1)
-		signal.Notify(c, syscall.SIGINT, syscall.SIGTERM)
-		<-c
-		os.Exit(0)
-	}()
+	peer.OnStop(func() { os.Exit(0) })
 	srv.ServeTLS(ln, cert, key)
 }
 

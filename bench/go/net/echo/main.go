@@ -9,46 +9,18 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/signal"
-	"strconv"
-	"syscall"
 	"time"
+
+	"colony.bench/peer"
 )
 
-func serve(c net.Conn) {
-	defer c.Close()
-	buf := make([]byte, 4096)
-	for {
-		n, err := c.Read(buf)
-		if n > 0 {
-			if _, werr := c.Write(buf[:n]); werr != nil {
-				return
-			}
-		}
-		if err != nil {
-			return
-		}
-	}
-}
-
 func main() {
-	port := 7008
-	if len(os.Args) > 1 {
-		port, _ = strconv.Atoi(os.Args[1])
-	}
-	ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
+	ln := peer.Listen(peer.PortArg(7008))
 	fmt.Printf("go echosrv: listening on %s\n", ln.Addr())
-	go func() {
-		c := make(chan os.Signal, 1)
-		signal.Notify(c, syscall.SIGINT, syscall.SIGTERM)
-		<-c
+	peer.OnStop(func() {
 		ln.Close()
 		os.Exit(0)
-	}()
+	})
 	for {
 		c, err := ln.Accept()
 		if err != nil {
@@ -58,6 +30,6 @@ func main() {
 			}
 			return
 		}
-		go serve(c)
+		go peer.Echo(c, 4096)
 	}
 }

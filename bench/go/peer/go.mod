@@ -1,0 +1,3 @@
+module colony.bench/peer
+
+go 1.19
