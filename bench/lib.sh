@@ -29,6 +29,19 @@ bench_go_build() {
         GOFLAGS=-mod=mod GOPROXY=off GOTOOLCHAIN=local go build -o "$2" "${3:-.}")
 }
 
+# bench_go_peer LOG DIR OUTPUT [PACKAGE]: the Go peer built where go is
+# installed (bench_go_build, its output appended to LOG), and GO_VERSION
+# set (else it stays "not installed"); 1 where go is missing or the build
+# failed, which it says.
+GO_VERSION="not installed"
+bench_go_peer() {
+    command -v go >/dev/null 2>&1 || return 1
+    GO_VERSION=$(go version 2>/dev/null)
+    bench_go_build "$2" "$3" ${4:+"$4"} >>"$1" 2>&1 && return 0
+    echo "$ME: building bench/go/$2${4:+/${4#./}} failed (see $1)" >&2
+    return 1
+}
+
 # bench_machine: "<CPU model>, <n> logical CPUs, <n> GiB RAM, Linux <release>"
 bench_machine() {
     bl_m=$(lscpu 2>/dev/null | sed -n 's/^Model name:[[:space:]]*//p' | head -n 1)

@@ -38,17 +38,9 @@ TW0=$(ss -tan state time-wait 2>/dev/null | tail -n +2 | wc -l)
 LOAD0=$(bench_load)
 
 GO_OK=0
-GO_VERSION="not installed"
 GOBIN="$BUILD/bench-go/dial"
 mkdir -p "$BUILD/bench-go"
-if command -v go >/dev/null 2>&1; then
-    GO_VERSION=$(go version 2>/dev/null)
-    if bench_go_build dial "$GOBIN" >>"$LOG" 2>&1; then
-        GO_OK=1
-    else
-        echo "bench/run_dial.sh: building bench/go/dial failed (see $LOG)" >&2
-    fi
-fi
+bench_go_peer "$LOG" dial "$GOBIN" && GO_OK=1
 
 # The DNS responder, shared by both sides; started again (and said so in
 # the log) if it is found gone before a run.

@@ -73,18 +73,10 @@ LOG="$OUT/log.txt"
 # ---- the Go peers ------------------------------------------------------------
 GOBIN_DIR="$BUILD/bench-go"
 mkdir -p "$GOBIN_DIR"
-GO_OK=0
-GO_VERSION="not installed"
-if command -v go >/dev/null 2>&1; then
-    GO_VERSION=$(go version 2>/dev/null)
-    GO_OK=1
-    for p in http echo; do
-        if ! bench_go_build net "$GOBIN_DIR/net-$p" "./$p" >>"$LOG" 2>&1; then
-            echo "bench/run_net.sh: building bench/go/net/$p failed (see $LOG)" >&2
-            GO_OK=0
-        fi
-    done
-fi
+GO_OK=1
+for p in http echo; do
+    bench_go_peer "$LOG" net "$GOBIN_DIR/net-$p" "./$p" || GO_OK=0
+done
 
 # ---- helpers ------------------------------------------------------------------
 run_http() { # impl run

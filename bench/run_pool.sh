@@ -60,15 +60,7 @@ ERR="$OUT/stderr.txt"
 GOBIN="$BUILD/bench-go/pool"
 mkdir -p "$BUILD/bench-go"
 GO_OK=0
-GO_VERSION="not installed"
-if command -v go >/dev/null 2>&1; then
-    GO_VERSION=$(go version 2>/dev/null)
-    if bench_go_build pool "$GOBIN" >>"$ERR" 2>&1; then
-        GO_OK=1
-    else
-        echo "bench/run_pool.sh: building bench/go/pool failed (see $ERR)" >&2
-    fi
-fi
+bench_go_peer "$ERR" pool "$GOBIN" && GO_OK=1
 
 # ---- the lock variants -----------------------------------------------------------
 LOCKS_OK=0

@@ -56,15 +56,7 @@ LOG="$OUT/log.txt"
 : >"$LOG"
 
 GO_OK=0
-GO_VERSION="not installed"
-if command -v go >/dev/null 2>&1; then
-    GO_VERSION=$(go version 2>/dev/null)
-    if bench_go_build tls "$OUT/go-tls" >>"$LOG" 2>&1; then
-        GO_OK=1
-    else
-        echo "bench/run_tls.sh: building bench/go/tls failed (see $LOG)" >&2
-    fi
-fi
+bench_go_peer "$LOG" tls "$OUT/go-tls" && GO_OK=1
 
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$OUT/key.pem" \
     -out "$OUT/cert.pem" -days 30 -subj /CN=localhost \
