@@ -402,7 +402,9 @@ static inline co_p_t *co__allp(int i) {
  * what g_init wrote is seen); it may change at once, so what fn reports is
  * a snapshot. fn runs under sched.allg_lock, a leaf lock: it takes no lock
  * of colony's, never spawns, parks, yields or frees a G, and reads g only
- * (g stays allocated until fn returns: freeing one takes the lock). */
+ * (g stays allocated until fn returns: freeing one takes the lock). The
+ * caller keeps the runtime up meanwhile (co__stats_enter, or it is the
+ * runtime's own: shutdown, sysmon). */
 typedef bool co__g_visit_fn(co_g_t *g, uint32_t status, void *arg);
 CO_HIDDEN void co__each_live_g(co__g_visit_fn *fn, void *arg);
 
