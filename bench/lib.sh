@@ -92,6 +92,13 @@ function bench_median(a, n) {
 }
 '
 
+# bench_failed FIELDS LABEL: a run that gave no figures: "FIELDS
+# status=failed" in $RAW, and "LABEL: FAILED" on stderr.
+bench_failed() {
+    echo "$1 status=failed" >>"$RAW"
+    echo "  $2: FAILED" >&2
+}
+
 # bench_to_us VALUE: wrk's time with its unit (812.00us, 1.23ms, 1.01s)
 # in whole microseconds
 bench_to_us() {

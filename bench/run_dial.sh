@@ -87,8 +87,7 @@ one() { # impl id mode n c [port]
     fails=$(printf '%s\n' "$line" | sed -n 's/.* failures=\([0-9]*\).*/\1/p')
     cpu=$(printf '%s\n' "$line" | sed -n 's/.* cpu_ns_per_op=\([0-9]*\).*/\1/p')
     if [ -z "$ops" ]; then
-        echo "id=$id impl=$impl status=failed" >>"$RAW"
-        echo "  $id $impl: FAILED" >&2
+        bench_failed "id=$id impl=$impl" "$id $impl"
         return
     fi
     echo "id=$id impl=$impl ops=$ops rss_kib=$rss failures=$fails cpu_ns=${cpu:-0}" >>"$RAW"

@@ -139,8 +139,7 @@ run_one() { # impl conns run
     rps=$WRK_RPS p99=$WRK_P99
     errs=$(printf '%s\n' "$res" | awk '/Socket errors/ { n += $4 + $6 + $8 + $10 } /Non-2xx/ { n += $NF } END { print n + 0 }')
     if [ -z "$rps" ] || [ -z "$p99" ]; then
-        echo "id=http c=$2 impl=$1 run=$3 status=failed" >>"$RAW"
-        echo "  c=$2 #$3 $1: FAILED" >&2
+        bench_failed "id=http c=$2 impl=$1 run=$3" "c=$2 #$3 $1"
         return
     fi
     p99=$(bench_to_us "$p99")

@@ -79,14 +79,21 @@ for p in http echo; do
 done
 
 # ---- helpers ------------------------------------------------------------------
+# start_impl KIND IMPL PROGRAM POOL PEER: for IMPL colony, examples/PROGRAM
+# with a pool of POOL; for go, the Go peer bench/go/net/PEER (1 if it was
+# not built)
+start_impl() {
+    if [ "$2" = colony ]; then
+        bench_start_server "$1-$2" "$BUILD/$3" 0 "$4"
+    else
+        [ "$GO_OK" = 1 ] || return 1
+        bench_start_server "$1-$2" "$GOBIN_DIR/net-$5" 0
+    fi
+}
+
 run_http() { # impl run
     impl=$1 run=$2
-    if [ "$impl" = colony ]; then
-        bench_start_server "http-$impl" "$BUILD/http_server" 0 1000 || return
-    else
-        [ "$GO_OK" = 1 ] || return
-        bench_start_server "http-$impl" "$GOBIN_DIR/net-http" 0 || return
-    fi
+    start_impl http "$impl" http_server 1000 http || return
     url="http://127.0.0.1:$PORT/"
     wrk -t2 -c100 -d1s "$url" >/dev/null 2>&1
     res=$(wrk -t2 -c100 -d"${DUR}s" --latency "$url" 2>&1)
@@ -96,8 +103,7 @@ run_http() { # impl run
     rps=$WRK_RPS p99=$WRK_P99
     errs=$(printf '%s\n' "$res" | awk '/Socket errors|Non-2xx/ { n++ } END { print n + 0 }')
     if [ -z "$rps" ] || [ -z "$p99" ]; then
-        echo "id=http impl=$impl run=$run status=failed" >>"$RAW"
-        echo "  http #$run $impl: FAILED" >&2
+        bench_failed "id=http impl=$impl run=$run" "http #$run $impl"
         return
     fi
     p99=$(bench_to_us "$p99")
@@ -107,12 +113,7 @@ run_http() { # impl run
 
 run_echo() { # impl run
     impl=$1 run=$2
-    if [ "$impl" = colony ]; then
-        bench_start_server "echo-$impl" "$BUILD/echo_server" 0 1000 || return
-    else
-        [ "$GO_OK" = 1 ] || return
-        bench_start_server "echo-$impl" "$GOBIN_DIR/net-echo" 0 || return
-    fi
+    start_impl echo "$impl" echo_server 1000 echo || return
     res=$("$BUILD/echo_client" -p "$PORT" -c 100 -s 64 -d "$DUR" 2>&1)
     bench_stop_server
     printf '%s\n' "$res" >>"$LOG"
@@ -120,8 +121,7 @@ run_echo() { # impl run
     p99=$(printf '%s\n' "$res" | sed -n 's/.* p99 \([0-9.]*\) us.*/\1/p')
     cerr=$(printf '%s\n' "$res" | sed -n 's/.* \([0-9]*\) connection errors.*/\1/p')
     if [ -z "$rts" ]; then
-        echo "id=echo impl=$impl run=$run status=failed" >>"$RAW"
-        echo "  echo #$run $impl: FAILED" >&2
+        bench_failed "id=echo impl=$impl run=$run" "echo #$run $impl"
         return
     fi
     echo "id=echo impl=$impl run=$run rts=$rts p99_us=$p99 rss_kib=$HWM conn_errors=$cerr" >>"$RAW"
@@ -130,12 +130,7 @@ run_echo() { # impl run
 
 run_flood() { # impl run
     impl=$1 run=$2
-    if [ "$impl" = colony ]; then
-        bench_start_server "flood-$impl" "$BUILD/echo_server" 0 "$FPOOL" || return
-    else
-        [ "$GO_OK" = 1 ] || return
-        bench_start_server "flood-$impl" "$GOBIN_DIR/net-echo" 0 || return
-    fi
+    start_impl flood "$impl" echo_server "$FPOOL" echo || return
     res=$("$BUILD/echo_client" -p "$PORT" -f "$FLOOD" -H 500 -t 20000 2>&1)
     # still up? one connection, one second of round trips
     after=$("$BUILD/echo_client" -p "$PORT" -c 1 -d 1 2>&1)
@@ -145,8 +140,7 @@ run_flood() { # impl run
     printf '%s\n%s\n' "$res" "$after" >>"$LOG"
     line=$(printf '%s\n' "$res" | grep '^flood:')
     if [ -z "$line" ]; then
-        echo "id=flood impl=$impl run=$run status=failed" >>"$RAW"
-        echo "  flood #$run $impl: FAILED" >&2
+        bench_failed "id=flood impl=$impl run=$run" "flood #$run $impl"
         return
     fi
     f() { printf '%s\n' "$line" | sed -n "s/.* $1 \([0-9]*\).*/\1/p"; }
@@ -173,8 +167,7 @@ run_slow() { # impl run slow-connections
     printf '%s\n' "$res" >>"$LOG"
     line=$(printf '%s\n' "$res" | grep '^slowloris:')
     if [ -z "$line" ]; then
-        echo "id=slow impl=$impl slow=$nslow run=$run status=failed" >>"$RAW"
-        echo "  slowloris #$run $impl $nslow: FAILED" >&2
+        bench_failed "id=slow impl=$impl slow=$nslow run=$run" "slowloris #$run $impl $nslow"
         return
     fi
     g() { printf '%s\n' "$line" | sed -n "s/$1/\\1/p"; }

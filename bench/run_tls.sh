@@ -119,8 +119,7 @@ run_https() { # impl run
     bench_wrk "$res"
     rps=$WRK_RPS p99=$WRK_P99
     if [ -z "$rps" ] || [ -z "$p99" ]; then
-        echo "id=https impl=$impl run=$run status=failed" >>"$RAW"
-        echo "  #$run $impl https: FAILED" >&2
+        bench_failed "id=https impl=$impl run=$run" "#$run $impl https"
         return
     fi
     p99=$(bench_to_us "$p99")
