@@ -18,8 +18,8 @@
 #             BENCH_SLOW_RUNS times, default 1)
 #   locks     tiny_co, tiny_thread and latency again with the pool built on
 #             ants' spinlock (-DCOLONY_POOL_SPINLOCK) and on co__lock_t
-#             (-DCOLONY_POOL_FUTEXLOCK), compiled here from src/ with the
-#             library's flags
+#             (-DCOLONY_POOL_FUTEXLOCK), each a CMake build of the library in
+#             the run's folder
 # Writes bench/results/pool.md (BENCH_QUICK=1: <builddir>/bench-pool-quick.md,
 # small sizes, 1 run).
 #
@@ -65,17 +65,15 @@ bench_go_peer "$ERR" pool "$GOBIN" && GO_OK=1
 # ---- the lock variants -----------------------------------------------------------
 LOCKS_OK=0
 if [ "${BENCH_NO_LOCKS:-0}" != 1 ]; then
-    CC=${CC:-cc}
-    case "$(uname -m)" in
-    x86_64 | amd64) ASM=src/arch/jump_x86_64_sysv_elf_gas.S ;;
-    aarch64 | arm64) ASM=src/arch/jump_arm64_aapcs_elf_gas.S ;;
-    *) ASM="" ;;
-    esac
     LOCKS_OK=1
     for v in SPINLOCK FUTEXLOCK; do
-        if [ -z "$ASM" ] || ! $CC -std=gnu11 -O2 -g -DNDEBUG -D_GNU_SOURCE -DCOLONY_POOL_$v \
-            -Iinclude -Isrc -Ibench src/*.c src/arch/ctx_make.c "$ASM" bench/bench_pool.c \
-            -lpthread -o "$OUT/bench_pool_$v" >>"$ERR" 2>&1; then
+        # The whole library again with the pool's lock swapped (a CMake
+        # build, so every layer and optional library is as in BUILD's).
+        VB="$OUT/build-$v"
+        if ! { cmake -S . -B "$VB" -DCMAKE_C_FLAGS="-DCOLONY_POOL_$v" \
+                   -DCOLONY_BUILD_BENCH=ON >>"$ERR" 2>&1 &&
+               cmake --build "$VB" -j2 --target bench_pool >>"$ERR" 2>&1 &&
+               cp "$VB/bench_pool" "$OUT/bench_pool_$v"; }; then
             echo "bench/run_pool.sh: building the $v variant failed (see $ERR)" >&2
             LOCKS_OK=0
         fi
