@@ -1,6 +1,7 @@
 // Go's sync.Pool, the peer of bench/bench_cache.c's getput row (the
 // buffer rows compare the cache with glibc's malloc, in C only).
-//   cache getput [workers=2] [ops=20000000]
+//
+//	cache getput [workers=2] [ops=20000000]
 package main
 
 import (

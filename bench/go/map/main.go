@@ -1,6 +1,7 @@
 // Go's sync.Map, the peer of bench/bench_map.c: the same keys, workers
 // (goroutines on GOMAXPROCS=workers) and operation mix.
-//   map read_pct [workers=2] [keys=1000000] [ops=2000000]
+//
+//	map read_pct [workers=2] [keys=1000000] [ops=2000000]
 package main
 
 import (
