@@ -30,12 +30,13 @@
  * into stack addresses: the wait code returns as if nothing happened.
  *
  * Ordering: the coroutine publishes its offer (release) after its records;
- * the compactor's CAS (acquire) reads them. The compactor stores COMPACTED
- * before it unlocks the queue's lock; a waker pops the waiter's copy under
- * that lock and readies the coroutine (a run-queue release), and the M that
- * takes it (acquire) finds COMPACTED, copies back and frees the copy. A
- * coroutine woken while the compactor holds it BUSY makes its M wait the
- * few microseconds that lasts (the compactor never blocks meanwhile).
+ * the compactor's CAS to BUSY (acquire) reads them. It copies and relinks
+ * under the queue's lock, releases the pages of a batch of stacks after
+ * (one call), and only then stores COMPACTED (release). A waker may pop the
+ * waiter's copy as soon as the lock is free and ready the coroutine; the M
+ * that takes it waits while it is BUSY (a batch: ~100 us; the compactor
+ * never blocks meanwhile), and on COMPACTED (acquire) copies back and frees
+ * the copy.
  *
  * Under TSan the copies, the copy's allocation and its free are not
  * recorded: the stack's contents are the same before and after, and the
@@ -50,6 +51,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#ifndef PIDFD_SELF
+#define PIDFD_SELF (-10000) /* Linux 6.14 uapi: the calling thread (so our own mm) */
+#endif
 
 /* The live part of a compacted stack: its copy and where it goes back. */
 typedef struct co__cbuf {
@@ -61,10 +69,11 @@ typedef struct co__cbuf {
 #define COMPACT_DEFAULT_MS 1000
 /* A live part larger than this is left alone: it saves little. */
 #define COMPACT_MAX_LIVE (64 * 1024)
-/* Per sysmon round: at most this many Gs looked at and compacted, so that
- * allg_lock (which a spawn needing a new record takes) is held briefly. */
+/* Per sysmon round: at most this many Gs looked at (under allg_lock, which
+ * a spawn needing a new record takes) and claimed (a claimed G woken
+ * meanwhile waits for the batch to be done: ~100 us). */
 #define SCAN_VISIT_MAX 16384
-#define SCAN_COMPACT_MAX 512
+#define SCAN_COMPACT_MAX 64
 
 /* The threshold, in ms: relaxed atomic, set from COLONY_COMPACT_MS once
  * (env_once), or by a test. */
@@ -219,22 +228,52 @@ static bool compact_locked(co_g_t *g, co__waiter_t *w) {
     else
         q->tail = hw;
     g->cbuf = b;
-    /* Every page of the stack: the live part's and the deeper ones its
-     * earlier calls touched. (A failure only keeps the pages: the copy is
-     * in use either way.) */
-    (void)madvise(lo, g->stack.size, MADV_DONTNEED);
     return true;
 }
 
-/* The compactor: g if it is OFFERED and has been parked long enough. */
-static int compact_one(co_g_t *g, uint32_t now_units, uint32_t thr_units) {
-    if (__atomic_load_n(&g->cstate, __ATOMIC_RELAXED) != CO__CS_OFFERED) return 0;
-    if (now_units - __atomic_load_n(&g->waitsince, __ATOMIC_RELAXED) < thr_units) return 0;
+/* The pages of n compacted stacks, released: every page of each, the live
+ * part's and the deeper ones its earlier calls touched. One
+ * process_madvise for all where the kernel takes MADV_DONTNEED that way
+ * (Linux 6.13+: one call, its TLB flushes batched), else one madvise
+ * each. (A failure only keeps the pages: the copies are in use either
+ * way.) */
+static int many_dontneed = 1; /* sysmon only: 0 once the batch call was refused */
+static void release_pages(co_g_t **gs, int n) {
+    struct iovec iov[SCAN_COMPACT_MAX];
+    size_t total = 0;
+    for (int i = 0; i < n; i++) {
+        iov[i].iov_base = gs[i]->stack.lo;
+        iov[i].iov_len = gs[i]->stack.size;
+        total += gs[i]->stack.size;
+    }
+#ifdef SYS_process_madvise
+    if (many_dontneed && n > 1) {
+        long r = syscall(SYS_process_madvise, PIDFD_SELF, iov, (size_t)n, MADV_DONTNEED, 0u);
+        if (r >= 0 && (size_t)r == total) return;
+        if (r < 0) many_dontneed = 0; /* refused: one by one from now on */
+    }
+#else
+    (void)total;
+#endif
+    for (int i = 0; i < n; i++) (void)madvise(iov[i].iov_base, iov[i].iov_len, MADV_DONTNEED);
+}
+
+/* The compactor, allg_lock held: claim g (BUSY) if it is OFFERED and has
+ * been parked long enough. A BUSY G cannot run, so cannot exit: its record
+ * stays valid after the unlock. */
+static bool claim(co_g_t *g, uint32_t now_units, uint32_t thr_units) {
+    if (__atomic_load_n(&g->cstate, __ATOMIC_RELAXED) != CO__CS_OFFERED) return false;
+    if (now_units - __atomic_load_n(&g->waitsince, __ATOMIC_RELAXED) < thr_units) return false;
     uint8_t cs = CO__CS_OFFERED;
     /* acquire: pairs with co__compact_offer's release (cw_lock, cw_w) */
-    if (!__atomic_compare_exchange_n(&g->cstate, &cs, CO__CS_BUSY, false, __ATOMIC_ACQUIRE,
-                                     __ATOMIC_RELAXED))
-        return 0;
+    return __atomic_compare_exchange_n(&g->cstate, &cs, CO__CS_BUSY, false, __ATOMIC_ACQUIRE,
+                                       __ATOMIC_RELAXED);
+}
+
+/* The compactor, g claimed: its live part copied out and its waiter's
+ * copy relinked (true; g stays BUSY until its pages are released), or g
+ * left OFFERED. */
+static bool compact_one(co_g_t *g) {
     co__waiter_t *w = g->cw_w;
     co__lock_t *l = g->cw_lock;
     bool done = false;
@@ -242,16 +281,9 @@ static int compact_one(co_g_t *g, uint32_t now_units, uint32_t thr_units) {
      * waker may be at work: either holds l. */
     if (co__trylock(l)) {
         /* linked: no waker popped (claimed) w, so g is parked and stays so
-         * while l is held */
+         * while l is held; once l is released, a waker may pop w's copy
+         * and ready g, whose M then waits for BUSY to end */
         if (w->q) done = compact_locked(g, w);
-        if (done) {
-            __atomic_sub_fetch(&n_offered, 1, __ATOMIC_RELAXED);
-            __atomic_add_fetch(&n_compacted_now, 1, __ATOMIC_RELAXED);
-            __atomic_add_fetch(&n_compactions, 1, __ATOMIC_RELAXED);
-            /* release, before the unlock: a waker pops w's copy only after
-             * it, and the M that then runs g sees COMPACTED */
-            __atomic_store_n(&g->cstate, CO__CS_COMPACTED, __ATOMIC_RELEASE);
-        }
         co__unlock(l);
     }
     if (!done) __atomic_store_n(&g->cstate, CO__CS_OFFERED, __ATOMIC_RELEASE);
@@ -266,14 +298,31 @@ int co__compact_scan(int64_t now) {
     /* coarse_ms ticks are 2^20 ns; round the threshold up to whole ticks */
     uint32_t thr_units = (uint32_t)(((uint64_t)ms * 1000000 + (1u << 20) - 1) >> 20);
     uint32_t now_units = (uint32_t)((uint64_t)now >> 20);
-    int done = 0, visited = 0;
+    /* Claimed under allg_lock (only a walk: a spawn that needs a new
+     * record waits for it), compacted after it. */
+    co_g_t *batch[SCAN_COMPACT_MAX];
+    int n = 0, visited = 0;
     co__lock(&s->allg_lock);
     co_g_t *g = cursor ? cursor : s->allg;
-    for (; g && visited < SCAN_VISIT_MAX && done < SCAN_COMPACT_MAX; g = g->alllink_next, visited++)
-        if (__atomic_load_n(&g->compact_on, __ATOMIC_RELAXED))
-            done += compact_one(g, now_units, thr_units);
+    for (; g && visited < SCAN_VISIT_MAX && n < SCAN_COMPACT_MAX; g = g->alllink_next, visited++)
+        if (__atomic_load_n(&g->compact_on, __ATOMIC_RELAXED) && claim(g, now_units, thr_units))
+            batch[n++] = g;
     cursor = g;
     co__unlock(&s->allg_lock);
+    int done = 0;
+    for (int i = 0; i < n; i++)
+        if (compact_one(batch[i])) batch[done++] = batch[i];
+    if (done) {
+        release_pages(batch, done);
+        __atomic_sub_fetch(&n_offered, done, __ATOMIC_RELAXED);
+        __atomic_add_fetch(&n_compacted_now, done, __ATOMIC_RELAXED);
+        __atomic_add_fetch(&n_compactions, (uint64_t)done, __ATOMIC_RELAXED);
+        /* release: the copy and the relinked waiter, for the M that runs
+         * the G (it acquires cstate); only now may it copy back, the
+         * pages released */
+        for (int i = 0; i < done; i++)
+            __atomic_store_n(&batch[i]->cstate, CO__CS_COMPACTED, __ATOMIC_RELEASE);
+    }
     /* Through the list: look again after a quarter of the threshold (at
      * least 1 ms, at most 250 ms); else go on at the next round. */
     if (!g) {
