@@ -379,6 +379,48 @@ static void test_stress_wakes_race_compaction(void) {
     for (int i = 0; i < SR; i++) co_chan_free(sch[i]);
 }
 
+/* ---- a pool task's promise ends with the task ---------------------------- */
+
+static co_chan_t *pool_ch;
+static void task_opts_in(void *arg) {
+    (void)arg;
+    CHECK_EQ(co_stack_compactable(1), 0);
+    co_waitgroup_done(&wg);
+}
+static void task_parks(void *arg) {
+    (void)arg;
+    int v = 0;
+    CHECK_EQ(co_chan_recv(pool_ch, &v, CO_FOREVER), 0); /* not opted in: never compacted */
+    CHECK_EQ(v, 9);
+    co_waitgroup_done(&wg);
+}
+
+static void test_pool_task_promise_ends(void) {
+    co_pool_t *pool;
+    CHECK_EQ(co_pool_new(&pool, 1, NULL), 0);
+    CHECK_EQ(co_chan_new(&pool_ch, sizeof(int), 0), 0);
+    CHECK_EQ(co_chan_new(&shared_ch, sizeof(int), 0), 0);
+    uint64_t c0 = compactions();
+    co_waitgroup_add(&wg, 2);
+    CHECK_EQ(co_pool_submit(pool, task_opts_in, NULL), 0);
+    CHECK_EQ(co_pool_submit(pool, task_parks, NULL), 0); /* the same worker (capacity 1) */
+    co_sleep(20 * CO_MILLISECOND);
+    co_waitgroup_add(&wg, 1);
+    CHECK_EQ(co_go(control, NULL), 0); /* compacted: sysmon rounds ran */
+    CHECK(wait_compacted(1));
+    co_sleep(50 * CO_MILLISECOND);
+    CHECK_EQ(co_stack_compacted(), 1);
+    int v = 9;
+    CHECK_EQ(co_chan_send(pool_ch, &v, CO_FOREVER), 0);
+    v = 42;
+    CHECK_EQ(co_chan_send(shared_ch, &v, CO_FOREVER), 0);
+    co_waitgroup_wait(&wg);
+    CHECK_EQ(compactions() - c0, 1);
+    co_pool_release(pool);
+    co_chan_free(pool_ch);
+    co_chan_free(shared_ch);
+}
+
 /* ---- the call's own errors ----------------------------------------------- */
 
 static void *plain_thread(void *arg) {
@@ -406,6 +448,7 @@ static int run(void *arg) {
     T_RUN(test_close_wakes);
     T_RUN(test_read_values);
     T_RUN(test_other_waits_refused);
+    T_RUN(test_pool_task_promise_ends);
     T_RUN(test_stress_wakes_race_compaction);
     return 0;
 }
