@@ -122,9 +122,9 @@ typedef struct co_attr {
  * stack is moved to the heap and its pages are released; it is copied back
  * before the coroutine runs again (a page fault and a copy of ~0.5 KiB on
  * that wake-up). Other waits are never compacted. on = 0 withdraws it. 0,
- * CO_EINVAL (on not 0 or 1) or CO_EPERM (not called from a coroutine). A
- * new coroutine starts without it; a pool task's promise ends with the
- * task (its worker runs the next one without it). */
+ * CO_EINVAL (on not 0 or 1) or CO_EPERM (not called from a coroutine, or
+ * called to opt in from a pool task: its worker runs other tasks after it,
+ * which made no such promise). A new coroutine starts without it. */
 CO_EXTERN int co_stack_compactable(int on);
 /* How many coroutines have their stack compacted now. */
 CO_EXTERN int64_t co_stack_compacted(void);

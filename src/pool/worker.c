@@ -274,16 +274,11 @@ static void worker_run(void *arg) {
     co__pw_t *w = *cur;
     co_pool_t *p = w->pool;
     void (*pfn)(void *) = p->fn;
-    struct co_g *self = co__running_g();
-    if (CO_UNLIKELY(co__g_compact_on(self))) (void)co_stack_compactable(0); /* a task that panicked */
     for (;;) {
         if (pfn)
             pfn(w->arg);
         else
             w->fn(w->arg);
-        /* A task's promise of compaction (co_stack_compactable) is its
-         * own: the next task on this coroutine has not made it. */
-        if (CO_UNLIKELY(co__g_compact_on(self))) (void)co_stack_compactable(0);
         if (worker_done(p, w)) continue; /* handed a blocked submitter's task */
         w = co__take_unstarted(co__pool_worker_main, same_pool, p);
         if (!w) return;

@@ -106,10 +106,37 @@ static void env_once(void) {
     __atomic_store_n(&env_done, 1, __ATOMIC_RELEASE);
 }
 
+/* co__compact_refuse_entry's entries: atomic, each set once (by CAS). */
+#define REFUSED_MAX 8
+static void (*refused[REFUSED_MAX])(void *);
+
+void co__compact_refuse_entry(void (*fn)(void *)) {
+    for (int i = 0; i < REFUSED_MAX; i++) {
+        void (*cur)(void *) = __atomic_load_n(&refused[i], __ATOMIC_ACQUIRE);
+        if (cur == fn) return;
+        if (!cur) {
+            if (__atomic_compare_exchange_n(&refused[i], &cur, fn, false, __ATOMIC_ACQ_REL,
+                                            __ATOMIC_ACQUIRE) ||
+                cur == fn)
+                return;
+        }
+    }
+    co__fatal("co__compact_refuse_entry: more than %d entries", REFUSED_MAX);
+}
+
+static bool entry_refused(void (*fn)(void *)) {
+    for (int i = 0; i < REFUSED_MAX; i++) {
+        void (*cur)(void *) = __atomic_load_n(&refused[i], __ATOMIC_ACQUIRE);
+        if (!cur) return false;
+        if (cur == fn) return true;
+    }
+    return false;
+}
+
 int co_stack_compactable(int on) {
     if (on != 0 && on != 1) return CO_EINVAL;
     co_g_t *g = co__running_g();
-    if (!g) return CO_EPERM;
+    if (!g || (on && entry_refused(g->fn))) return CO_EPERM;
     env_once();
     __atomic_store_n(&g->compact_on, (uint8_t)on, __ATOMIC_RELAXED);
     return 0;

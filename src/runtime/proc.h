@@ -122,8 +122,11 @@ _Static_assert(offsetof(co_g_t, stack.map) + sizeof(char *) <= 64,
 
 _Static_assert(offsetof(co_g_t, status) == CO__G_STATUS_OFFSET && CO_G_WAITING == CO__G_STATUS_WAITING,
                "runtime.h's co__g_set_waiting knows where a G's status is");
-_Static_assert(offsetof(co_g_t, compact_on) == CO__G_COMPACT_OFFSET,
-               "runtime.h's co__g_compact_on knows where a G's compact_on is");
+_Static_assert(offsetof(co_g_t, compact_on) == CO__G_COMPACT_OFFSET &&
+                   offsetof(co_g_t, is_g0) == offsetof(co_g_t, compact_on) + 1 &&
+                   sizeof(bool) == 1,
+               "runtime.h's co__g_compact_on knows where a G's compact_on is; gogo reads "
+               "it with is_g0 in one load");
 
 /* cstate: a G's compaction (compact.c).
  *  NONE -> OFFERED     : the G itself, parking in a compactable wait (co__compact_offer).

@@ -237,6 +237,10 @@ static inline bool co__g_compact_on(struct co_g *g) {
 }
 struct co__waiter;
 CO_HIDDEN void co__compact_offer(struct co_g *g, co__lock_t *l, struct co__waiter *w);
+/* A coroutine whose entry is fn runs code of several owners one after
+ * another (a pool's worker): co_stack_compactable refuses it (CO_EPERM), as
+ * none of them can promise for the others. Idempotent; at most 8 entries. */
+CO_HIDDEN void co__compact_refuse_entry(void (*fn)(void *));
 /* Convenience: unlockf = co__unlock(l). */
 CO_HIDDEN int co__park_lock(co__parker_t *pk, int64_t deadline, co__lock_t *l);
 

@@ -197,12 +197,23 @@ static inline __attribute__((always_inline)) void gogo(co_m_t *m, co_g_t *from, 
         if (from->is_g0) return;
         to = &m->g0;
     }
-    /* A coroutine that opted in to compaction: its stack back in place
-     * (compact.c) before anything runs on it. */
-    if (CO_UNLIKELY(__atomic_load_n(&to->compact_on, __ATOMIC_RELAXED))) co__compact_resume(to);
     CO_TRACE(CO__TEV_START, to, 0);
-    m->curg = to->is_g0 ? NULL : to;
-    if (!to->is_g0) __atomic_store_n(&to->status, CO_G_RUNNING, __ATOMIC_RELAXED);
+    /* compact_on and is_g0, adjacent bytes, in one load: a plain G goes
+     * straight on. One that opted in to compaction has its stack put
+     * back in place (compact.c) before anything runs on it. (The G's own
+     * store of compact_on was ordered before this by its park and ready.) */
+    uint16_t special;
+    memcpy(&special, &to->compact_on, sizeof special);
+    if (CO_LIKELY(!special)) {
+        m->curg = to;
+        __atomic_store_n(&to->status, CO_G_RUNNING, __ATOMIC_RELAXED);
+    } else if (to->is_g0) {
+        m->curg = NULL;
+    } else {
+        co__compact_resume(to);
+        m->curg = to;
+        __atomic_store_n(&to->status, CO_G_RUNNING, __ATOMIC_RELAXED);
+    }
     switch_to(from, to, from_exiting);
 }
 
