@@ -219,8 +219,8 @@ static char *stack_top(co_g_t *g) {
 }
 
 /* The compactor, g BUSY, the lock of w's queue held, w linked: copy g's
- * live part out, relink w's copy, release the pages. False: left as it
- * was. */
+ * live part out and relink w's copy (its pages are released after, with
+ * the batch's). False: left as it was. */
 static bool compact_locked(co_g_t *g, co__waiter_t *w) {
     if (__atomic_load_n(&g->status, __ATOMIC_ACQUIRE) != CO_G_WAITING || !g->stack.map) return false;
     char *sp = saved_sp(g), *top = stack_top(g), *lo = g->stack.lo;
