@@ -20,7 +20,14 @@
  *       connection, per connection. The child's memory is not counted.
  *       Raises its fd limit to the hard limit; if that is below n plus a
  *       margin, n is scaled down to fit (limited=1 in the line).
- * $BENCH_STACK_KB sets the default coroutine stack size.
+ * $BENCH_STACK_KB sets the default coroutine stack size. $BENCH_COMPACT=1:
+ * every parked coroutine (or connection's coroutine) opts in to stack
+ * compaction (co_stack_compactable) and the measurement waits until all of
+ * them are compacted (the threshold is $COLONY_COMPACT_MS, 200 ms unless set);
+ * compact_ms is that wait, from the last start. parked then also wakes
+ * 1,000 of them one at a time (a send with the time, to a coroutine that
+ * reads the clock as it runs): wake_us is the median, so a run with and
+ * one without $BENCH_COMPACT give the wake-up's cost of a compacted stack.
  */
 #include "bench_util.h"
 
@@ -46,6 +53,25 @@ static void mem_init(int procs) {
         exit(1);
     }
 }
+static int compact_on(void) {
+    const char *e = getenv("BENCH_COMPACT");
+    if (!e || atoi(e) != 1) return 0;
+    setenv("COLONY_COMPACT_MS", "200", 0); /* unless the caller chose one */
+    return 1;
+}
+/* Until n coroutines are compacted (at most 10 minutes): the wait in ns. */
+static int64_t wait_compacted(int64_t n) {
+    int64_t t0 = bench_now();
+    while (co_stack_compacted() < n) {
+        if (bench_now() - t0 > 600 * (int64_t)1000000000) {
+            fprintf(stderr, "only %lld of %lld coroutines compacted\n",
+                    (long long)co_stack_compacted(), (long long)n);
+            exit(1);
+        }
+        co_sleep(10 * 1000000);
+    }
+    return bench_now() - t0;
+}
 static size_t stack_kb(void) {
     const char *e = getenv("BENCH_STACK_KB");
     return e ? (size_t)atol(e) : 256;
@@ -70,32 +96,45 @@ static long status_kb(const char *key) {
 /* ---- parked ---------------------------------------------------------------- */
 
 static int64_t g_n;
-static co_chan_t *g_park, *g_done;
+static co_chan_t *g_park, *g_done, *g_lat;
 static int64_t g_started;
-static int64_t g_start_ns;
+static int64_t g_start_ns, g_compact_ns;
 static long g_rss0, g_pte0, g_rss1, g_pte1;
 static co_waitgroup_t g_wg = CO_WAITGROUP_INIT;
+static int g_compact;
+#define WAKES 1000
+static double g_wake_us;
 
 static void parked(void *arg) {
     (void)arg;
-    int x;
+    if (g_compact) BENCH_CHECK(co_stack_compactable(1));
+    int64_t x;
     /* the last to start tells main; the others only count */
     if (__atomic_add_fetch(&g_started, 1, __ATOMIC_ACQ_REL) == g_n) {
         char one = 1;
         BENCH_CHECK(co_chan_send(g_done, &one, CO_FOREVER));
     }
     int rc = co_chan_recv(g_park, &x, CO_FOREVER);
-    if (rc != CO_ECLOSED) {
+    if (rc == 0) { /* one of the timed wake-ups: x is when it was sent */
+        int64_t lat = bench_now() - x;
+        BENCH_CHECK(co_chan_send(g_lat, &lat, CO_FOREVER));
+    } else if (rc != CO_ECLOSED) {
         fprintf(stderr, "parked: receive returned %d, not CO_ECLOSED\n", rc);
         exit(1);
     }
     co_waitgroup_done(&g_wg);
 }
 
+static int cmp_i64(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
 static int parked_main(void *arg) {
     (void)arg;
-    BENCH_CHECK(co_chan_new(&g_park, sizeof(int), 0));
+    BENCH_CHECK(co_chan_new(&g_park, sizeof(int64_t), 0));
     BENCH_CHECK(co_chan_new(&g_done, 1, 1));
+    BENCH_CHECK(co_chan_new(&g_lat, sizeof(int64_t), 1));
     g_rss0 = status_kb("VmRSS");
     g_pte0 = status_kb("VmPTE");
     co_waitgroup_add(&g_wg, (int)g_n);
@@ -107,26 +146,41 @@ static int parked_main(void *arg) {
     /* the last one has counted itself but may not have parked yet: its
      * receive is a few instructions on; wait for the scheduler to run it */
     co_sleep(20 * 1000000);
+    if (g_compact) g_compact_ns = wait_compacted(g_n);
     g_rss1 = status_kb("VmRSS");
     g_pte1 = status_kb("VmPTE");
+    /* wake-ups one at a time, the oldest waiter first (FIFO) */
+    int64_t lat[WAKES];
+    int wakes = g_n < WAKES ? (int)g_n : WAKES;
+    for (int i = 0; i < wakes; i++) {
+        int64_t now = bench_now();
+        BENCH_CHECK(co_chan_send(g_park, &now, CO_FOREVER));
+        BENCH_CHECK(co_chan_recv(g_lat, &lat[i], CO_FOREVER));
+    }
+    qsort(lat, (size_t)wakes, sizeof lat[0], cmp_i64);
+    g_wake_us = wakes ? (double)lat[wakes / 2] / 1000.0 : 0;
     BENCH_CHECK(co_chan_close(g_park));
     co_waitgroup_wait(&g_wg);
     co_chan_free(g_park);
     co_chan_free(g_done);
+    co_chan_free(g_lat);
     return 0;
 }
 
 static int run_parked(int argc, char **argv) {
     int procs = (int)bench_arg(argc, argv, 0, 2);
     g_n = bench_arg(argc, argv, 1, 1000000);
+    g_compact = compact_on();
     mem_init(procs);
     co_main(parked_main, NULL);
     double n = (double)g_n;
     bench_report("mem_parked", procs, (double)g_start_ns / n, g_n,
-                 " stack_kb=%zu n=%lld start_ns=%.0f start_ms=%.1f rss_b=%.0f pte_b=%.0f total_b=%.0f",
-                 stack_kb(), (long long)g_n, (double)g_start_ns / n, (double)g_start_ns / 1e6,
+                 " stack_kb=%zu n=%lld compact=%d start_ns=%.0f start_ms=%.1f compact_ms=%.0f"
+                 " rss_b=%.0f pte_b=%.0f total_b=%.0f wake_us=%.2f",
+                 stack_kb(), (long long)g_n, g_compact, (double)g_start_ns / n,
+                 (double)g_start_ns / 1e6, (double)g_compact_ns / 1e6,
                  (double)(g_rss1 - g_rss0) * 1024.0 / n, (double)(g_pte1 - g_pte0) * 1024.0 / n,
-                 (double)(g_rss1 - g_rss0 + g_pte1 - g_pte0) * 1024.0 / n);
+                 (double)(g_rss1 - g_rss0 + g_pte1 - g_pte0) * 1024.0 / n, g_wake_us);
     return 0;
 }
 
@@ -139,6 +193,7 @@ static co_chan_t *g_allin;
 static void echo_conn(void *arg) {
     int fd = (int)(intptr_t)arg;
     char buf[512];
+    if (g_compact) BENCH_CHECK(co_stack_compactable(1));
     if (__atomic_add_fetch(&g_conns, 1, __ATOMIC_ACQ_REL) == g_n) {
         char one = 1;
         BENCH_CHECK(co_chan_send(g_allin, &one, CO_FOREVER));
@@ -256,6 +311,7 @@ static int idle_main(void *arg) {
     BENCH_CHECK(co_chan_recv(g_allin, c, CO_FOREVER));
     g_idle_ns = bench_now() - t0;
     co_sleep(50 * 1000000);
+    if (g_compact) g_compact_ns = wait_compacted(g_n);
     g_rss1 = status_kb("VmRSS");
     g_pte1 = status_kb("VmPTE");
     close(hold[1]); /* the client exits: every connection closes */
@@ -286,12 +342,15 @@ static int run_idle(int argc, char **argv) {
     rl.rlim_cur = rl.rlim_max;
     setrlimit(RLIMIT_NOFILE, &rl);
     signal(SIGPIPE, SIG_IGN);
+    g_compact = compact_on();
     mem_init(procs);
     co_main(idle_main, NULL);
     double n = (double)g_n;
     bench_report("mem_idle", procs, (double)g_idle_ns / n, g_n,
-                 " stack_kb=%zu n=%lld limited=%d connect_ms=%.1f rss_b=%.0f pte_b=%.0f total_b=%.0f",
-                 stack_kb(), (long long)g_n, g_limited, (double)g_idle_ns / 1e6,
+                 " stack_kb=%zu n=%lld compact=%d limited=%d connect_ms=%.1f compact_ms=%.0f"
+                 " rss_b=%.0f pte_b=%.0f total_b=%.0f",
+                 stack_kb(), (long long)g_n, g_compact, g_limited, (double)g_idle_ns / 1e6,
+                 (double)g_compact_ns / 1e6,
                  (double)(g_rss1 - g_rss0) * 1024.0 / n, (double)(g_pte1 - g_pte0) * 1024.0 / n,
                  (double)(g_rss1 - g_rss0 + g_pte1 - g_pte0) * 1024.0 / n);
     return 0;

@@ -10,14 +10,17 @@
 #   parked    1k, 10k, 100k and 1M coroutines parked at once in a channel
 #             receive: start time per coroutine (first spawn to all
 #             started), RSS and page tables (VmRSS, VmPTE) per coroutine;
-#             colony also with 64 KiB stacks (BENCH_STACK_KB=64)
+#             colony also with 64 KiB stacks (BENCH_STACK_KB=64), and
+#             both opted in to stack compaction (BENCH_COMPACT=1: measured
+#             once all are compacted, threshold 200 ms), with the median
+#             wake-up latency of 1,000 of them woken one at a time
 #   pool      1,000,000 tasks of 10 ms through a pool of 50,000 (colony),
 #             one co_go per task (colony_raw), raw goroutines (Go): wall,
 #             peak RSS
 #   idle      100,000 idle TCP echo connections on loopback, each held by
 #             a coroutine (goroutine) parked in a read: server RSS per
 #             connection (scaled down to the fd hard limit when it is
-#             lower; the report says so)
+#             lower; the report says so); colony also compacted
 # Writes bench/results/mem.md (BENCH_QUICK=1: <builddir>/bench-mem-quick.md,
 # small sizes, 1 run).
 #
@@ -74,7 +77,7 @@ fi
 
 # ---- running ---------------------------------------------------------------------
 LOAD_MAX=0
-one() { # id run impl env bin args... (env: "-" or VAR=value)
+one() { # id run impl env bin args... (env: "-" or VAR=value[,VAR=value])
     id=$1 run=$2 impl=$3 env=$4 bin=$5
     shift 5
     l1=$(cut -d' ' -f1 /proc/loadavg 2>/dev/null || echo 0)
@@ -82,7 +85,7 @@ one() { # id run impl env bin args... (env: "-" or VAR=value)
     if [ "$env" = - ]; then
         out=$(timeout 600 "$bin" "$@" 2>>"$ERR")
     else
-        out=$(env "$env" timeout 600 "$bin" "$@" 2>>"$ERR")
+        out=$(env $(echo "$env" | tr ',' ' ') timeout 600 "$bin" "$@" 2>>"$ERR")
     fi
     rc=$?
     line=$(printf '%s\n' "$out" | grep '^bench=' | tail -n 1)
@@ -125,14 +128,16 @@ T0=$(date +%s)
 echo "bench/run_mem.sh: $MACHINE; load $LOAD_BEFORE; $RUNS runs" >&2
 
 for n in $COUNTS; do
-    set -- "colony - $C parked 2 $n" "colony_64k BENCH_STACK_KB=64 $C parked 2 $n"
+    set -- "colony - $C parked 2 $n" "colony_64k BENCH_STACK_KB=64 $C parked 2 $n" \
+        "colony_compact BENCH_COMPACT=1 $C parked 2 $n" \
+        "colony_compact_64k BENCH_COMPACT=1,BENCH_STACK_KB=64 $C parked 2 $n"
     [ "$GO_OK" = 1 ] && set -- "$@" "go - $GM parked 2 $n"
     rounds "parked$n" "$RUNS" "$@"
 done
 set -- "colony - $CP sleep 2 $N_POOL $CAP_POOL 10" "colony_raw - $CP raw_sleep 2 $N_POOL 10"
 [ "$GO_OK" = 1 ] && set -- "$@" "go_raw - $GP raw_sleep 2 $N_POOL 10"
 rounds pool "$RUNS" "$@"
-set -- "colony - $C idle 2 $N_IDLE"
+set -- "colony - $C idle 2 $N_IDLE" "colony_compact BENCH_COMPACT=1 $C idle 2 $N_IDLE"
 [ "$GO_OK" = 1 ] && set -- "$@" "go - $GM idle 2 $N_IDLE $C"
 rounds idle "$RUNS" "$@"
 ELAPSED=$(( $(date +%s) - T0 ))
@@ -181,24 +186,40 @@ END {
     print "Start: from the first spawn until the last coroutine has begun its receive, per coroutine."
     print "RSS and page tables: VmRSS and VmPTE of /proc/self/status with all of them parked, less the same"
     print "before the first spawn, per coroutine (page tables are not part of RSS). `colony_64k`: the same"
-    print "program with 64 KiB stacks (co_config_t.stack_size) instead of the default 256 KiB."
+    print "program with 64 KiB stacks (co_config_t.stack_size) instead of the default 256 KiB. `_compact`:"
+    print "every coroutine opted in to stack compaction (co_stack_compactable, docs/stacks.md), measured once"
+    print "all of them are compacted (threshold 200 ms; compact s: from the last start until all were)."
     print ""
-    print "| live | | start us | RSS B | page tables B | total B | total vs Go | runs |"
-    print "|---:|---|---:|---:|---:|---:|---:|---:|"
+    print "| live | | start us | compact s | RSS B | page tables B | total B | total vs Go | runs |"
+    print "|---:|---|---:|---:|---:|---:|---:|---:|---:|"
     split(counts, cs, " ")
-    split("colony colony_64k go", im, " ")
+    split("colony colony_64k colony_compact colony_compact_64k go", im, " ")
     for (c = 1; c in cs; c++) {
         id = "parked" cs[c]
         gt = med(id, "go", "total_b")
-        for (i = 1; i <= 3; i++) {
+        for (i = 1; i <= 5; i++) {
             t = med(id, im[i], "total_b")
-            printf "| %s | %s | %s%s | %s | %s | %s | %s | %d |\n", cs[c], im[i], fmt(med(id, im[i], "start_ns") / 1000, 2), rng(id, im[i], "start_ns", 2, 1000), fmt(med(id, im[i], "rss_b"), 0), fmt(med(id, im[i], "pte_b"), 0), fmt(t, 0), (im[i] == "go") ? "" : ratio(t, gt, 2), cnt(id, im[i])
+            cm = (im[i] ~ /compact/) ? fmt(med(id, im[i], "compact_ms") / 1000, 1) : ""
+            printf "| %s | %s | %s%s | %s | %s | %s | %s | %s | %d |\n", cs[c], im[i], fmt(med(id, im[i], "start_ns") / 1000, 2), rng(id, im[i], "start_ns", 2, 1000), cm, fmt(med(id, im[i], "rss_b"), 0), fmt(med(id, im[i], "pte_b"), 0), fmt(t, 0), (im[i] == "go") ? "" : ratio(t, gt, 2), cnt(id, im[i])
         }
     }
     print ""
     big = "parked" cs[length(cs)]
     t = med(big, "colony", "total_b"); s = med(big, "colony", "start_ns"); gs = med(big, "go", "start_ns")
     printf "Targets at %s: <= 2,000 B per parked coroutine, page tables included: %s B -> %s. Start <= Go: %s vs %s us -> %s.\n", cs[length(cs)], fmt(t, 0), (t != "") ? yes(t <= 2000) : "n/a", fmt(s / 1000, 2), fmt(gs / 1000, 2), (s != "" && gs != "") ? yes(s <= gs) : "n/a"
+    tc = med(big, "colony_compact", "total_b"); tc64 = med(big, "colony_compact_64k", "total_b")
+    printf "\nCompacted (opted in, parked past the threshold), at %s: <= 2,000 B: %s B -> %s; <= 1,200 B: %s -> %s (64 KiB stacks: %s B -> %s).\n", cs[length(cs)], fmt(tc, 0), (tc != "") ? yes(tc <= 2000) : "n/a", fmt(tc, 0), (tc != "") ? yes(tc <= 1200) : "n/a", fmt(tc64, 0), (tc64 != "") ? yes(tc64 <= 1200) : "n/a"
+    print ""
+    print "Wake-up latency: 1,000 of the parked coroutines woken one at a time, each by a send carrying the"
+    print "time, read by the woken coroutine as it runs; median per run, then the median of the runs. A"
+    print "compacted one first has its stack copied back (a page fault and a copy of its live part)."
+    print ""
+    print "| live | | wake us | runs |"
+    print "|---:|---|---:|---:|"
+    split("colony colony_64k colony_compact colony_compact_64k", iw, " ")
+    for (c = 1; c in cs; c++)
+        for (i = 1; i <= 4; i++)
+            printf "| %s | %s | %s%s | %d |\n", cs[c], iw[i], fmt(med("parked" cs[c], iw[i], "wake_us"), 2), rng("parked" cs[c], iw[i], "wake_us", 2, 1), cnt("parked" cs[c], iw[i])
     print ""
     printf "## %d tasks of 10 ms, capacity %d\n", npool, cappool
     print ""
@@ -223,8 +244,8 @@ END {
     print "| | connections | connect ms | RSS B | page tables B | total B | total vs Go | runs |"
     print "|---|---:|---:|---:|---:|---:|---:|---:|"
     gt = med("idle", "go", "total_b")
-    split("colony go", ii, " ")
-    for (i = 1; i <= 2; i++) {
+    split("colony colony_compact go", ii, " ")
+    for (i = 1; i <= 3; i++) {
         t = med("idle", ii[i], "total_b")
         printf "| %s | %s | %s | %s%s | %s | %s | %s | %d |\n", ii[i], fmt(med("idle", ii[i], "n"), 0), fmt(med("idle", ii[i], "connect_ms"), 0), fmt(med("idle", ii[i], "rss_b"), 0), rng("idle", ii[i], "rss_b", 0, 1), fmt(med("idle", ii[i], "pte_b"), 0), fmt(t, 0), (ii[i] == "go") ? "" : ratio(t, gt, 2), cnt("idle", ii[i])
     }

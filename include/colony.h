@@ -111,6 +111,23 @@ typedef struct co_attr {
 
 #define CO_STACK_MIN ((size_t)16 * 1024)
 #define CO_STACK_MAX ((size_t)1024 * 1024 * 1024)
+/* Stack compaction (docs/stacks.md): the calling coroutine promises (on =
+ * 1) that nothing outside it reads or writes its stack while it is parked:
+ * no other coroutine or thread holds a pointer to one of its locals then
+ * (a buffer another coroutine fills while this one waits on a waitgroup
+ * breaks the promise; one it receives into with co_chan_recv keeps it).
+ * Then, once it has been parked longer than $COLONY_COMPACT_MS (default
+ * 1000) in co_chan_send or co_chan_recv with CO_FOREVER, or in an I/O call
+ * (co_read, co_write, co_accept...) with no deadline, the live part of its
+ * stack is moved to the heap and its pages are released; it is copied back
+ * before the coroutine runs again (a page fault and a copy of ~0.5 KiB on
+ * that wake-up). Other waits are never compacted. on = 0 withdraws it. 0,
+ * CO_EINVAL (on not 0 or 1) or CO_EPERM (not called from a coroutine, or
+ * called to opt in from a pool task: its worker runs other tasks after it,
+ * which made no such promise). A new coroutine starts without it. */
+CO_EXTERN int co_stack_compactable(int on);
+/* How many coroutines have their stack compacted now. */
+CO_EXTERN int64_t co_stack_compacted(void);
 
 CO_EXTERN int co_init(const co_config_t *cfg);
 CO_EXTERN int co_shutdown(void);

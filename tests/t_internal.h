@@ -31,6 +31,10 @@ CO_HIDDEN int32_t co__rwmutex_reader_count(co_rwmutex_t *rw); /* sync/sync.c */
 CO_HIDDEN extern uint64_t co__mutex_starvation_count;  /* sync/sync.c */
 CO_HIDDEN bool co__recover_has_tag(const void *tag);    /* runtime/panic.c */
 CO_HIDDEN int64_t co__test_timers_listed(void);         /* runtime/timer.c */
+/* Stack compaction (runtime/compact.c): its threshold in ms (0: the next
+ * sysmon round), and its compactions and restores since the start. */
+CO_HIDDEN void co__test_compact_set_ms(uint32_t ms);
+CO_HIDDEN void co__test_compact_counts(uint64_t *compactions, uint64_t *restores);
 /* A forked child forgets its parent's runtime and may start a fresh one
  * (runtime/lifecycle.c). */
 CO_HIDDEN int co__test_reset_after_fork(void);

@@ -72,6 +72,9 @@ static int pool_create(co_pool_t **out, int capacity, void (*fn)(void *),
      * workers): co_shutdown fails with CO_EBUSY until it is destroyed. */
     int rc = co__rt_hold(CO__HOLD_POOL);
     if (rc < 0) return rc;
+    /* A worker runs task after task: a task cannot promise for the next
+     * ones that nothing touches the stack while parked (compact.c). */
+    co__compact_refuse_entry(co__pool_worker_main);
     co_pool_t *p = NULL; /* cache-line aligned (see the struct) */
     if (posix_memalign((void **)&p, CO__CACHELINE, sizeof *p) != 0) {
         co__rt_unhold(CO__HOLD_POOL);

@@ -175,6 +175,7 @@ void co__g_release(co_g_t *g) {
     co_sched_t *s = &co__sched;
     co__stack_free(&g->stack);
     co__lock(&s->allg_lock);
+    co__compact_g_released(g);
     if (g->alllink_prev)
         g->alllink_prev->alllink_next = g->alllink_next;
     else

@@ -169,6 +169,10 @@ int co__pd_wait(co__pd_t *pd, int modes, uint32_t rseq, uint32_t wseq, int64_t d
     if (modes & CO__PD_WRITE)
         co__waitq_push(&pd->wq, &ww);
     co__np_waiters_add(1);
+    /* One side, no deadline: only a waker popping its waiter under
+     * pd->lock claims it, so the wait may be compacted (compact.c). */
+    if (pk.g && deadline == CO_FOREVER && modes != (CO__PD_READ | CO__PD_WRITE) && co__g_compact_on(pk.g))
+        co__compact_offer(pk.g, &pd->lock, modes == CO__PD_READ ? &wr : &ww);
     int rc = co__park_lock(&pk, deadline, &pd->lock);
     co__np_waiters_add(-1);
     if (rc == CO_ETIMEDOUT || modes == (CO__PD_READ | CO__PD_WRITE)) {

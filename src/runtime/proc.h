@@ -54,8 +54,11 @@ typedef struct co__stack {
 typedef struct co_g {
     co__ctx_t ctx;             /* saved context; valid while not RUNNING */
     uint32_t status;           /* atomic; CO_G_* (see above) */
-    int16_t wait_reason;       /* CO__WR_*, written by the G itself before parking;
+    int8_t wait_reason;        /* CO__WR_*, written by the G itself before parking;
                                 * relaxed atomic (co_dump reads it) */
+    uint8_t compact_on;        /* co_stack_compactable (compact.c): relaxed atomic, written
+                                * by the G itself (and 0 by its spawn), read by sysmon and,
+                                * in the first line, by whoever switches to the G */
     bool is_g0;
     bool named;                /* name[] holds a name (else name[0] == 0) */
     void (*fn)(void *);
@@ -72,6 +75,7 @@ typedef struct co_g {
      * the stack fields that park reads anyway. A relaxed atomic: co_dump
      * reads it from any thread for "[chan receive, 3 minutes]". */
     uint32_t waitsince;
+    uint8_t cstate;            /* atomic: CO__CS_* (compact.c says who changes it) */
     struct co_g *schedlink;    /* global run queue / stackwait lists, owned by the list's
                                 * lock; the injection stack's link (globq.c), owned by
                                 * its pusher, then by the M that takes the stack */
@@ -88,6 +92,12 @@ typedef struct co_g {
      * a page each. The G's own while it waits; the waitgroup's lock
      * protects the links. */
     co__pkw_t wgwait;
+    /* Its compactable wait (compact.c): the lock and the waiter it offered,
+     * valid while cstate is OFFERED, BUSY or COMPACTED; the copy of its
+     * stack's live part while COMPACTED. */
+    co__lock_t *cw_lock;
+    co__waiter_t *cw_w;
+    struct co__cbuf *cbuf;
 #ifdef CO_ASAN
     void *asan_fake;           /* ASan fake stack of this fiber while switched out */
 #endif
@@ -112,6 +122,25 @@ _Static_assert(offsetof(co_g_t, stack.map) + sizeof(char *) <= 64,
 
 _Static_assert(offsetof(co_g_t, status) == CO__G_STATUS_OFFSET && CO_G_WAITING == CO__G_STATUS_WAITING,
                "runtime.h's co__g_set_waiting knows where a G's status is");
+_Static_assert(offsetof(co_g_t, compact_on) == CO__G_COMPACT_OFFSET &&
+                   offsetof(co_g_t, is_g0) == offsetof(co_g_t, compact_on) + 1 &&
+                   sizeof(bool) == 1,
+               "runtime.h's co__g_compact_on knows where a G's compact_on is; gogo reads "
+               "it with is_g0 in one load");
+
+/* cstate: a G's compaction (compact.c).
+ *  NONE -> OFFERED     : the G itself, parking in a compactable wait (co__compact_offer).
+ *  OFFERED -> BUSY     : the compactor (sysmon), by CAS; it alone then reads cw_*.
+ *  BUSY -> COMPACTED   : the compactor, its stack copied out and released.
+ *  BUSY -> OFFERED     : the compactor, which left it as it was.
+ *  OFFERED -> NONE     : the M about to run the G, by CAS (co__compact_resume).
+ *  COMPACTED -> NONE   : the M about to run the G, once the stack is back.
+ * BUSY lasts a trylock, a copy and a madvise: the M that would run the G
+ * waits it out. */
+enum { CO__CS_NONE = 0, CO__CS_OFFERED, CO__CS_BUSY, CO__CS_COMPACTED };
+CO_HIDDEN void co__compact_resume(co_g_t *g);     /* g about to run, compact_on set */
+CO_HIDDEN int co__compact_scan(int64_t now);       /* sysmon, each round: how many compacted */
+CO_HIDDEN void co__compact_g_released(co_g_t *g);  /* allg_lock held: g leaves allg */
 
 /* A global cache of free items (gcache.c): an array, so moving a batch in
  * or out under sched.gcache_lock copies pointers and never touches a cold G.

@@ -221,6 +221,26 @@ static inline void co__g_set_waiting(struct co_g *g) {
     __atomic_store_n((uint32_t *)(void *)((char *)g + CO__G_STATUS_OFFSET), CO__G_STATUS_WAITING,
                      __ATOMIC_RELAXED);
 }
+/* Compaction (compact.c, docs/stacks.md): a coroutine that promised that
+ * nothing outside it touches its stack while it is parked
+ * (co_stack_compactable) has compact_on set, a byte of its G at a known
+ * offset (proc.h asserts it). A wait site whose waker reaches the parked
+ * stack only through one waiter w, linked in a queue under lock l, that
+ * no timer or select can claim (only a waker that pops w under l), offers
+ * the wait right before it parks, l held and w linked: sysmon may then
+ * move the stack's live part (w and its parker with it) to the heap and
+ * relink w's copy in its place, and the G's next run copies it back. */
+#define CO__G_COMPACT_OFFSET (CO__G_STATUS_OFFSET + 5)
+static inline bool co__g_compact_on(struct co_g *g) {
+    return __atomic_load_n((uint8_t *)(void *)((char *)g + CO__G_COMPACT_OFFSET),
+                           __ATOMIC_RELAXED) != 0;
+}
+struct co__waiter;
+CO_HIDDEN void co__compact_offer(struct co_g *g, co__lock_t *l, struct co__waiter *w);
+/* A coroutine whose entry is fn runs code of several owners one after
+ * another (a pool's worker): co_stack_compactable refuses it (CO_EPERM), as
+ * none of them can promise for the others. Idempotent; at most 8 entries. */
+CO_HIDDEN void co__compact_refuse_entry(void (*fn)(void *));
 /* Convenience: unlockf = co__unlock(l). */
 CO_HIDDEN int co__park_lock(co__parker_t *pk, int64_t deadline, co__lock_t *l);
 

@@ -198,8 +198,22 @@ static inline __attribute__((always_inline)) void gogo(co_m_t *m, co_g_t *from, 
         to = &m->g0;
     }
     CO_TRACE(CO__TEV_START, to, 0);
-    m->curg = to->is_g0 ? NULL : to;
-    if (!to->is_g0) __atomic_store_n(&to->status, CO_G_RUNNING, __ATOMIC_RELAXED);
+    /* compact_on and is_g0, adjacent bytes, in one load: a plain G goes
+     * straight on. One that opted in to compaction has its stack put
+     * back in place (compact.c) before anything runs on it. (The G's own
+     * store of compact_on was ordered before this by its park and ready.) */
+    uint16_t special;
+    memcpy(&special, &to->compact_on, sizeof special);
+    if (CO_LIKELY(!special)) {
+        m->curg = to;
+        __atomic_store_n(&to->status, CO_G_RUNNING, __ATOMIC_RELAXED);
+    } else if (to->is_g0) {
+        m->curg = NULL;
+    } else {
+        co__compact_resume(to);
+        m->curg = to;
+        __atomic_store_n(&to->status, CO_G_RUNNING, __ATOMIC_RELAXED);
+    }
     switch_to(from, to, from_exiting);
 }
 
@@ -422,7 +436,7 @@ static inline __attribute__((always_inline)) void park_m(co_m_t *m, void (*post)
                                                           void *arg, int reason) {
     co_g_t *g = m->curg;
     /* relaxed atomic: co_dump reads it from any thread, a hint */
-    __atomic_store_n(&g->wait_reason, (int16_t)reason, __ATOMIC_RELAXED);
+    __atomic_store_n(&g->wait_reason, (int8_t)reason, __ATOMIC_RELAXED);
     __atomic_store_n(&g->waitsince, __atomic_load_n(&co__sched.coarse_ms, __ATOMIC_RELAXED),
                      __ATOMIC_RELAXED);
     CO_TRACE(CO__TEV_PARK, g, reason);
@@ -689,7 +703,7 @@ void co_thread_return(void *home) {
     co_m_t *m = getm();
     if (!home || m == home || !m || !m->curg || !m->p) return;
     co_g_t *g = m->curg;
-    __atomic_store_n(&g->wait_reason, (int16_t)CO__WR_NONE, __ATOMIC_RELAXED);
+    __atomic_store_n(&g->wait_reason, (int8_t)CO__WR_NONE, __ATOMIC_RELAXED);
     CO_TRACE(CO__TEV_PARK, g, CO__WR_NONE);
     co__stack_check(g);
     m->post_fn = post_affine;

@@ -57,6 +57,7 @@ static inline __attribute__((always_inline)) void g_init(co_p_t *p, co_g_t *g,
     g->arg = arg;
     g->panic_top = NULL;
     __atomic_store_n(&g->wait_reason, 0, __ATOMIC_RELAXED); /* co_dump reads it */
+    __atomic_store_n(&g->compact_on, 0, __ATOMIC_RELAXED);  /* a new coroutine has not opted in */
     if (p) { /* ids in batches, as Go's goidcache: no shared counter per spawn */
         if (p->goidcache == p->goidcacheend) {
             p->goidcache = __atomic_fetch_add(&s->goidgen, 64, __ATOMIC_RELAXED) + 1;

@@ -14,6 +14,8 @@
  *    last second, beyond a reserve of GFREE_KEEP of each;
  *  - every 10 ms requeues the Gs that found no memory for a stack to start
  *    on (gcache.c), so they start once there is some;
+ *  - compacts the stacks of coroutines parked in a compactable wait for
+ *    longer than the threshold (compact.c);
  *  - prints the schedtrace line when COLONY_DEBUG=schedtrace=MS asks.
  * It sleeps 20 us, doubling after 50 idle rounds up to 10 ms, on a futex so
  * co_blocking and co_shutdown can kick it awake.
@@ -239,6 +241,7 @@ static void *sysmon_main(void *arg) {
             last_stackwait = now;
             work += co__stackwait_retry();
         }
+        work += co__compact_scan(now);
         if (now - last_trim >= GFREE_TRIM_NS) {
             last_trim = now;
             co__gfree_trim(GFREE_KEEP);

@@ -53,6 +53,8 @@ int co__unwind_self(void **pcs, int max) {
 
 int co__unwind_parked(const co_g_t *g, void **pcs, int max) {
     if (max <= 0 || !g->stack.lo) return 0;
+    /* compacted (compact.c): its frames are on the heap, its pages empty */
+    if (__atomic_load_n(&g->cstate, __ATOMIC_ACQUIRE) >= CO__CS_BUSY) return 0;
     uintptr_t lo = (uintptr_t)g->stack.lo, hi = lo + g->stack.size;
 #if defined(CO_HAVE_LIBUNWIND) && defined(COLONY_UCONTEXT) && defined(__x86_64__)
     (void)lo;
