@@ -37,8 +37,9 @@ mkdir -p bench/results
     echo "- Go: $(go version | cut -d' ' -f3-)"
     echo
     echo "Workload: the yield row, two coroutines (goroutines) on one P taking turns, $N yields each."
-    echo "Trace on: colony COLONY_TRACE=file (events recorded per switch, JSON written at exit, not timed);"
+    echo "Trace on: colony COLONY_TRACE=file (one 16-byte record per switch, stamped with rdtsc; JSON written at exit, not timed);"
     echo "Go runtime/trace.Start to a file."
+    echo "Where a hypervisor traps rdtsc (tens of ns or more a read), both tracers pay it per event; see docs/perf-notes.md."
     echo
     echo "| | off ns/yield | on ns/yield | on/off | trace file |"
     echo "|---|---|---|---|---|"

@@ -30,7 +30,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
+#include <linux/membarrier.h>
 #if defined(__GLIBC__)
 #include <dlfcn.h>
 #endif
@@ -42,6 +44,7 @@ uint32_t co__trace_on;
 #define DEF_CHUNK_EV 2048    /* 64 KiB a chunk */
 #define NO_P 0xffff
 
+/* The converter's event: a record decoded, its thread's slot added. */
 typedef struct tev {
     uint64_t ts;   /* co__cycles(), or co_now() where there is no counter */
     uint64_t a, b; /* per kind (trace.h), G pointers already turned into ids */
@@ -49,17 +52,36 @@ typedef struct tev {
     uint16_t kind;
     uint16_t p;    /* the recording M's P id, NO_P for none */
 } tev_t;
-_Static_assert(sizeof(tev_t) == 32, "a trace event is 32 bytes");
 
-/* A recording thread's slot. busy is its lock (atomic, seq_cst exchange
- * and release store): it protects every other field. The owner thread
- * takes it around each event; co_trace_stop takes it for good. */
+/* A record, as the recording path writes it: 16 bytes.
+ *   w0: the clock less the session's start (48 bits, two's complement) | P id << 48
+ *   w1: kind | b (16 bits) << 8 | a (40 bits) << 24
+ * CREATE is followed by one raw record holding its entry function (w0)
+ * and, if the G is named, one holding the first 16 bytes of its name. A
+ * chunk in the scratch file starts with a header record: HDR_MAGIC << 32 |
+ * slot, then the number of records. */
+typedef struct rec {
+    uint64_t w0, w1;
+} rec_t;
+_Static_assert(sizeof(rec_t) == 16, "a trace record is 16 bytes");
+#define TS_BITS 48
+#define TS_MASK ((1ull << TS_BITS) - 1)
+#define A_MASK ((1ull << 40) - 1)
+#define HDR_MAGIC 0xc01f7aceull
+#define EV_MAX_RECS 3 /* the most records one event takes */
+
+/* A recording thread's slot. busy says its owner is inside an event: set
+ * by the owner (below), read by co_trace_stop, which waits for it to
+ * clear (see co__trace_ev for the orders). busy protects every other field:
+ * the owner writes them while it holds busy, stop once it has seen it clear
+ * with the trace off. */
 typedef struct slot {
     _Alignas(64) uint32_t busy;
-    uint32_t gen;     /* the session that set it up; 0 after a reset */
+    uint32_t gen;     /* the session that set it up */
     int32_t chunk;    /* index of the chunk it fills, -1 none */
-    uint32_t n;       /* events in that chunk */
-    uint64_t lost;    /* dropped since its last recorded event */
+    uint32_t n;       /* records in that chunk */
+    uint32_t cap;     /* n's limit: the chunk's size, 0 with no chunk */
+    uint64_t lost;    /* events dropped since its last recorded one */
     int m;            /* the thread's M id, -1 a thread without one */
 } slot_t;
 
@@ -72,9 +94,13 @@ static struct {
     bool active;
     pid_t pid;                /* the process that started it (a fork's child stops quietly) */
     uint32_t gen;             /* atomic: the session's number, bumped (release) by start */
+    bool fenced;              /* stop waits out recorders with membarrier: they take busy
+                               * with plain stores (set by start, before the trace is on) */
     int nchunks, chunk_ev;
-    tev_t *evmem;             /* nchunks * chunk_ev events */
-    uint32_t *cn;             /* events in each chunk, set by its filler before it goes full */
+    rec_t *evmem;             /* nchunks * chunk_ev records, touched by start (no page
+                               * faults while recording) */
+    uint32_t *cn;             /* records in each chunk, set by its filler before it goes full */
+    uint16_t *cslot;          /* its filler's slot, likewise */
     int32_t *cnext;           /* the full list's links, written by the pusher */
     uint8_t *cstate;          /* atomic CH_*: FREE -> OWNED by a filler's CAS (acquire), OWNED ->
                                * FULL by its push (release), FULL -> FREE by the writer (release) */
@@ -88,7 +114,10 @@ static struct {
     int rawfd;
     FILE *out;
     char *path;
-    slot_t slots[MAX_SLOTS];
+    /* This session's slots: an array of its own, never freed, so that a
+     * thread that read the last session's slot before a stop and a start
+     * touches only memory nobody uses (MAX_SLOTS * 64 bytes a session). */
+    slot_t *slots;
     uint32_t nslots;          /* atomic: slots handed out (fetch-add) */
     uint64_t c0, c1;          /* clock at start and stop */
     int64_t t0, t1;           /* co_now() at start and stop */
@@ -107,11 +136,12 @@ static inline uint64_t now_ts(void) {
 }
 
 /* Slot s (busy held): its chunk, if any, goes to the writer; takes a free
- * one. false if none is free. */
+ * one. false if none is free. Once per chunk_ev records. */
 static bool chunk_next(slot_t *s) {
     if (s->chunk >= 0) {
         int32_t c = s->chunk;
         T.cn[c] = s->n;
+        T.cslot[c] = (uint16_t)(s - T.slots);
         __atomic_store_n(&T.cstate[c], CH_FULL, __ATOMIC_RELAXED);
         int32_t h = __atomic_load_n(&T.full_head, __ATOMIC_RELAXED);
         do
@@ -119,6 +149,7 @@ static bool chunk_next(slot_t *s) {
         while (!__atomic_compare_exchange_n(&T.full_head, &h, c + 1, true, __ATOMIC_RELEASE,
                                             __ATOMIC_RELAXED));
         s->chunk = -1;
+        s->cap = 0;
         __atomic_add_fetch(&T.wword, 1, __ATOMIC_RELAXED);
         co__futex_wake(&T.wword, 1);
     }
@@ -132,92 +163,186 @@ static bool chunk_next(slot_t *s) {
                                         __ATOMIC_RELAXED)) {
             s->chunk = c;
             s->n = 0;
+            s->cap = (uint32_t)T.chunk_ev;
             return true;
         }
     }
     return false;
 }
 
-static inline void put(slot_t *s, int kind, uint64_t ts, uint64_t a, uint64_t b, uint16_t p) {
-    if (CO_UNLIKELY(s->chunk < 0 || s->n == (uint32_t)T.chunk_ev)) {
-        if (!chunk_next(s)) {
-            s->lost++;
-            return;
-        }
-    }
-    if (CO_UNLIKELY(s->lost)) { /* a fresh chunk (>= 4 events): the count goes first */
-        tev_t *e = &T.evmem[(size_t)s->chunk * (size_t)T.chunk_ev + s->n++];
-        *e = (tev_t){.ts = ts, .a = s->lost, .slot = (uint32_t)(s - T.slots),
-                     .kind = CO__TEV_LOST_, .p = p};
-        s->lost = 0;
-    }
-    tev_t *e = &T.evmem[(size_t)s->chunk * (size_t)T.chunk_ev + s->n++];
-    *e = (tev_t){.ts = ts, .a = a, .b = b, .slot = (uint32_t)(s - T.slots), .kind = (uint16_t)kind,
-                 .p = p};
+static inline uint64_t w0_of(uint64_t ts, uint16_t p) {
+    return ((ts - T.c0) & TS_MASK) | (uint64_t)p << TS_BITS;
+}
+static inline uint64_t w1_of(int kind, uint64_t a, uint64_t b) {
+    return (uint64_t)(kind & 0xff) | (b & 0xffff) << 8 | (a & A_MASK) << 24;
 }
 
-void co__trace_ev(int kind, uint64_t a, uint64_t b) {
-    /* acquire: pairs with start's release; the slots' reset happened before */
+/* Room for k records in s's chunk (busy held), a lost count first if
+ * there is one; NULL (the event dropped and counted) if none is free. */
+static rec_t *reserve_slow(slot_t *s, uint32_t k, uint64_t ts, uint16_t p);
+static inline rec_t *reserve(slot_t *s, uint32_t k, uint64_t ts, uint16_t p) {
+    if (CO_UNLIKELY(s->n + k > s->cap || s->lost)) return reserve_slow(s, k, ts, p);
+    rec_t *r = &T.evmem[(size_t)s->chunk * (size_t)T.chunk_ev + s->n];
+    s->n += k;
+    return r;
+}
+static __attribute__((noinline)) rec_t *reserve_slow(slot_t *s, uint32_t k, uint64_t ts,
+                                                    uint16_t p) {
+    if (s->n + k + (s->lost ? 1 : 0) > s->cap && !chunk_next(s)) {
+        s->lost++;
+        return NULL;
+    }
+    rec_t *r = &T.evmem[(size_t)s->chunk * (size_t)T.chunk_ev + s->n];
+    if (s->lost) { /* a fresh chunk: the count goes first */
+        r->w0 = w0_of(ts, p);
+        r->w1 = w1_of(CO__TEV_LOST_, s->lost > A_MASK ? A_MASK : s->lost, 0);
+        s->lost = 0;
+        r++;
+        s->n++;
+    }
+    s->n += k;
+    return r;
+}
+
+static void busy_release(slot_t *s) {
+    /* release: the records written before it, for stop's acquire load */
+    __atomic_store_n(&s->busy, 0, __ATOMIC_RELEASE);
+}
+
+/* The first event of this thread in session gen: a slot of its own. busy
+ * held on return, NULL (none held) if the trace went off or no slot is
+ * left. Once per thread and session: atomics here are no matter. */
+static __attribute__((noinline)) slot_t *slot_setup(uint32_t gen) {
+    uint32_t i = __atomic_fetch_add(&T.nslots, 1, __ATOMIC_RELAXED);
+    if (i >= MAX_SLOTS) {
+        __atomic_add_fetch(&T.lost_global, 1, __ATOMIC_RELAXED);
+        return NULL;
+    }
+    slot_t *s = &T.slots[i];
+    /* seq_cst: as the fallback in enter() */
+    if (__atomic_exchange_n(&s->busy, 1, __ATOMIC_SEQ_CST)) { /* stop has it */
+        __atomic_add_fetch(&T.lost_global, 1, __ATOMIC_RELAXED);
+        return NULL;
+    }
+    if (!__atomic_load_n(&co__trace_on, __ATOMIC_SEQ_CST) ||
+        __atomic_load_n(&T.gen, __ATOMIC_RELAXED) != gen) {
+        busy_release(s);
+        return NULL;
+    }
+    tls_slot = s;
+    tls_gen = gen;
+    s->gen = gen;
+    s->chunk = -1;
+    s->n = s->cap = 0;
+    s->lost = 0;
+    co_m_t *m = getm();
+    s->m = m ? m->id : -1;
+    /* what runs here now, for the converter: its slice began before */
+    uint64_t ts = now_ts();
+    uint16_t p = m && m->p ? (uint16_t)m->p->id : NO_P;
+    rec_t *r = reserve(s, 1, ts, p);
+    if (r) {
+        r->w0 = w0_of(ts, p);
+        r->w1 = w1_of(CO__TEV_CUR_, m && m->curg ? m->curg->id : 0, 0);
+    }
+    return s;
+}
+
+/* The calling thread's slot, busy held, for an event of the session that
+ * is on; NULL (nothing held) if none is. The usual way has no atomic
+ * read-modify-write and no fence: busy is set by a plain store, then the
+ * trace's flag is read again; co_trace_stop clears the flag, then makes
+ * every thread execute a full barrier (membarrier), then waits for busy to
+ * clear. So either stop sees this busy set and waits for the event, or
+ * this sees the trace off (an asymmetric Dekker, as yslot.h's windows).
+ * Without membarrier: a seq_cst exchange of busy against stop's seq_cst
+ * store of the flag and CAS of busy. The session's number is read again
+ * after the flag (acquire, pairing with start's release stores of the
+ * number, then the flag): an event of a session that ended meanwhile is
+ * dropped, its slot left as it was. */
+static inline slot_t *enter(void) {
+    /* acquire: pairs with start's release; the session's set-up happened before */
     uint32_t gen = __atomic_load_n(&T.gen, __ATOMIC_ACQUIRE);
     slot_t *s = tls_slot;
-    bool fresh = false;
-    if (tls_gen != gen) {
-        uint32_t i = __atomic_fetch_add(&T.nslots, 1, __ATOMIC_RELAXED);
-        if (i >= MAX_SLOTS) {
-            __atomic_add_fetch(&T.lost_global, 1, __ATOMIC_RELAXED);
-            return;
-        }
-        s = &T.slots[i];
-        tls_slot = s;
-        tls_gen = gen;
-        fresh = true;
+    if (CO_UNLIKELY(tls_gen != gen)) return slot_setup(gen);
+    if (CO_LIKELY(T.fenced)) {
+        __atomic_store_n(&s->busy, 1, __ATOMIC_RELAXED);
+        __atomic_signal_fence(__ATOMIC_SEQ_CST); /* no compiler reordering with the load below */
+        if (CO_LIKELY(__atomic_load_n(&co__trace_on, __ATOMIC_ACQUIRE) &&
+                      __atomic_load_n(&T.gen, __ATOMIC_RELAXED) == gen))
+            return s;
+        busy_release(s);
+        return NULL;
     }
-    /* seq_cst: with stop's seq_cst store of co__trace_on then CAS of busy,
-     * either stop waits for this event or this sees the trace off */
     if (__atomic_exchange_n(&s->busy, 1, __ATOMIC_SEQ_CST)) {
         __atomic_add_fetch(&T.lost_global, 1, __ATOMIC_RELAXED); /* stop holds it */
-        return;
+        return NULL;
     }
-    if (fresh) {
-        s->gen = gen;
-        s->chunk = -1;
-        s->n = 0;
-        s->lost = 0;
-        co_m_t *m0 = getm();
-        s->m = m0 ? m0->id : -1;
-    } else if (s->gen != gen) { /* a slot of a session that ended meanwhile */
-        __atomic_store_n(&s->busy, 0, __ATOMIC_RELEASE);
-        return;
-    }
-    if (!__atomic_load_n(&co__trace_on, __ATOMIC_SEQ_CST)) {
-        __atomic_store_n(&s->busy, 0, __ATOMIC_RELEASE);
-        return;
-    }
+    if (__atomic_load_n(&co__trace_on, __ATOMIC_SEQ_CST) &&
+        __atomic_load_n(&T.gen, __ATOMIC_RELAXED) == gen)
+        return s;
+    busy_release(s);
+    return NULL;
+}
+
+static inline uint16_t cur_p(co_m_t *m) { return m && m->p ? (uint16_t)m->p->id : NO_P; }
+
+void co__trace_ev(int kind, uint64_t a, uint64_t b) {
+    slot_t *s = enter();
+    if (!s) return;
     uint64_t ts = now_ts();
-    co_m_t *m = getm();
-    uint16_t p = m && m->p ? (uint16_t)m->p->id : NO_P;
+    uint16_t p = cur_p(getm());
     co_g_t *g = (co_g_t *)(uintptr_t)a;
+    rec_t *r;
     switch (kind) {
     case CO__TEV_CREATE:
-        put(s, kind, ts, g->id, (uint64_t)(uintptr_t)g->fn, p);
+        r = reserve(s, g->named ? 3 : 2, ts, p);
+        if (!r) break;
+        r[0].w0 = w0_of(ts, p);
+        r[0].w1 = w1_of(kind, g->id, g->named);
+        r[1].w0 = (uint64_t)(uintptr_t)g->fn;
+        r[1].w1 = 0;
         if (g->named) {
             uint64_t w[2] = {0, 0};
             memcpy(w, g->name, strnlen(g->name, sizeof w));
-            put(s, CO__TEV_NAME_, ts, w[0], w[1], p);
+            r[2].w0 = w[0];
+            r[2].w1 = w[1];
         }
         break;
     case CO__TEV_START:
-        if (!g->is_g0) put(s, kind, ts, g->id, 0, p);
-        break;
+        if (g->is_g0) break;
+        /* fall through */
     case CO__TEV_PARK: case CO__TEV_YIELD: case CO__TEV_READY: case CO__TEV_EXIT:
     case CO__TEV_STEAL: case CO__TEV_BLOCK: case CO__TEV_BLOCK_END:
-        put(s, kind, ts, g->id, b, p);
-        break;
+        a = g->id;
+        /* fall through */
     default:
-        put(s, kind, ts, a, b, p);
+        r = reserve(s, 1, ts, p);
+        if (!r) break;
+        r->w0 = w0_of(ts, p);
+        r->w1 = w1_of(kind, a, b);
         break;
     }
-    __atomic_store_n(&s->busy, 0, __ATOMIC_RELEASE);
+    busy_release(s);
+}
+
+void co__trace_switch(int how, const void *from, const void *to) {
+    slot_t *s = enter();
+    if (!s) return;
+    const co_g_t *f = from, *t = to;
+    uint64_t ts = now_ts();
+    uint16_t p = cur_p(getm());
+    uint64_t b = f->is_g0 ? 0 : (uint64_t)how;
+    if (how == CO__TEV_PARK && !f->is_g0)
+        b |= (uint64_t)(uint16_t)__atomic_load_n(&f->wait_reason, __ATOMIC_RELAXED) << 8;
+    rec_t *r = reserve(s, 1, ts, p);
+    if (r) {
+        r->w0 = w0_of(ts, p);
+        r->w1 = w1_of(CO__TEV_SWITCH_, t->is_g0 ? 0 : t->id, b);
+    } else if (b && !t->is_g0) {
+        s->lost++; /* counted as events: a stop and a start */
+    }
+    busy_release(s);
 }
 
 /* ---- the writer ----------------------------------------------------------- */
@@ -250,7 +375,9 @@ static bool drain_full(void) {
     while (rev) {
         int32_t c = rev - 1;
         rev = T.cnext[c];
-        write_all(T.rawfd, &T.evmem[(size_t)c * (size_t)T.chunk_ev], T.cn[c] * sizeof(tev_t));
+        rec_t hdr = {HDR_MAGIC << 32 | T.cslot[c], T.cn[c]};
+        write_all(T.rawfd, &hdr, sizeof hdr);
+        write_all(T.rawfd, &T.evmem[(size_t)c * (size_t)T.chunk_ev], T.cn[c] * sizeof(rec_t));
         /* release: this write of the chunk is done before a filler reuses it */
         __atomic_store_n(&T.cstate[c], CH_FREE, __ATOMIC_RELEASE);
     }
@@ -294,6 +421,8 @@ static void trace_forked(void) {
 static void free_buffers(void) {
     free(T.evmem);
     free(T.cn);
+    free(T.cslot);
+    T.cslot = NULL;
     free(T.cnext);
     free(T.cstate);
     T.evmem = NULL;
@@ -305,6 +434,21 @@ static void free_buffers(void) {
 }
 
 static void atfork_child(void) { trace_forked(); }
+
+static int membarrier_(int cmd) { return (int)syscall(SYS_membarrier, cmd, 0, 0); }
+
+/* Whether stop can wait out recorders with membarrier (they then take
+ * their busy flag with plain stores). Not under TSan, which cannot see
+ * membarrier's ordering: it gets the exchanges. Registering again is
+ * harmless (yslot.c registers too). */
+static bool fenced_ok(void) {
+#ifdef CO_TSAN
+    return false;
+#else
+    return membarrier_(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) == 0 &&
+           membarrier_(MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0;
+#endif
+}
 static void register_atfork(void) { pthread_atfork(NULL, NULL, atfork_child); }
 
 int co__trace_start_with(const char *path, int chunks, int chunk_events) {
@@ -347,11 +491,14 @@ int co__trace_start_with(const char *path, int chunks, int chunk_events) {
     free(raw);
     T.nchunks = chunks;
     T.chunk_ev = chunk_events;
-    T.evmem = malloc((size_t)chunks * (size_t)chunk_events * sizeof(tev_t));
+    T.evmem = malloc((size_t)chunks * (size_t)chunk_events * sizeof(rec_t));
     T.cn = calloc((size_t)chunks, sizeof *T.cn);
+    T.cslot = calloc((size_t)chunks, sizeof *T.cslot);
     T.cnext = calloc((size_t)chunks, sizeof *T.cnext);
     T.cstate = calloc((size_t)chunks, 1);
-    if (!T.evmem || !T.cn || !T.cnext || !T.cstate) {
+    slot_t *slots = aligned_alloc(64, MAX_SLOTS * sizeof(slot_t));
+    if (!T.evmem || !T.cn || !T.cslot || !T.cnext || !T.cstate || !slots) {
+        free(slots);
         close(fd);
         fclose(out);
         rc = CO_ENOMEM;
@@ -359,13 +506,14 @@ int co__trace_start_with(const char *path, int chunks, int chunk_events) {
     }
     T.out = out;
     T.rawfd = fd;
-    /* No thread records now (the trace is off, every slot's busy was
-     * taken by the last stop): the slots can be reset plainly. */
-    for (int i = 0; i < MAX_SLOTS; i++) {
-        T.slots[i].gen = 0;
-        T.slots[i].chunk = -1;
-        __atomic_store_n(&T.slots[i].busy, 0, __ATOMIC_RELAXED);
-    }
+    /* Every page of the buffers touched now, not by the first record in
+     * each (a page fault is microseconds). */
+    memset(T.evmem, 0, (size_t)chunks * (size_t)chunk_events * sizeof(rec_t));
+    /* A new array of slots (see T.slots), published by the gen below. */
+    memset(slots, 0, MAX_SLOTS * sizeof(slot_t));
+    for (int i = 0; i < MAX_SLOTS; i++) slots[i].chunk = -1;
+    T.slots = slots;
+    T.fenced = fenced_ok();
     __atomic_store_n(&T.nslots, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&T.full_head, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&T.lost_global, 0, __ATOMIC_RELAXED);
@@ -731,6 +879,34 @@ static void one_event(const tev_t *e, double ts) {
                  e->b ? " (spare lent)" : " (co_blocking)");
         instant(slot, name, "retake", ts, "");
         break;
+    case CO__TEV_SWITCH_: {
+        /* the G running here stops (if the trace has it: not after lost
+         * events), then e->a starts (0: g0, no start) */
+        int how = (int)(e->b & 0xff);
+        uint64_t from = L->g ? L->g : L->block_ts >= 0 ? L->block_g : 0;
+        if (how && from) {
+            tev_t st = *e;
+            st.kind = (uint16_t)how;
+            st.a = from;
+            st.b = e->b >> 8;
+            one_event(&st, ts);
+        }
+        if (e->a) {
+            tev_t go = *e;
+            go.kind = CO__TEV_START;
+            go.b = 0;
+            one_event(&go, ts);
+        }
+        break;
+    }
+    case CO__TEV_CUR_:
+        /* a coroutine running here since before the trace started (or
+         * since before this thread's first event): its slice from then */
+        if (e->a && !L->g && (g = gget(e->a)) && !g->started && !g->exited) {
+            g->started = true;
+            open_g(L, e->a, e->p, L->free_ts);
+        }
+        break;
     case CO__TEV_LOST_:
         snprintf(args, sizeof args, "\"count\":%llu", (unsigned long long)e->a);
         close_g(L, slot, ts, "lost");
@@ -741,30 +917,74 @@ static void one_event(const tev_t *e, double ts) {
     }
 }
 
+/* The scratch file's chunks (nr records) as events, into ev (room for
+ * nr); returns how many. */
+static size_t decode(const rec_t *raw, size_t nr, tev_t *ev) {
+    size_t n = 0;
+    for (size_t i = 0; i < nr;) {
+        rec_t h = raw[i++];
+        uint32_t slot = (uint32_t)h.w0;
+        if (h.w0 >> 32 != HDR_MAGIC || slot >= MAX_SLOTS || h.w1 > nr - i) {
+            J.anomalies++;
+            break;
+        }
+        size_t end = i + (size_t)h.w1;
+        while (i < end) {
+            rec_t r = raw[i++];
+            tev_t e = {
+                .ts = T.c0 + (uint64_t)((int64_t)(r.w0 << (64 - TS_BITS)) >> (64 - TS_BITS)),
+                .a = r.w1 >> 24,
+                .b = (r.w1 >> 8) & 0xffff,
+                .slot = slot,
+                .kind = (uint16_t)(r.w1 & 0xff),
+                .p = (uint16_t)(r.w0 >> TS_BITS),
+            };
+            if (e.kind == CO__TEV_CREATE) {
+                bool named = e.b;
+                if (i >= end) break;
+                e.b = raw[i++].w0;
+                ev[n++] = e;
+                if (named && i < end) {
+                    ev[n++] = (tev_t){.ts = e.ts, .a = raw[i].w0, .b = raw[i].w1, .slot = slot,
+                                      .kind = CO__TEV_NAME_, .p = e.p};
+                    i++;
+                }
+                continue;
+            }
+            ev[n++] = e;
+        }
+    }
+    return n;
+}
+
 /* Writes the JSON from the scratch file. 0 or a negative code. */
 static int convert(void) {
     struct stat st;
     if (fstat(T.rawfd, &st) < 0) return -errno;
-    size_t n = (size_t)st.st_size / sizeof(tev_t);
-    tev_t *ev = n ? malloc(n * sizeof *ev) : NULL;
-    uint32_t *ix = n ? malloc(n * sizeof *ix) : NULL;
+    size_t nr = (size_t)st.st_size / sizeof(rec_t), n = 0;
+    rec_t *raw = nr ? malloc(nr * sizeof *raw) : NULL;
+    tev_t *ev = nr ? malloc(nr * sizeof *ev) : NULL;
+    uint32_t *ix = nr ? malloc(nr * sizeof *ix) : NULL;
     int rc = 0;
     memset(&J, 0, sizeof J);
     J.nplanes = CO_MAX_PROCS < NO_P ? CO_MAX_PROCS : NO_P;
     J.lanes = calloc(MAX_SLOTS, sizeof *J.lanes);
     J.planes = calloc((size_t)J.nplanes, sizeof *J.planes);
-    if ((n && (!ev || !ix)) || !J.lanes || !J.planes) {
+    if ((nr && (!raw || !ev || !ix)) || !J.lanes || !J.planes) {
         rc = CO_ENOMEM;
         goto out;
     }
-    for (size_t done = 0; done < n * sizeof *ev;) {
-        ssize_t r = pread(T.rawfd, (char *)ev + done, n * sizeof *ev - done, (off_t)done);
+    for (size_t done = 0; done < nr * sizeof *raw;) {
+        ssize_t r = pread(T.rawfd, (char *)raw + done, nr * sizeof *raw - done, (off_t)done);
         if (r <= 0) {
             rc = r < 0 ? -errno : CO_EINVAL;
             goto out;
         }
         done += (size_t)r;
     }
+    n = decode(raw, nr, ev);
+    free(raw);
+    raw = NULL;
     for (size_t i = 0; i < n; i++) ix[i] = (uint32_t)i;
     J.ev = ev;
     if (n) qsort(ix, n, sizeof *ix, cmp_ev);
@@ -839,6 +1059,7 @@ static int convert(void) {
 #endif
             J.ns_per_tick, (double)(T.t1 - T.t0) / 1000.0);
 out:
+    free(raw);
     free(ev);
     free(ix);
     free(J.gt);
@@ -848,28 +1069,41 @@ out:
     return rc;
 }
 
-/* Takes every slot for good: waits out an event being recorded (a few
- * instructions), then nobody records into the session again. */
+/* With the trace off (co__trace_on cleared, seq_cst): waits out every
+ * event being recorded (a few instructions), then hands the slots' partial
+ * chunks to the writer. Nobody records into the session after it: a
+ * recorder that comes later sees the trace off (enter()). */
 static void close_slots(void) {
     uint32_t n = __atomic_exchange_n(&T.nslots, MAX_SLOTS, __ATOMIC_SEQ_CST);
     if (n > MAX_SLOTS) n = MAX_SLOTS;
+    /* every thread executes a full barrier: after it, a recorder's busy
+     * store that came before its load of the flag is visible here */
+    if (T.fenced)
+        while (membarrier_(MEMBARRIER_CMD_PRIVATE_EXPEDITED) != 0) usleep(1000);
     for (uint32_t i = 0; i < n; i++) {
         slot_t *s = &T.slots[i];
-        uint32_t z = 0;
-        while (!__atomic_compare_exchange_n(&s->busy, &z, 1, false, __ATOMIC_SEQ_CST,
-                                            __ATOMIC_RELAXED)) {
-            z = 0;
-            sched_yield();
+        if (T.fenced) {
+            /* acquire: pairs with busy_release; the records are written */
+            while (__atomic_load_n(&s->busy, __ATOMIC_ACQUIRE)) sched_yield();
+        } else {
+            /* taken for good: a later exchange by its owner finds it held */
+            uint32_t z = 0;
+            while (!__atomic_compare_exchange_n(&s->busy, &z, 1, false, __ATOMIC_SEQ_CST,
+                                                __ATOMIC_RELAXED)) {
+                z = 0;
+                sched_yield();
+            }
         }
         if (s->gen != T.gen) continue; /* handed out, never set up */
         if (s->lost) {
             /* its count of dropped events goes in as a record: wait for
              * the writer to free a chunk (stop does not hold it up) */
-            for (int k = 0; k < 2000 && (s->chunk < 0 || s->n + 1 >= (uint32_t)T.chunk_ev); k++)
+            for (int k = 0; k < 2000 && s->n + 1 > s->cap; k++)
                 if (!chunk_next(s)) usleep(1000);
-            if (s->chunk >= 0 && s->n + 1 < (uint32_t)T.chunk_ev) {
-                T.evmem[(size_t)s->chunk * (size_t)T.chunk_ev + s->n++] =
-                    (tev_t){.ts = now_ts(), .a = s->lost, .slot = i, .kind = CO__TEV_LOST_, .p = NO_P};
+            if (s->n + 1 <= s->cap) {
+                rec_t *r = &T.evmem[(size_t)s->chunk * (size_t)T.chunk_ev + s->n++];
+                r->w0 = w0_of(now_ts(), NO_P);
+                r->w1 = w1_of(CO__TEV_LOST_, s->lost > A_MASK ? A_MASK : s->lost, 0);
                 s->lost = 0;
             }
         }
