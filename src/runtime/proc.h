@@ -88,6 +88,10 @@ typedef struct co_g {
      * a page each. The G's own while it waits; the waitgroup's lock
      * protects the links. */
     co__pkw_t wgwait;
+    /* The stamp of the last trace event about it (trace.c): an event about
+     * it is stamped after this one. A relaxed atomic, read and written only
+     * while a trace is on, by whoever records an event about it. */
+    uint64_t trace_ts;
 #ifdef CO_ASAN
     void *asan_fake;           /* ASan fake stack of this fiber while switched out */
 #endif

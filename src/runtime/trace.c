@@ -12,6 +12,18 @@
  * starts with a "lost events" record of how many. Recording never waits:
  * the scheduler is never held up by the trace.
  *
+ * Order. The events are put in order by their stamps alone, so a stamp
+ * is never the clock's bare reading: it is raised, where needed, to
+ * TS_STEP ticks past the last stamp of the recording thread, of each
+ * coroutine the event is about (g->trace_ts) and of the P it runs on
+ * (pstamp). Whatever one event causes on another thread (a park and the
+ * ready that ends it, a ready and the start, a P given up and taken) is
+ * about the same G or P, so it sorts after it even where the clock cannot
+ * tell them apart: a counter ticking once a microsecond (qemu-user's
+ * cntvct), one read out of order with memory (AArch64's, x86's rdtsc),
+ * two threads' counters a little apart. A stamp is the clock's reading,
+ * or a few ticks past an event it follows (docs/trace.md).
+ *
  * Stopping. co_trace_stop clears co__trace_on, takes every slot's busy flag
  * for good (waiting out an event being written), hands their partial
  * chunks to the writer, joins it, then sorts the events by time and writes
@@ -69,6 +81,14 @@ _Static_assert(sizeof(rec_t) == 16, "a trace record is 16 bytes");
 #define A_MASK ((1ull << 40) - 1)
 #define HDR_MAGIC 0xc01f7aceull
 #define EV_MAX_RECS 3 /* the most records one event takes */
+/* The least gap between a stamp and one it follows: 2 ns or more on the
+ * clocks in use (TSC up to 4 GHz, the AArch64 counter up to 1 GHz), so
+ * that the JSON's nanoseconds keep the two apart. */
+#if defined(__x86_64__)
+#define TS_STEP 8
+#else
+#define TS_STEP 2
+#endif
 
 /* A recording thread's slot. busy says its owner is inside an event: set
  * by the owner (below), read by co_trace_stop, which waits for it to
@@ -82,6 +102,7 @@ typedef struct slot {
     uint32_t n;       /* records in that chunk */
     uint32_t cap;     /* n's limit: the chunk's size, 0 with no chunk */
     uint64_t lost;    /* events dropped since its last recorded one */
+    uint64_t last;    /* the stamp of its last record */
     int m;            /* the thread's M id, -1 a thread without one */
 } slot_t;
 
@@ -126,6 +147,17 @@ static struct {
     int64_t lost_total;       /* the last stopped session's lost events */
 } T = {.api = PTHREAD_MUTEX_INITIALIZER};
 
+/* Each P id's last stamp (see Order above), a line each: the M holding
+ * the P writes it at every event. Relaxed atomics: the M that takes the P
+ * next got it through the scheduler's own hand-over (the idle list's lock,
+ * a retake's CAS), which carries the store along; a racing access (a
+ * retake beside the event of the M leaving co_blocking) costs at most the
+ * order of two events that were at the same time. Never reset: a stamp of
+ * an earlier session is an earlier time. */
+static struct {
+    _Alignas(64) uint64_t ts;
+} pstamp[CO_MAX_PROCS];
+
 static __thread uint32_t tls_gen;
 static __thread slot_t *tls_slot;
 
@@ -133,6 +165,33 @@ static __thread slot_t *tls_slot;
 
 static inline uint64_t now_ts(void) {
     return T.ns_clock ? (uint64_t)co_now() : co__cycles();
+}
+
+/* t raised to TS_STEP past the stamp at o (if any). Relaxed: as pstamp's;
+ * g->trace_ts is handed on with the G itself (a run queue's release and
+ * acquire, a wait list's lock), so the recorder of the G's next event
+ * reads this one's store. */
+static inline uint64_t after(uint64_t t, const uint64_t *o) {
+    uint64_t v = __atomic_load_n(o, __ATOMIC_RELAXED) + TS_STEP;
+    return v > t ? v : t;
+}
+static inline void mark(uint64_t *o, uint64_t t) { __atomic_store_n(o, t, __ATOMIC_RELAXED); }
+
+/* The stamp of an event of slot s (busy held) on P p (NO_P none) about
+ * g1 and g2 (NULL: none): the clock, raised past the slot's, the P's and
+ * the Gs' last stamps; all of them then marked with it. */
+static inline uint64_t stamp(slot_t *s, uint16_t p, co_g_t *g1, co_g_t *g2) {
+    uint64_t t = now_ts(), v = s->last + TS_STEP;
+    if (v > t) t = v;
+    uint64_t *ps = p < CO_MAX_PROCS ? &pstamp[p].ts : NULL;
+    if (ps) t = after(t, ps);
+    if (g1) t = after(t, &g1->trace_ts);
+    if (g2) t = after(t, &g2->trace_ts);
+    s->last = t;
+    if (ps) mark(ps, t);
+    if (g1) mark(&g1->trace_ts, t);
+    if (g2) mark(&g2->trace_ts, t);
+    return t;
 }
 
 /* Slot s (busy held): its chunk, if any, goes to the writer; takes a free
@@ -235,11 +294,12 @@ static __attribute__((noinline)) slot_t *slot_setup(uint32_t gen) {
     s->chunk = -1;
     s->n = s->cap = 0;
     s->lost = 0;
+    s->last = 0;
     co_m_t *m = getm();
     s->m = m ? m->id : -1;
     /* what runs here now, for the converter: its slice began before */
-    uint64_t ts = now_ts();
     uint16_t p = m && m->p ? (uint16_t)m->p->id : NO_P;
+    uint64_t ts = stamp(s, p, m ? m->curg : NULL, NULL);
     rec_t *r = reserve(s, 1, ts, p);
     if (r) {
         r->w0 = w0_of(ts, p);
@@ -290,9 +350,23 @@ static inline uint16_t cur_p(co_m_t *m) { return m && m->p ? (uint16_t)m->p->id 
 void co__trace_ev(int kind, uint64_t a, uint64_t b) {
     slot_t *s = enter();
     if (!s) return;
-    uint64_t ts = now_ts();
     uint16_t p = cur_p(getm());
     co_g_t *g = (co_g_t *)(uintptr_t)a;
+    bool about_g = false;
+    switch (kind) {
+    case CO__TEV_CREATE: case CO__TEV_START: case CO__TEV_PARK: case CO__TEV_YIELD:
+    case CO__TEV_READY: case CO__TEV_EXIT: case CO__TEV_STEAL: case CO__TEV_BLOCK:
+    case CO__TEV_BLOCK_END:
+        about_g = true;
+        break;
+    case CO__TEV_P_ACQUIRE: case CO__TEV_P_RELEASE: case CO__TEV_RETAKE:
+        /* about the P it names (a retake's is not this thread's) */
+        if (a < CO_MAX_PROCS) p = (uint16_t)a;
+        break;
+    }
+    uint64_t ts = stamp(s, p, about_g ? g : NULL, NULL);
+    if (kind == CO__TEV_P_ACQUIRE || kind == CO__TEV_P_RELEASE || kind == CO__TEV_RETAKE)
+        p = cur_p(getm());
     rec_t *r;
     switch (kind) {
     case CO__TEV_CREATE:
@@ -326,12 +400,12 @@ void co__trace_ev(int kind, uint64_t a, uint64_t b) {
     busy_release(s);
 }
 
-void co__trace_switch(int how, const void *from, const void *to) {
+void co__trace_switch(int how, void *from, void *to) {
     slot_t *s = enter();
     if (!s) return;
-    const co_g_t *f = from, *t = to;
-    uint64_t ts = now_ts();
+    co_g_t *f = from, *t = to;
     uint16_t p = cur_p(getm());
+    uint64_t ts = stamp(s, p, f->is_g0 ? NULL : f, t->is_g0 ? NULL : t);
     uint64_t b = f->is_g0 ? 0 : (uint64_t)how;
     if (how == CO__TEV_PARK && !f->is_g0)
         b |= (uint64_t)(uint16_t)__atomic_load_n(&f->wait_reason, __ATOMIC_RELAXED) << 8;
@@ -1007,7 +1081,9 @@ static int convert(void) {
         J.lanes[e->slot].used = true;
         one_event(e, US(e->ts));
     }
+    /* the end: the clock at stop, or past it the last stamp (raised) */
     double end = US(T.c1);
+    if (n && US(ev[ix[n - 1]].ts) > end) end = US(ev[ix[n - 1]].ts);
     for (int s = 0; s < MAX_SLOTS; s++) {
         lane_t *L = &J.lanes[s];
         if (!L->used) continue;
@@ -1102,7 +1178,7 @@ static void close_slots(void) {
                 if (!chunk_next(s)) usleep(1000);
             if (s->n + 1 <= s->cap) {
                 rec_t *r = &T.evmem[(size_t)s->chunk * (size_t)T.chunk_ev + s->n++];
-                r->w0 = w0_of(now_ts(), NO_P);
+                r->w0 = w0_of(stamp(s, NO_P, NULL, NULL), NO_P);
                 r->w1 = w1_of(CO__TEV_LOST_, s->lost > A_MASK ? A_MASK : s->lost, 0);
                 s->lost = 0;
             }

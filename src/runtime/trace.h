@@ -53,7 +53,7 @@ CO_HIDDEN void co__trace_ev(int kind, uint64_t a, uint64_t b);
 /* The running G `from` stops (how: CO__TEV_PARK with its wait_reason,
  * CO__TEV_YIELD, CO__TEV_EXIT; ignored for g0) and `to` starts (ignored
  * for g0): one record. */
-CO_HIDDEN void co__trace_switch(int how, const void *from, const void *to);
+CO_HIDDEN void co__trace_switch(int how, void *from, void *to);
 
 /* The site's test. On x86-64 (but under TSan, which must see the load as
  * an atomic one) an asm goto: `cmpl $0, co__trace_on(%rip); jne`, the
