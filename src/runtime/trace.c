@@ -24,8 +24,8 @@
  * two threads' counters a little apart. A stamp is the clock's reading,
  * or a few ticks past an event it follows (docs/trace.md).
  *
- * Stopping. co_trace_stop clears co__trace_on, takes every slot's busy flag
- * for good (waiting out an event being written), hands their partial
+ * Stopping. co_trace_stop clears co__trace_on, waits for every slot's
+ * thread's busy word to clear (an event being written), hands their partial
  * chunks to the writer, joins it, then sorts the events by time and writes
  * the JSON. Conversion at the end, not as events come: a wake-up and the
  * start it causes are often recorded by two threads whose chunks reach the
@@ -90,13 +90,12 @@ _Static_assert(sizeof(rec_t) == 16, "a trace record is 16 bytes");
 #define TS_STEP 2
 #endif
 
-/* A recording thread's slot. busy says its owner is inside an event: set
- * by the owner (below), read by co_trace_stop, which waits for it to
- * clear (see co__trace_ev for the orders). busy protects every other field:
- * the owner writes them while it holds busy, stop once it has seen it clear
- * with the trace off. */
+/* A recording thread's slot: its records of one session. Set up by the
+ * thread under T.setup (slot_setup); then written only by it while its
+ * busy word is set and the session is on (enter()), and by co_trace_stop
+ * once it has seen that word clear with the trace off. */
 typedef struct slot {
-    _Alignas(64) uint32_t busy;
+    _Alignas(64) uint32_t *busyp; /* its thread's busy word (bword_t) */
     uint32_t gen;     /* the session that set it up */
     int32_t chunk;    /* index of the chunk it fills, -1 none */
     uint32_t n;       /* records in that chunk */
@@ -114,7 +113,9 @@ static struct {
     pthread_mutex_t api;
     bool active;
     pid_t pid;                /* the process that started it (a fork's child stops quietly) */
-    uint32_t gen;             /* atomic: the session's number, bumped (release) by start */
+    uint32_t gen;             /* atomic: the session's number, set (release) by start; 1
+                               * before the first (a thread's tls_gen starts at 0, so a
+                               * stale read never matches it) */
     bool fenced;              /* stop waits out recorders with membarrier: they take busy
                                * with plain stores (set by start, before the trace is on) */
     int nchunks, chunk_ev;
@@ -135,17 +136,39 @@ static struct {
     int rawfd;
     FILE *out;
     char *path;
-    /* This session's slots: an array of its own, never freed, so that a
-     * thread that read the last session's slot before a stop and a start
-     * touches only memory nobody uses (MAX_SLOTS * 64 bytes a session). */
+    /* The slots, reused by every session. Handed out under setup, which
+     * start and stop hold while they reset them or close them: a thread
+     * whose last event of an ended session was delayed across a stop and
+     * a start writes only its own busy word, never a slot. */
     slot_t *slots;
-    uint32_t nslots;          /* atomic: slots handed out (fetch-add) */
+    pthread_mutex_t setup;
+    uint32_t setup_gen;       /* setup: the session slots are handed out for, 0 none */
+    uint32_t nslots;          /* setup: slots handed out this session */
     uint64_t c0, c1;          /* clock at start and stop */
     int64_t t0, t1;           /* co_now() at start and stop */
     bool ns_clock;            /* no cycle counter: events carry co_now() */
     int64_t lost_global;      /* atomic: events dropped with no slot to count them in */
     int64_t lost_total;       /* the last stopped session's lost events */
-} T = {.api = PTHREAD_MUTEX_INITIALIZER};
+} T = {.api = PTHREAD_MUTEX_INITIALIZER, .setup = PTHREAD_MUTEX_INITIALIZER, .gen = 1};
+
+static slot_t slot_mem[MAX_SLOTS];
+
+/* A thread's busy word, set while it writes an event (enter()). Each
+ * thread has its own for as long as it lives, in memory never freed (a
+ * word is reused by a later thread once its own has exited), so that
+ * co_trace_stop may read the word of any slot at any time, and a delayed
+ * write by its thread lands on nothing but the word. */
+typedef struct bword {
+    _Alignas(64) uint32_t busy; /* atomic: see enter() */
+    struct bword *next;         /* bw.lock: the free list */
+    struct bword *all;          /* every word made (never freed) */
+} bword_t;
+static struct {
+    pthread_mutex_t lock;
+    pthread_key_t key;          /* its destructor frees a thread's word */
+    bword_t *free, *all;        /* lock */
+} bw = {.lock = PTHREAD_MUTEX_INITIALIZER};
+static __thread bword_t *tls_bw;
 
 /* Each P id's last stamp (see Order above), a line each: the M holding
  * the P writes it at every event. Relaxed atomics: the M that takes the P
@@ -263,40 +286,105 @@ static __attribute__((noinline)) rec_t *reserve_slow(slot_t *s, uint32_t k, uint
     return r;
 }
 
-static void busy_release(slot_t *s) {
+static inline void busy_release(void) {
     /* release: the records written before it, for stop's acquire load */
-    __atomic_store_n(&s->busy, 0, __ATOMIC_RELEASE);
+    __atomic_store_n(&tls_bw->busy, 0, __ATOMIC_RELEASE);
 }
 
-/* The first event of this thread in session gen: a slot of its own. busy
- * held on return, NULL (none held) if the trace went off or no slot is
- * left. Once per thread and session: atomics here are no matter. */
+static void bw_exit(void *w) {
+    bword_t *b = w;
+    pthread_mutex_lock(&bw.lock);
+    b->next = bw.free;
+    bw.free = b;
+    pthread_mutex_unlock(&bw.lock);
+    /* an event after this (another destructor's) sets up anew */
+    tls_bw = NULL;
+    tls_gen = 0;
+}
+static void bw_key(void) {
+    if (pthread_key_create(&bw.key, bw_exit) != 0) bw.key = (pthread_key_t)-1;
+}
+/* The calling thread's busy word, made or reused; NULL without memory. */
+static bword_t *bw_get(void) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, bw_key);
+    if (bw.key == (pthread_key_t)-1) return NULL;
+    pthread_mutex_lock(&bw.lock);
+    bword_t *b = bw.free;
+    if (b) {
+        bw.free = b->next;
+    } else if ((b = aligned_alloc(64, sizeof *b)) != NULL) {
+        b->all = bw.all;
+        bw.all = b;
+    }
+    pthread_mutex_unlock(&bw.lock);
+    if (!b) return NULL;
+    __atomic_store_n(&b->busy, 0, __ATOMIC_RELAXED); /* its last owner left it clear */
+    if (pthread_setspecific(bw.key, b) != 0) {
+        bw_exit(b);
+        return NULL;
+    }
+    tls_bw = b;
+    return b;
+}
+
+/* Sets the thread's busy word, then reads the trace's flag and number
+ * again: true if session gen is still on (busy held), else false (busy
+ * clear). The usual way has no atomic read-modify-write and no fence:
+ * busy is set by a plain store; co_trace_stop clears the flag, then makes
+ * every thread execute a full barrier (membarrier), then waits for busy to
+ * clear. So either stop sees busy set and waits for the event, or this
+ * sees the trace off (an asymmetric Dekker, as yslot.h's windows).
+ * Without membarrier (and under TSan): a seq_cst exchange of busy and
+ * seq_cst load of the flag, against stop's seq_cst store of the flag and
+ * seq_cst loads of busy. The number is read after the flag (pairing with
+ * start's release stores of the number, then the flag): an event of a
+ * session that ended meanwhile is dropped. */
+static inline bool busy_take(uint32_t gen) {
+    if (CO_LIKELY(T.fenced)) {
+        __atomic_store_n(&tls_bw->busy, 1, __ATOMIC_RELAXED);
+        __atomic_signal_fence(__ATOMIC_SEQ_CST); /* no compiler reordering with the load below */
+        if (CO_LIKELY(__atomic_load_n(&co__trace_on, __ATOMIC_ACQUIRE) &&
+                      __atomic_load_n(&T.gen, __ATOMIC_RELAXED) == gen))
+            return true;
+    } else {
+        (void)__atomic_exchange_n(&tls_bw->busy, 1, __ATOMIC_SEQ_CST);
+        if (__atomic_load_n(&co__trace_on, __ATOMIC_SEQ_CST) &&
+            __atomic_load_n(&T.gen, __ATOMIC_RELAXED) == gen)
+            return true;
+    }
+    busy_release();
+    return false;
+}
+
+/* The first event of this thread in session gen: a slot of its own, set
+ * up under T.setup (a wait of microseconds at most, while a start or a
+ * stop resets or closes the slots). busy held on return, NULL (none held)
+ * if the trace went off or no slot is left. */
 static __attribute__((noinline)) slot_t *slot_setup(uint32_t gen) {
-    uint32_t i = __atomic_fetch_add(&T.nslots, 1, __ATOMIC_RELAXED);
-    if (i >= MAX_SLOTS) {
+    if (!tls_bw && !bw_get()) {
         __atomic_add_fetch(&T.lost_global, 1, __ATOMIC_RELAXED);
         return NULL;
     }
-    slot_t *s = &T.slots[i];
-    /* seq_cst: as the fallback in enter() */
-    if (__atomic_exchange_n(&s->busy, 1, __ATOMIC_SEQ_CST)) { /* stop has it */
-        __atomic_add_fetch(&T.lost_global, 1, __ATOMIC_RELAXED);
-        return NULL;
-    }
-    if (!__atomic_load_n(&co__trace_on, __ATOMIC_SEQ_CST) ||
-        __atomic_load_n(&T.gen, __ATOMIC_RELAXED) != gen) {
-        busy_release(s);
-        return NULL;
-    }
-    tls_slot = s;
-    tls_gen = gen;
-    s->gen = gen;
-    s->chunk = -1;
-    s->n = s->cap = 0;
-    s->lost = 0;
-    s->last = 0;
     co_m_t *m = getm();
-    s->m = m ? m->id : -1;
+    slot_t *s = NULL;
+    pthread_mutex_lock(&T.setup);
+    if (T.setup_gen == gen && T.nslots < MAX_SLOTS) {
+        s = &T.slots[T.nslots++];
+        s->busyp = &tls_bw->busy;
+        s->gen = gen;
+        s->chunk = -1;
+        s->n = s->cap = 0;
+        s->lost = 0;
+        s->last = 0;
+        s->m = m ? m->id : -1;
+        tls_slot = s;
+        tls_gen = gen;
+    } else if (T.setup_gen == gen) {
+        __atomic_add_fetch(&T.lost_global, 1, __ATOMIC_RELAXED); /* no slot left */
+    }
+    pthread_mutex_unlock(&T.setup);
+    if (!s || !busy_take(gen)) return NULL;
     /* what runs here now, for the converter: its slice began before */
     uint16_t p = m && m->p ? (uint16_t)m->p->id : NO_P;
     uint64_t ts = stamp(s, p, m ? m->curg : NULL, NULL);
@@ -309,40 +397,12 @@ static __attribute__((noinline)) slot_t *slot_setup(uint32_t gen) {
 }
 
 /* The calling thread's slot, busy held, for an event of the session that
- * is on; NULL (nothing held) if none is. The usual way has no atomic
- * read-modify-write and no fence: busy is set by a plain store, then the
- * trace's flag is read again; co_trace_stop clears the flag, then makes
- * every thread execute a full barrier (membarrier), then waits for busy to
- * clear. So either stop sees this busy set and waits for the event, or
- * this sees the trace off (an asymmetric Dekker, as yslot.h's windows).
- * Without membarrier: a seq_cst exchange of busy against stop's seq_cst
- * store of the flag and CAS of busy. The session's number is read again
- * after the flag (acquire, pairing with start's release stores of the
- * number, then the flag): an event of a session that ended meanwhile is
- * dropped, its slot left as it was. */
+ * is on; NULL (nothing held) if none is (busy_take has the orders). */
 static inline slot_t *enter(void) {
     /* acquire: pairs with start's release; the session's set-up happened before */
     uint32_t gen = __atomic_load_n(&T.gen, __ATOMIC_ACQUIRE);
-    slot_t *s = tls_slot;
     if (CO_UNLIKELY(tls_gen != gen)) return slot_setup(gen);
-    if (CO_LIKELY(T.fenced)) {
-        __atomic_store_n(&s->busy, 1, __ATOMIC_RELAXED);
-        __atomic_signal_fence(__ATOMIC_SEQ_CST); /* no compiler reordering with the load below */
-        if (CO_LIKELY(__atomic_load_n(&co__trace_on, __ATOMIC_ACQUIRE) &&
-                      __atomic_load_n(&T.gen, __ATOMIC_RELAXED) == gen))
-            return s;
-        busy_release(s);
-        return NULL;
-    }
-    if (__atomic_exchange_n(&s->busy, 1, __ATOMIC_SEQ_CST)) {
-        __atomic_add_fetch(&T.lost_global, 1, __ATOMIC_RELAXED); /* stop holds it */
-        return NULL;
-    }
-    if (__atomic_load_n(&co__trace_on, __ATOMIC_SEQ_CST) &&
-        __atomic_load_n(&T.gen, __ATOMIC_RELAXED) == gen)
-        return s;
-    busy_release(s);
-    return NULL;
+    return busy_take(gen) ? tls_slot : NULL;
 }
 
 static inline uint16_t cur_p(co_m_t *m) { return m && m->p ? (uint16_t)m->p->id : NO_P; }
@@ -397,7 +457,7 @@ void co__trace_ev(int kind, uint64_t a, uint64_t b) {
         r->w1 = w1_of(kind, a, b);
         break;
     }
-    busy_release(s);
+    busy_release();
 }
 
 void co__trace_switch(int how, void *from, void *to) {
@@ -416,7 +476,7 @@ void co__trace_switch(int how, void *from, void *to) {
     } else if (b && !t->is_g0) {
         s->lost++; /* counted as events: a stop and a start */
     }
-    busy_release(s);
+    busy_release();
 }
 
 /* ---- the writer ----------------------------------------------------------- */
@@ -570,9 +630,7 @@ int co__trace_start_with(const char *path, int chunks, int chunk_events) {
     T.cslot = calloc((size_t)chunks, sizeof *T.cslot);
     T.cnext = calloc((size_t)chunks, sizeof *T.cnext);
     T.cstate = calloc((size_t)chunks, 1);
-    slot_t *slots = aligned_alloc(64, MAX_SLOTS * sizeof(slot_t));
-    if (!T.evmem || !T.cn || !T.cslot || !T.cnext || !T.cstate || !slots) {
-        free(slots);
+    if (!T.evmem || !T.cn || !T.cslot || !T.cnext || !T.cstate) {
         close(fd);
         fclose(out);
         rc = CO_ENOMEM;
@@ -583,12 +641,18 @@ int co__trace_start_with(const char *path, int chunks, int chunk_events) {
     /* Every page of the buffers touched now, not by the first record in
      * each (a page fault is microseconds). */
     memset(T.evmem, 0, (size_t)chunks * (size_t)chunk_events * sizeof(rec_t));
-    /* A new array of slots (see T.slots), published by the gen below. */
-    memset(slots, 0, MAX_SLOTS * sizeof(slot_t));
-    for (int i = 0; i < MAX_SLOTS; i++) slots[i].chunk = -1;
-    T.slots = slots;
+    /* The slots reset, and handed out for the new session (its number:
+     * only start changes T.gen, under api). The last stop closed them. */
+    uint32_t ngen = __atomic_load_n(&T.gen, __ATOMIC_RELAXED) + 1;
+    if (ngen == 0) ngen = 2; /* 0 is no session's, 1 none's (see T.gen) */
+    pthread_mutex_lock(&T.setup);
+    memset(slot_mem, 0, sizeof slot_mem);
+    for (int i = 0; i < MAX_SLOTS; i++) slot_mem[i].chunk = -1;
+    T.slots = slot_mem;
+    T.nslots = 0;
+    T.setup_gen = ngen;
+    pthread_mutex_unlock(&T.setup);
     T.fenced = fenced_ok();
-    __atomic_store_n(&T.nslots, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&T.full_head, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&T.lost_global, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&T.wstop, 0, __ATOMIC_RELAXED);
@@ -609,7 +673,7 @@ int co__trace_start_with(const char *path, int chunks, int chunk_events) {
     }
     T.active = true;
     /* release: the resets above happen before a recorder sees the new gen */
-    __atomic_add_fetch(&T.gen, 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&T.gen, ngen, __ATOMIC_RELEASE);
     __atomic_store_n(&co__trace_on, 1, __ATOMIC_SEQ_CST);
     pthread_mutex_unlock(&T.api);
     return 0;
@@ -1150,27 +1214,22 @@ out:
  * chunks to the writer. Nobody records into the session after it: a
  * recorder that comes later sees the trace off (enter()). */
 static void close_slots(void) {
-    uint32_t n = __atomic_exchange_n(&T.nslots, MAX_SLOTS, __ATOMIC_SEQ_CST);
-    if (n > MAX_SLOTS) n = MAX_SLOTS;
+    /* no slot is handed out after this */
+    pthread_mutex_lock(&T.setup);
+    T.setup_gen = 0;
+    uint32_t n = T.nslots;
+    pthread_mutex_unlock(&T.setup);
     /* every thread executes a full barrier: after it, a recorder's busy
      * store that came before its load of the flag is visible here */
     if (T.fenced)
         while (membarrier_(MEMBARRIER_CMD_PRIVATE_EXPEDITED) != 0) usleep(1000);
     for (uint32_t i = 0; i < n; i++) {
         slot_t *s = &T.slots[i];
-        if (T.fenced) {
-            /* acquire: pairs with busy_release; the records are written */
-            while (__atomic_load_n(&s->busy, __ATOMIC_ACQUIRE)) sched_yield();
-        } else {
-            /* taken for good: a later exchange by its owner finds it held */
-            uint32_t z = 0;
-            while (!__atomic_compare_exchange_n(&s->busy, &z, 1, false, __ATOMIC_SEQ_CST,
-                                                __ATOMIC_RELAXED)) {
-                z = 0;
-                sched_yield();
-            }
-        }
-        if (s->gen != T.gen) continue; /* handed out, never set up */
+        /* acquire: pairs with busy_release, the records are written;
+         * seq_cst: against enter()'s exchange where there is no
+         * membarrier (busy_take) */
+        while (__atomic_load_n(s->busyp, T.fenced ? __ATOMIC_ACQUIRE : __ATOMIC_SEQ_CST))
+            sched_yield();
         if (s->lost) {
             /* its count of dropped events goes in as a record: wait for
              * the writer to free a chunk (stop does not hold it up) */

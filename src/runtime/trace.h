@@ -61,7 +61,15 @@ CO_HIDDEN void co__trace_switch(int how, void *from, void *to);
  * register and a test of its own (three instructions). The asm's load is
  * a relaxed atomic one as far as the language goes (an aligned 32-bit
  * load is one on x86-64). Elsewhere the __atomic relaxed load. */
-#if defined(__x86_64__) && !defined(CO_TSAN)
+#if defined(CO_TRACE_NO_SITES)
+/* A measurement build (bench/trace.sh's second build dir, made with
+ * CFLAGS=-DCO_TRACE_NO_SITES): every site compiled out, to weigh what the
+ * sites cost with the trace off. Such a build records nothing. */
+#define CO_TRACING() 0
+#define CO__TRACE_SITE_(call)                                                               \
+    do {                                                                                    \
+    } while (0)
+#elif defined(__x86_64__) && !defined(CO_TSAN)
 #if defined(__clang__)
 #define CO__TRACE_COLD_
 #else
