@@ -61,12 +61,15 @@ if [ -n "$NOSITES" ]; then
 fi
 stat() { sort -n "$1" | awk '{a[NR]=$1} END {m=(NR%2)?a[(NR+1)/2]:(a[NR/2]+a[NR/2+1])/2; printf "%.2f [%.2f-%.2f]", m, a[1], a[NR]}'; }
 med() { sort -n "$1" | awk '{a[NR]=$1} END {print (NR%2)?a[(NR+1)/2]:(a[NR/2]+a[NR/2+1])/2}'; }
+fastratio() { awk -v a="$(sort -n "$1" | head -1)" -v b="$(sort -n "$2" | head -1)" 'BEGIN {printf "%.2fx", a/b}'; }
+# a build dir as the results show it: relative to the repository
+disp() { case $1 in "$PWD"/*) echo "${1#"$PWD"/}" ;; *) echo "$1" ;; esac; }
 ratio() { awk -v a="$(med "$1")" -v b="$(med "$2")" 'BEGIN {printf "%.2fx", a/b}'; }
 mkdir -p bench/results
 {
     echo "# The execution trace's cost: colony vs Go 1.19"
     echo
-    echo "Command: \`sh bench/trace.sh $BUILD $ROUNDS $N\`; $ROUNDS alternating runs of each, medians [min-max]."
+    echo "Command: \`sh bench/trace.sh $(disp "$BUILD") $ROUNDS $N${NOSITES:+ $(disp "$NOSITES")}\`; $ROUNDS alternating runs of each, medians [min-max]."
     echo
     echo "- Date: $(date -u '+%Y-%m-%d %H:%M UTC'); commit $(git rev-parse --short HEAD)"
     echo "- Machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) logical CPUs; load average before $load0, after $(cut -d' ' -f1-3 /proc/loadavg) (shared machine: expect tens of per cent of noise)"
@@ -77,15 +80,15 @@ mkdir -p bench/results
     echo "Go runtime/trace.Start to a file."
     echo "Where a hypervisor traps rdtsc (tens of ns or more a read), both tracers pay it per event; see docs/perf-notes.md."
     echo
-    echo "| | off ns/yield | on ns/yield | on/off | trace file |"
-    echo "|---|---|---|---|---|"
-    echo "| colony | $(stat "$OUT/c_off") | $(stat "$OUT/c_on") | $(ratio "$OUT/c_on" "$OUT/c_off") | $(($(med "$OUT/c_size") / 1048576)) MiB JSON |"
-    echo "| Go 1.19 | $(stat "$OUT/g_off") | $(stat "$OUT/g_on") | $(ratio "$OUT/g_on" "$OUT/g_off") | $(($(med "$OUT/g_size") / 1048576)) MiB binary |"
+    echo "| | off ns/yield | on ns/yield | on/off (medians) | on/off (fastest runs) | trace file |"
+    echo "|---|---|---|---|---|---|"
+    echo "| colony | $(stat "$OUT/c_off") | $(stat "$OUT/c_on") | $(ratio "$OUT/c_on" "$OUT/c_off") | $(fastratio "$OUT/c_on" "$OUT/c_off") | $(($(med "$OUT/c_size") / 1048576)) MiB JSON |"
+    echo "| Go 1.19 | $(stat "$OUT/g_off") | $(stat "$OUT/g_on") | $(ratio "$OUT/g_on" "$OUT/g_off") | $(fastratio "$OUT/g_on" "$OUT/g_off") | $(($(med "$OUT/g_size") / 1048576)) MiB binary |"
     if [ -n "$NOSITES" ]; then
         echo
         echo "## Trace off: what the compiled-in sites cost"
         echo
-        echo "Each row run with the event sites compiled in ($BUILD) and compiled out ($NOSITES, built with -DCO_TRACE_NO_SITES), one P, $PAIRS pairs, the order swapped every pair; ns/op medians [min-max]. Cost: the median of the pairs' in/out ratios, with a 95% interval for that median."
+        echo "Each row run with the event sites compiled in ($(disp "$BUILD")) and compiled out ($(disp "$NOSITES"), built with -DCO_TRACE_NO_SITES), one P, $PAIRS pairs, the order swapped every pair; ns/op medians [min-max]. Cost: the median of the pairs' in/out ratios, with a 95% interval for that median."
         echo
         echo "| row | sites in ns/op | sites out ns/op | cost (median of pairs) | 95% interval | cost (fastest runs) |"
         echo "|---|---|---|---|---|---|"
