@@ -3,7 +3,7 @@
  * JSON that parses, whose coroutine slices never overlap on one M and
  * whose coroutines' events come in a valid order (tests/trace_check.py);
  * buffers that run out drop events and say how many (in a record); the API twice over;
- * bad paths. */
+ * sessions restarted under load; bad paths. */
 // ctest-no-chaos
 // ctest-timeout: 60
 #include "colony.h"
@@ -154,6 +154,66 @@ static void test_api_twice(void) {
     CHECK(stat(p2, &st) < 0); /* the refused start wrote nothing */
 }
 
+/* Sessions started and stopped over and over while coroutines on two Ps
+ * switch all the time: every trace holds (a thread's event delayed across
+ * a stop and a start touches nothing of the next session's), and nothing
+ * is kept from one session to the next (the sanitizer builds' leak check). */
+static int churn_stop;
+static long churn_rounds; /* atomic: round trips made */
+
+/* one side of a ping-pong on two unbuffered channels: always switching */
+static void churner(void *arg) {
+    co_chan_t **c = arg;
+    bool first = c[2] != NULL;
+    for (;;) {
+        int v = __atomic_load_n(&churn_stop, __ATOMIC_ACQUIRE);
+        if (first) {
+            co_chan_send(c[0], &v, CO_FOREVER);
+            co_chan_recv(c[1], &v, CO_FOREVER);
+            /* a pause now and then: traces of a few thousand events */
+            if (__atomic_add_fetch(&churn_rounds, 1, __ATOMIC_RELAXED) % 4 == 0) co_sleep(200000);
+        } else {
+            co_chan_recv(c[0], &v, CO_FOREVER);
+            co_chan_send(c[1], &v, CO_FOREVER);
+        }
+        if (v) break; /* the first side saw the stop and passed it on */
+    }
+    co_waitgroup_done(&wg);
+}
+
+static void test_restart_stress(void) {
+    co_chan_t *c[2][3], *c2[2][3];
+    __atomic_store_n(&churn_stop, 0, __ATOMIC_RELEASE);
+    co_waitgroup_add(&wg, 4);
+    for (int k = 0; k < 2; k++) {
+        CHECK_EQ(co_chan_new(&c[k][0], sizeof(int), 0), 0);
+        CHECK_EQ(co_chan_new(&c[k][1], sizeof(int), 0), 0);
+        c[k][2] = c[k][0];                     /* the first side */
+        c2[k][0] = c[k][0], c2[k][1] = c[k][1], c2[k][2] = NULL;
+        co_go(churner, c[k]);
+        co_go(churner, c2[k]);
+    }
+    char path[128];
+    snprintf(path, sizeof path, "%s/restart.json", dir);
+    for (int round = 0; round < 40; round++) {
+        bool checked = round % 8 == 7;
+        CHECK_EQ(co_trace_start(path), 0);
+        long r0 = __atomic_load_n(&churn_rounds, __ATOMIC_RELAXED);
+        usleep(round % 3 == 0 ? 0 : 300);
+        /* a checked trace holds some switches, however loaded the machine */
+        for (int i = 0; checked && i < 10000 && __atomic_load_n(&churn_rounds, __ATOMIC_RELAXED) - r0 < 100; i++)
+            usleep(1000);
+        CHECK_EQ(co_trace_stop(), 0);
+        if (checked) CHECK_EQ(check(path, ""), 0);
+    }
+    __atomic_store_n(&churn_stop, 1, __ATOMIC_RELEASE);
+    co_waitgroup_wait(&wg);
+    for (int k = 0; k < 2; k++) {
+        co_chan_free(c[k][0]);
+        co_chan_free(c[k][1]);
+    }
+}
+
 static void test_bad_paths(void) {
     CHECK_EQ(co_trace_start(NULL), CO_EINVAL);
     CHECK_EQ(co_trace_start(""), CO_EINVAL);
@@ -180,6 +240,7 @@ int main(void) {
     T_RUN(test_run_parses_and_holds);
     T_RUN(test_overflow_counted);
     T_RUN(test_api_twice);
+    T_RUN(test_restart_stress);
     T_RUN(test_bad_paths);
     char cmd[256];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);

@@ -98,6 +98,10 @@ typedef struct co_g {
     co__lock_t *cw_lock;
     co__waiter_t *cw_w;
     struct co__cbuf *cbuf;
+    /* The stamp of the last trace event about it (trace.c): an event about
+     * it is stamped after this one. A relaxed atomic, read and written only
+     * while a trace is on, by whoever records an event about it. */
+    uint64_t trace_ts;
 #ifdef CO_ASAN
     void *asan_fake;           /* ASan fake stack of this fiber while switched out */
 #endif

@@ -188,16 +188,17 @@ static inline __attribute__((always_inline)) void switch_to(co_g_t *from, co_g_t
                                                             bool from_exiting);
 
 /* Switch from `from` (running on m) to `to`. Returns when `from` is
- * resumed, possibly on another M; runs that M's post-switch action. */
+ * resumed, possibly on another M; runs that M's post-switch action. how:
+ * the trace's word for why `from` stops (CO__TEV_PARK, YIELD, EXIT). */
 static inline __attribute__((always_inline)) void gogo(co_m_t *m, co_g_t *from, co_g_t *to,
-                                                       bool from_exiting) {
+                                                       bool from_exiting, int how) {
     if (CO_UNLIKELY(!to->stack.map) && !to->is_g0 && !co__stack_attach(m, to)) {
         /* No stack for its first run: `to` waits on stackwait (gcache.c).
          * g0 looks for other work; a G switches to g0, which does. */
         if (from->is_g0) return;
         to = &m->g0;
     }
-    CO_TRACE(CO__TEV_START, to, 0);
+    CO_TRACE_SWITCH(how, from, to);
     /* compact_on and is_g0, adjacent bytes, in one load: a plain G goes
      * straight on. One that opted in to compaction has its stack put
      * back in place (compact.c) before anything runs on it. (The G's own
@@ -271,7 +272,7 @@ static void goexit_handover(co_m_t *m, co_g_t *g, co_g_t *next) __attribute__((n
 static void goexit_handover(co_m_t *m, co_g_t *g, co_g_t *next) {
     next->stack = g->stack;
     g->stack.map = NULL;
-    CO_TRACE(CO__TEV_START, next, 0);
+    CO_TRACE_SWITCH(CO__TEV_EXIT, g, next);
     m->curg = next;
     __atomic_store_n(&next->status, CO_G_RUNNING, __ATOMIC_RELAXED);
 #ifdef CO_ASAN
@@ -292,7 +293,6 @@ static void goexit(co_g_t *g) __attribute__((noreturn));
 static void goexit(co_g_t *g) {
     co__stack_check(g);
     __atomic_store_n(&g->status, CO_G_DEAD, __ATOMIC_RELAXED);
-    CO_TRACE(CO__TEV_EXIT, g, 0);
     co_m_t *m = getm();
     live_add(m->p, -1);
     co_g_t *next = runq_next_fast(m->p);
@@ -303,7 +303,7 @@ static void goexit(co_g_t *g) {
 #endif
     m->post_fn = post_gfree;
     m->post_g = g;
-    gogo(m, g, next ? next : &m->g0, true);
+    gogo(m, g, next ? next : &m->g0, true, CO__TEV_EXIT);
     __builtin_unreachable();
 }
 
@@ -439,13 +439,12 @@ static inline __attribute__((always_inline)) void park_m(co_m_t *m, void (*post)
     __atomic_store_n(&g->wait_reason, (int8_t)reason, __ATOMIC_RELAXED);
     __atomic_store_n(&g->waitsince, __atomic_load_n(&co__sched.coarse_ms, __ATOMIC_RELAXED),
                      __ATOMIC_RELAXED);
-    CO_TRACE(CO__TEV_PARK, g, reason);
     co__stack_check(g);
     m->post_fn = post;
     m->post_g = g;
     m->post_arg = arg;
     co_g_t *next = runq_next_fast(m->p);
-    gogo(m, g, next ? next : &m->g0, false);
+    gogo(m, g, next ? next : &m->g0, false, CO__TEV_PARK);
 #ifdef CO_TSAN
     co__race_woken(g); /* whoever readied it handed over what it had */
 #endif
@@ -515,10 +514,9 @@ __attribute__((noinline)) void co__yield_slow(co_m_t *m, co_g_t *g, co_p_t *p,
         next = &m->g0; /* our P was lent away: requeue globally via g0 */
     }
     co__stack_check(g);
-    CO_TRACE(CO__TEV_YIELD, g, 0);
     m->post_fn = post; /* run_post handles post_yield inline */
     m->post_g = g;
-    gogo(m, g, next, false);
+    gogo(m, g, next, false, CO__TEV_YIELD);
 }
 
 /* The other side of co_yield's fast path's switch (co__jump_yslot): close
@@ -561,6 +559,15 @@ static __attribute__((noinline)) void yield_fast_canary(co_m_t *m, co_g_t *g, co
     yield_fast_switch(m, g, p, next);
 }
 
+/* The same while tracing: the switch recorded first (the slot stays in
+ * use, so that a traced yield costs a record, not the ring's way). */
+static __attribute__((noinline)) void yield_fast_traced(co_m_t *m, co_g_t *g, co_p_t *p,
+                                                        co_g_t *next) {
+    co__trace_switch(CO__TEV_YIELD, g, next);
+    if (CO_UNLIKELY(!g->stack.guarded)) co__stack_check_canary(g);
+    yield_fast_switch(m, g, p, next);
+}
+
 void co_gosched(void) __attribute__((alias("co_yield")));
 void co_yield(void) {
     co_m_t *m = getm();
@@ -579,16 +586,21 @@ void co_yield(void) {
      * the slot before it is saved: the window stays open across the switch
      * (run_post closes it on the other side, post_yslot), and until then
      * nobody else may take from the slot (yslot.h). */
-    if (p && (next = co__yslot_peek(p)) != NULL && !CO_TRACING()) {
+    if (p && (next = co__yslot_peek(p)) != NULL) {
         uint32_t tick = p->schedtick + 1;
         if (tick % 61 != 0 && yslot_fits(p) && co__yslot_open(p)) {
             /* Still next: only a sysmon could have emptied the slot since the
              * peek, and only with p retiring, when the window cannot open. */
             /* relaxed store: sysmon reads it to spot a P that stopped scheduling */
             __atomic_store_n(&p->schedtick, tick, __ATOMIC_RELAXED);
-            /* co__stack_check, its call out of line: with no call but the
-             * switch left here, this path keeps nothing in callee-saved
-             * registers and the switch is a tail call */
+            /* co__stack_check and the trace's record, their calls out of
+             * line: with no call but the switch left here, this path keeps
+             * nothing in callee-saved registers and the switch is a tail
+             * call */
+            if (CO_TRACING()) {
+                yield_fast_traced(m, g, p, next);
+                return;
+            }
             if (CO_UNLIKELY(!g->stack.guarded)) {
                 yield_fast_canary(m, g, p, next);
                 return;
@@ -704,12 +716,12 @@ void co_thread_return(void *home) {
     if (!home || m == home || !m || !m->curg || !m->p) return;
     co_g_t *g = m->curg;
     __atomic_store_n(&g->wait_reason, (int8_t)CO__WR_NONE, __ATOMIC_RELAXED);
-    CO_TRACE(CO__TEV_PARK, g, CO__WR_NONE);
     co__stack_check(g);
     m->post_fn = post_affine;
     m->post_g = g;
     m->post_arg = home;
-    gogo(m, g, &m->g0, false); /* on g0: post_affine may give the P away */
+    /* on g0: post_affine may give the P away; traced as a park */
+    gogo(m, g, &m->g0, false, CO__TEV_PARK);
 #ifdef CO_TSAN
     co__race_woken(g);
 #endif
@@ -858,7 +870,7 @@ void *co__mstart(void *arg) {
         co_g_t *g = findrunnable(m);
         if (!g) break;
         if (m->spinning) resetspinning(m);
-        gogo(m, &m->g0, g, false);
+        gogo(m, &m->g0, g, false, 0);
     }
     if (m->p) {
         /* retire is checked under sched.lock, as findrunnable does: sysmon

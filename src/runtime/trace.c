@@ -12,8 +12,20 @@
  * starts with a "lost events" record of how many. Recording never waits:
  * the scheduler is never held up by the trace.
  *
- * Stopping. co_trace_stop clears co__trace_on, takes every slot's busy flag
- * for good (waiting out an event being written), hands their partial
+ * Order. The events are put in order by their stamps alone, so a stamp
+ * is never the clock's bare reading: it is raised, where needed, to
+ * TS_STEP ticks past the last stamp of the recording thread, of each
+ * coroutine the event is about (g->trace_ts) and of the P it runs on
+ * (pstamp). Whatever one event causes on another thread (a park and the
+ * ready that ends it, a ready and the start, a P given up and taken) is
+ * about the same G or P, so it sorts after it even where the clock cannot
+ * tell them apart: a counter ticking once a microsecond (qemu-user's
+ * cntvct), one read out of order with memory (AArch64's, x86's rdtsc),
+ * two threads' counters a little apart. A stamp is the clock's reading,
+ * or a few ticks past an event it follows (docs/trace.md).
+ *
+ * Stopping. co_trace_stop clears co__trace_on, waits for every slot's
+ * thread's busy word to clear (an event being written), hands their partial
  * chunks to the writer, joins it, then sorts the events by time and writes
  * the JSON. Conversion at the end, not as events come: a wake-up and the
  * start it causes are often recorded by two threads whose chunks reach the
@@ -30,7 +42,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
+#include <linux/membarrier.h>
 #if defined(__GLIBC__)
 #include <dlfcn.h>
 #endif
@@ -42,6 +56,7 @@ uint32_t co__trace_on;
 #define DEF_CHUNK_EV 2048    /* 64 KiB a chunk */
 #define NO_P 0xffff
 
+/* The converter's event: a record decoded, its thread's slot added. */
 typedef struct tev {
     uint64_t ts;   /* co__cycles(), or co_now() where there is no counter */
     uint64_t a, b; /* per kind (trace.h), G pointers already turned into ids */
@@ -49,17 +64,44 @@ typedef struct tev {
     uint16_t kind;
     uint16_t p;    /* the recording M's P id, NO_P for none */
 } tev_t;
-_Static_assert(sizeof(tev_t) == 32, "a trace event is 32 bytes");
 
-/* A recording thread's slot. busy is its lock (atomic, seq_cst exchange
- * and release store): it protects every other field. The owner thread
- * takes it around each event; co_trace_stop takes it for good. */
+/* A record, as the recording path writes it: 16 bytes.
+ *   w0: the clock less the session's start (48 bits, two's complement) | P id << 48
+ *   w1: kind | b (16 bits) << 8 | a (40 bits) << 24
+ * CREATE is followed by one raw record holding its entry function (w0)
+ * and, if the G is named, one holding the first 16 bytes of its name. A
+ * chunk in the scratch file starts with a header record: HDR_MAGIC << 32 |
+ * slot, then the number of records. */
+typedef struct rec {
+    uint64_t w0, w1;
+} rec_t;
+_Static_assert(sizeof(rec_t) == 16, "a trace record is 16 bytes");
+#define TS_BITS 48
+#define TS_MASK ((1ull << TS_BITS) - 1)
+#define A_MASK ((1ull << 40) - 1)
+#define HDR_MAGIC 0xc01f7aceull
+#define EV_MAX_RECS 3 /* the most records one event takes */
+/* The least gap between a stamp and one it follows: 2 ns or more on the
+ * clocks in use (TSC up to 4 GHz, the AArch64 counter up to 1 GHz), so
+ * that the JSON's nanoseconds keep the two apart. */
+#if defined(__x86_64__)
+#define TS_STEP 8
+#else
+#define TS_STEP 2
+#endif
+
+/* A recording thread's slot: its records of one session. Set up by the
+ * thread under T.setup (slot_setup); then written only by it while its
+ * busy word is set and the session is on (enter()), and by co_trace_stop
+ * once it has seen that word clear with the trace off. */
 typedef struct slot {
-    _Alignas(64) uint32_t busy;
-    uint32_t gen;     /* the session that set it up; 0 after a reset */
+    _Alignas(64) uint32_t *busyp; /* its thread's busy word (bword_t) */
+    uint32_t gen;     /* the session that set it up */
     int32_t chunk;    /* index of the chunk it fills, -1 none */
-    uint32_t n;       /* events in that chunk */
-    uint64_t lost;    /* dropped since its last recorded event */
+    uint32_t n;       /* records in that chunk */
+    uint32_t cap;     /* n's limit: the chunk's size, 0 with no chunk */
+    uint64_t lost;    /* events dropped since its last recorded one */
+    uint64_t last;    /* the stamp of its last record */
     int m;            /* the thread's M id, -1 a thread without one */
 } slot_t;
 
@@ -71,10 +113,16 @@ static struct {
     pthread_mutex_t api;
     bool active;
     pid_t pid;                /* the process that started it (a fork's child stops quietly) */
-    uint32_t gen;             /* atomic: the session's number, bumped (release) by start */
+    uint32_t gen;             /* atomic: the session's number, set (release) by start; 1
+                               * before the first (a thread's tls_gen starts at 0, so a
+                               * stale read never matches it) */
+    bool fenced;              /* stop waits out recorders with membarrier: they take busy
+                               * with plain stores (set by start, before the trace is on) */
     int nchunks, chunk_ev;
-    tev_t *evmem;             /* nchunks * chunk_ev events */
-    uint32_t *cn;             /* events in each chunk, set by its filler before it goes full */
+    rec_t *evmem;             /* nchunks * chunk_ev records, touched by start (no page
+                               * faults while recording) */
+    uint32_t *cn;             /* records in each chunk, set by its filler before it goes full */
+    uint16_t *cslot;          /* its filler's slot, likewise */
     int32_t *cnext;           /* the full list's links, written by the pusher */
     uint8_t *cstate;          /* atomic CH_*: FREE -> OWNED by a filler's CAS (acquire), OWNED ->
                                * FULL by its push (release), FULL -> FREE by the writer (release) */
@@ -88,14 +136,50 @@ static struct {
     int rawfd;
     FILE *out;
     char *path;
-    slot_t slots[MAX_SLOTS];
-    uint32_t nslots;          /* atomic: slots handed out (fetch-add) */
+    /* The slots, reused by every session. Handed out under setup, which
+     * start and stop hold while they reset them or close them: a thread
+     * whose last event of an ended session was delayed across a stop and
+     * a start writes only its own busy word, never a slot. */
+    slot_t *slots;
+    pthread_mutex_t setup;
+    uint32_t setup_gen;       /* setup: the session slots are handed out for, 0 none */
+    uint32_t nslots;          /* setup: slots handed out this session */
     uint64_t c0, c1;          /* clock at start and stop */
     int64_t t0, t1;           /* co_now() at start and stop */
     bool ns_clock;            /* no cycle counter: events carry co_now() */
     int64_t lost_global;      /* atomic: events dropped with no slot to count them in */
     int64_t lost_total;       /* the last stopped session's lost events */
-} T = {.api = PTHREAD_MUTEX_INITIALIZER};
+} T = {.api = PTHREAD_MUTEX_INITIALIZER, .setup = PTHREAD_MUTEX_INITIALIZER, .gen = 1};
+
+static slot_t slot_mem[MAX_SLOTS];
+
+/* A thread's busy word, set while it writes an event (enter()). Each
+ * thread has its own for as long as it lives, in memory never freed (a
+ * word is reused by a later thread once its own has exited), so that
+ * co_trace_stop may read the word of any slot at any time, and a delayed
+ * write by its thread lands on nothing but the word. */
+typedef struct bword {
+    _Alignas(64) uint32_t busy; /* atomic: see enter() */
+    struct bword *next;         /* bw.lock: the free list */
+    struct bword *all;          /* every word made (never freed) */
+} bword_t;
+static struct {
+    pthread_mutex_t lock;
+    pthread_key_t key;          /* its destructor frees a thread's word */
+    bword_t *free, *all;        /* lock */
+} bw = {.lock = PTHREAD_MUTEX_INITIALIZER};
+static __thread bword_t *tls_bw;
+
+/* Each P id's last stamp (see Order above), a line each: the M holding
+ * the P writes it at every event. Relaxed atomics: the M that takes the P
+ * next got it through the scheduler's own hand-over (the idle list's lock,
+ * a retake's CAS), which carries the store along; a racing access (a
+ * retake beside the event of the M leaving co_blocking) costs at most the
+ * order of two events that were at the same time. Never reset: a stamp of
+ * an earlier session is an earlier time. */
+static struct {
+    _Alignas(64) uint64_t ts;
+} pstamp[CO_MAX_PROCS];
 
 static __thread uint32_t tls_gen;
 static __thread slot_t *tls_slot;
@@ -106,12 +190,40 @@ static inline uint64_t now_ts(void) {
     return T.ns_clock ? (uint64_t)co_now() : co__cycles();
 }
 
+/* t raised to TS_STEP past the stamp at o (if any). Relaxed: as pstamp's;
+ * g->trace_ts is handed on with the G itself (a run queue's release and
+ * acquire, a wait list's lock), so the recorder of the G's next event
+ * reads this one's store. */
+static inline uint64_t after(uint64_t t, const uint64_t *o) {
+    uint64_t v = __atomic_load_n(o, __ATOMIC_RELAXED) + TS_STEP;
+    return v > t ? v : t;
+}
+static inline void mark(uint64_t *o, uint64_t t) { __atomic_store_n(o, t, __ATOMIC_RELAXED); }
+
+/* The stamp of an event of slot s (busy held) on P p (NO_P none) about
+ * g1 and g2 (NULL: none): the clock, raised past the slot's, the P's and
+ * the Gs' last stamps; all of them then marked with it. */
+static inline uint64_t stamp(slot_t *s, uint16_t p, co_g_t *g1, co_g_t *g2) {
+    uint64_t t = now_ts(), v = s->last + TS_STEP;
+    if (v > t) t = v;
+    uint64_t *ps = p < CO_MAX_PROCS ? &pstamp[p].ts : NULL;
+    if (ps) t = after(t, ps);
+    if (g1) t = after(t, &g1->trace_ts);
+    if (g2) t = after(t, &g2->trace_ts);
+    s->last = t;
+    if (ps) mark(ps, t);
+    if (g1) mark(&g1->trace_ts, t);
+    if (g2) mark(&g2->trace_ts, t);
+    return t;
+}
+
 /* Slot s (busy held): its chunk, if any, goes to the writer; takes a free
- * one. false if none is free. */
+ * one. false if none is free. Once per chunk_ev records. */
 static bool chunk_next(slot_t *s) {
     if (s->chunk >= 0) {
         int32_t c = s->chunk;
         T.cn[c] = s->n;
+        T.cslot[c] = (uint16_t)(s - T.slots);
         __atomic_store_n(&T.cstate[c], CH_FULL, __ATOMIC_RELAXED);
         int32_t h = __atomic_load_n(&T.full_head, __ATOMIC_RELAXED);
         do
@@ -119,6 +231,7 @@ static bool chunk_next(slot_t *s) {
         while (!__atomic_compare_exchange_n(&T.full_head, &h, c + 1, true, __ATOMIC_RELEASE,
                                             __ATOMIC_RELAXED));
         s->chunk = -1;
+        s->cap = 0;
         __atomic_add_fetch(&T.wword, 1, __ATOMIC_RELAXED);
         co__futex_wake(&T.wword, 1);
     }
@@ -132,92 +245,238 @@ static bool chunk_next(slot_t *s) {
                                         __ATOMIC_RELAXED)) {
             s->chunk = c;
             s->n = 0;
+            s->cap = (uint32_t)T.chunk_ev;
             return true;
         }
     }
     return false;
 }
 
-static inline void put(slot_t *s, int kind, uint64_t ts, uint64_t a, uint64_t b, uint16_t p) {
-    if (CO_UNLIKELY(s->chunk < 0 || s->n == (uint32_t)T.chunk_ev)) {
-        if (!chunk_next(s)) {
-            s->lost++;
-            return;
-        }
-    }
-    if (CO_UNLIKELY(s->lost)) { /* a fresh chunk (>= 4 events): the count goes first */
-        tev_t *e = &T.evmem[(size_t)s->chunk * (size_t)T.chunk_ev + s->n++];
-        *e = (tev_t){.ts = ts, .a = s->lost, .slot = (uint32_t)(s - T.slots),
-                     .kind = CO__TEV_LOST_, .p = p};
-        s->lost = 0;
-    }
-    tev_t *e = &T.evmem[(size_t)s->chunk * (size_t)T.chunk_ev + s->n++];
-    *e = (tev_t){.ts = ts, .a = a, .b = b, .slot = (uint32_t)(s - T.slots), .kind = (uint16_t)kind,
-                 .p = p};
+static inline uint64_t w0_of(uint64_t ts, uint16_t p) {
+    return ((ts - T.c0) & TS_MASK) | (uint64_t)p << TS_BITS;
+}
+static inline uint64_t w1_of(int kind, uint64_t a, uint64_t b) {
+    return (uint64_t)(kind & 0xff) | (b & 0xffff) << 8 | (a & A_MASK) << 24;
 }
 
-void co__trace_ev(int kind, uint64_t a, uint64_t b) {
-    /* acquire: pairs with start's release; the slots' reset happened before */
-    uint32_t gen = __atomic_load_n(&T.gen, __ATOMIC_ACQUIRE);
-    slot_t *s = tls_slot;
-    bool fresh = false;
-    if (tls_gen != gen) {
-        uint32_t i = __atomic_fetch_add(&T.nslots, 1, __ATOMIC_RELAXED);
-        if (i >= MAX_SLOTS) {
-            __atomic_add_fetch(&T.lost_global, 1, __ATOMIC_RELAXED);
-            return;
-        }
-        s = &T.slots[i];
-        tls_slot = s;
-        tls_gen = gen;
-        fresh = true;
+/* Room for k records in s's chunk (busy held), a lost count first if
+ * there is one; NULL (the event dropped and counted) if none is free. */
+static rec_t *reserve_slow(slot_t *s, uint32_t k, uint64_t ts, uint16_t p);
+static inline rec_t *reserve(slot_t *s, uint32_t k, uint64_t ts, uint16_t p) {
+    if (CO_UNLIKELY(s->n + k > s->cap || s->lost)) return reserve_slow(s, k, ts, p);
+    rec_t *r = &T.evmem[(size_t)s->chunk * (size_t)T.chunk_ev + s->n];
+    s->n += k;
+    return r;
+}
+static __attribute__((noinline)) rec_t *reserve_slow(slot_t *s, uint32_t k, uint64_t ts,
+                                                    uint16_t p) {
+    if (s->n + k + (s->lost ? 1 : 0) > s->cap && !chunk_next(s)) {
+        s->lost++;
+        return NULL;
     }
-    /* seq_cst: with stop's seq_cst store of co__trace_on then CAS of busy,
-     * either stop waits for this event or this sees the trace off */
-    if (__atomic_exchange_n(&s->busy, 1, __ATOMIC_SEQ_CST)) {
-        __atomic_add_fetch(&T.lost_global, 1, __ATOMIC_RELAXED); /* stop holds it */
-        return;
+    rec_t *r = &T.evmem[(size_t)s->chunk * (size_t)T.chunk_ev + s->n];
+    if (s->lost) { /* a fresh chunk: the count goes first */
+        r->w0 = w0_of(ts, p);
+        r->w1 = w1_of(CO__TEV_LOST_, s->lost > A_MASK ? A_MASK : s->lost, 0);
+        s->lost = 0;
+        r++;
+        s->n++;
     }
-    if (fresh) {
+    s->n += k;
+    return r;
+}
+
+static inline void busy_release(void) {
+    /* release: the records written before it, for stop's acquire load */
+    __atomic_store_n(&tls_bw->busy, 0, __ATOMIC_RELEASE);
+}
+
+static void bw_exit(void *w) {
+    bword_t *b = w;
+    pthread_mutex_lock(&bw.lock);
+    b->next = bw.free;
+    bw.free = b;
+    pthread_mutex_unlock(&bw.lock);
+    /* an event after this (another destructor's) sets up anew */
+    tls_bw = NULL;
+    tls_gen = 0;
+}
+static void bw_key(void) {
+    if (pthread_key_create(&bw.key, bw_exit) != 0) bw.key = (pthread_key_t)-1;
+}
+/* The calling thread's busy word, made or reused; NULL without memory. */
+static bword_t *bw_get(void) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, bw_key);
+    if (bw.key == (pthread_key_t)-1) return NULL;
+    pthread_mutex_lock(&bw.lock);
+    bword_t *b = bw.free;
+    if (b) {
+        bw.free = b->next;
+    } else if ((b = aligned_alloc(64, sizeof *b)) != NULL) {
+        b->all = bw.all;
+        bw.all = b;
+    }
+    pthread_mutex_unlock(&bw.lock);
+    if (!b) return NULL;
+    __atomic_store_n(&b->busy, 0, __ATOMIC_RELAXED); /* its last owner left it clear */
+    if (pthread_setspecific(bw.key, b) != 0) {
+        bw_exit(b);
+        return NULL;
+    }
+    tls_bw = b;
+    return b;
+}
+
+/* Sets the thread's busy word, then reads the trace's flag and number
+ * again: true if session gen is still on (busy held), else false (busy
+ * clear). The usual way has no atomic read-modify-write and no fence:
+ * busy is set by a plain store; co_trace_stop clears the flag, then makes
+ * every thread execute a full barrier (membarrier), then waits for busy to
+ * clear. So either stop sees busy set and waits for the event, or this
+ * sees the trace off (an asymmetric Dekker, as yslot.h's windows).
+ * Without membarrier (and under TSan): a seq_cst exchange of busy and
+ * seq_cst load of the flag, against stop's seq_cst store of the flag and
+ * seq_cst loads of busy. The number is read after the flag (pairing with
+ * start's release stores of the number, then the flag): an event of a
+ * session that ended meanwhile is dropped. */
+static inline bool busy_take(uint32_t gen) {
+    if (CO_LIKELY(T.fenced)) {
+        __atomic_store_n(&tls_bw->busy, 1, __ATOMIC_RELAXED);
+        __atomic_signal_fence(__ATOMIC_SEQ_CST); /* no compiler reordering with the load below */
+        if (CO_LIKELY(__atomic_load_n(&co__trace_on, __ATOMIC_ACQUIRE) &&
+                      __atomic_load_n(&T.gen, __ATOMIC_RELAXED) == gen))
+            return true;
+    } else {
+        (void)__atomic_exchange_n(&tls_bw->busy, 1, __ATOMIC_SEQ_CST);
+        if (__atomic_load_n(&co__trace_on, __ATOMIC_SEQ_CST) &&
+            __atomic_load_n(&T.gen, __ATOMIC_RELAXED) == gen)
+            return true;
+    }
+    busy_release();
+    return false;
+}
+
+/* The first event of this thread in session gen: a slot of its own, set
+ * up under T.setup (a wait of microseconds at most, while a start or a
+ * stop resets or closes the slots). busy held on return, NULL (none held)
+ * if the trace went off or no slot is left. */
+static __attribute__((noinline)) slot_t *slot_setup(uint32_t gen) {
+    if (!tls_bw && !bw_get()) {
+        __atomic_add_fetch(&T.lost_global, 1, __ATOMIC_RELAXED);
+        return NULL;
+    }
+    co_m_t *m = getm();
+    slot_t *s = NULL;
+    pthread_mutex_lock(&T.setup);
+    if (T.setup_gen == gen && T.nslots < MAX_SLOTS) {
+        s = &T.slots[T.nslots++];
+        s->busyp = &tls_bw->busy;
         s->gen = gen;
         s->chunk = -1;
-        s->n = 0;
+        s->n = s->cap = 0;
         s->lost = 0;
-        co_m_t *m0 = getm();
-        s->m = m0 ? m0->id : -1;
-    } else if (s->gen != gen) { /* a slot of a session that ended meanwhile */
-        __atomic_store_n(&s->busy, 0, __ATOMIC_RELEASE);
-        return;
+        s->last = 0;
+        s->m = m ? m->id : -1;
+        tls_slot = s;
+        tls_gen = gen;
+    } else if (T.setup_gen == gen) {
+        __atomic_add_fetch(&T.lost_global, 1, __ATOMIC_RELAXED); /* no slot left */
     }
-    if (!__atomic_load_n(&co__trace_on, __ATOMIC_SEQ_CST)) {
-        __atomic_store_n(&s->busy, 0, __ATOMIC_RELEASE);
-        return;
-    }
-    uint64_t ts = now_ts();
-    co_m_t *m = getm();
+    pthread_mutex_unlock(&T.setup);
+    if (!s || !busy_take(gen)) return NULL;
+    /* what runs here now, for the converter: its slice began before */
     uint16_t p = m && m->p ? (uint16_t)m->p->id : NO_P;
+    uint64_t ts = stamp(s, p, m ? m->curg : NULL, NULL);
+    rec_t *r = reserve(s, 1, ts, p);
+    if (r) {
+        r->w0 = w0_of(ts, p);
+        r->w1 = w1_of(CO__TEV_CUR_, m && m->curg ? m->curg->id : 0, 0);
+    }
+    return s;
+}
+
+/* The calling thread's slot, busy held, for an event of the session that
+ * is on; NULL (nothing held) if none is (busy_take has the orders). */
+static inline slot_t *enter(void) {
+    /* acquire: pairs with start's release; the session's set-up happened before */
+    uint32_t gen = __atomic_load_n(&T.gen, __ATOMIC_ACQUIRE);
+    if (CO_UNLIKELY(tls_gen != gen)) return slot_setup(gen);
+    return busy_take(gen) ? tls_slot : NULL;
+}
+
+static inline uint16_t cur_p(co_m_t *m) { return m && m->p ? (uint16_t)m->p->id : NO_P; }
+
+void co__trace_ev(int kind, uint64_t a, uint64_t b) {
+    slot_t *s = enter();
+    if (!s) return;
+    uint16_t p = cur_p(getm());
     co_g_t *g = (co_g_t *)(uintptr_t)a;
+    bool about_g = false;
+    switch (kind) {
+    case CO__TEV_CREATE: case CO__TEV_START: case CO__TEV_PARK: case CO__TEV_YIELD:
+    case CO__TEV_READY: case CO__TEV_EXIT: case CO__TEV_STEAL: case CO__TEV_BLOCK:
+    case CO__TEV_BLOCK_END:
+        about_g = true;
+        break;
+    case CO__TEV_P_ACQUIRE: case CO__TEV_P_RELEASE: case CO__TEV_RETAKE:
+        /* about the P it names (a retake's is not this thread's) */
+        if (a < CO_MAX_PROCS) p = (uint16_t)a;
+        break;
+    }
+    uint64_t ts = stamp(s, p, about_g ? g : NULL, NULL);
+    if (kind == CO__TEV_P_ACQUIRE || kind == CO__TEV_P_RELEASE || kind == CO__TEV_RETAKE)
+        p = cur_p(getm());
+    rec_t *r;
     switch (kind) {
     case CO__TEV_CREATE:
-        put(s, kind, ts, g->id, (uint64_t)(uintptr_t)g->fn, p);
+        r = reserve(s, g->named ? 3 : 2, ts, p);
+        if (!r) break;
+        r[0].w0 = w0_of(ts, p);
+        r[0].w1 = w1_of(kind, g->id, g->named);
+        r[1].w0 = (uint64_t)(uintptr_t)g->fn;
+        r[1].w1 = 0;
         if (g->named) {
             uint64_t w[2] = {0, 0};
             memcpy(w, g->name, strnlen(g->name, sizeof w));
-            put(s, CO__TEV_NAME_, ts, w[0], w[1], p);
+            r[2].w0 = w[0];
+            r[2].w1 = w[1];
         }
         break;
     case CO__TEV_START:
-        if (!g->is_g0) put(s, kind, ts, g->id, 0, p);
-        break;
+        if (g->is_g0) break;
+        /* fall through */
     case CO__TEV_PARK: case CO__TEV_YIELD: case CO__TEV_READY: case CO__TEV_EXIT:
     case CO__TEV_STEAL: case CO__TEV_BLOCK: case CO__TEV_BLOCK_END:
-        put(s, kind, ts, g->id, b, p);
-        break;
+        a = g->id;
+        /* fall through */
     default:
-        put(s, kind, ts, a, b, p);
+        r = reserve(s, 1, ts, p);
+        if (!r) break;
+        r->w0 = w0_of(ts, p);
+        r->w1 = w1_of(kind, a, b);
         break;
     }
-    __atomic_store_n(&s->busy, 0, __ATOMIC_RELEASE);
+    busy_release();
+}
+
+void co__trace_switch(int how, void *from, void *to) {
+    slot_t *s = enter();
+    if (!s) return;
+    co_g_t *f = from, *t = to;
+    uint16_t p = cur_p(getm());
+    uint64_t ts = stamp(s, p, f->is_g0 ? NULL : f, t->is_g0 ? NULL : t);
+    uint64_t b = f->is_g0 ? 0 : (uint64_t)how;
+    if (how == CO__TEV_PARK && !f->is_g0)
+        b |= (uint64_t)(uint16_t)__atomic_load_n(&f->wait_reason, __ATOMIC_RELAXED) << 8;
+    rec_t *r = reserve(s, 1, ts, p);
+    if (r) {
+        r->w0 = w0_of(ts, p);
+        r->w1 = w1_of(CO__TEV_SWITCH_, t->is_g0 ? 0 : t->id, b);
+    } else if (b && !t->is_g0) {
+        s->lost++; /* counted as events: a stop and a start */
+    }
+    busy_release();
 }
 
 /* ---- the writer ----------------------------------------------------------- */
@@ -250,7 +509,9 @@ static bool drain_full(void) {
     while (rev) {
         int32_t c = rev - 1;
         rev = T.cnext[c];
-        write_all(T.rawfd, &T.evmem[(size_t)c * (size_t)T.chunk_ev], T.cn[c] * sizeof(tev_t));
+        rec_t hdr = {HDR_MAGIC << 32 | T.cslot[c], T.cn[c]};
+        write_all(T.rawfd, &hdr, sizeof hdr);
+        write_all(T.rawfd, &T.evmem[(size_t)c * (size_t)T.chunk_ev], T.cn[c] * sizeof(rec_t));
         /* release: this write of the chunk is done before a filler reuses it */
         __atomic_store_n(&T.cstate[c], CH_FREE, __ATOMIC_RELEASE);
     }
@@ -294,6 +555,8 @@ static void trace_forked(void) {
 static void free_buffers(void) {
     free(T.evmem);
     free(T.cn);
+    free(T.cslot);
+    T.cslot = NULL;
     free(T.cnext);
     free(T.cstate);
     T.evmem = NULL;
@@ -305,6 +568,21 @@ static void free_buffers(void) {
 }
 
 static void atfork_child(void) { trace_forked(); }
+
+static int membarrier_(int cmd) { return (int)syscall(SYS_membarrier, cmd, 0, 0); }
+
+/* Whether stop can wait out recorders with membarrier (they then take
+ * their busy flag with plain stores). Not under TSan, which cannot see
+ * membarrier's ordering: it gets the exchanges. Registering again is
+ * harmless (yslot.c registers too). */
+static bool fenced_ok(void) {
+#ifdef CO_TSAN
+    return false;
+#else
+    return membarrier_(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) == 0 &&
+           membarrier_(MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0;
+#endif
+}
 static void register_atfork(void) { pthread_atfork(NULL, NULL, atfork_child); }
 
 int co__trace_start_with(const char *path, int chunks, int chunk_events) {
@@ -347,11 +625,12 @@ int co__trace_start_with(const char *path, int chunks, int chunk_events) {
     free(raw);
     T.nchunks = chunks;
     T.chunk_ev = chunk_events;
-    T.evmem = malloc((size_t)chunks * (size_t)chunk_events * sizeof(tev_t));
+    T.evmem = malloc((size_t)chunks * (size_t)chunk_events * sizeof(rec_t));
     T.cn = calloc((size_t)chunks, sizeof *T.cn);
+    T.cslot = calloc((size_t)chunks, sizeof *T.cslot);
     T.cnext = calloc((size_t)chunks, sizeof *T.cnext);
     T.cstate = calloc((size_t)chunks, 1);
-    if (!T.evmem || !T.cn || !T.cnext || !T.cstate) {
+    if (!T.evmem || !T.cn || !T.cslot || !T.cnext || !T.cstate) {
         close(fd);
         fclose(out);
         rc = CO_ENOMEM;
@@ -359,14 +638,21 @@ int co__trace_start_with(const char *path, int chunks, int chunk_events) {
     }
     T.out = out;
     T.rawfd = fd;
-    /* No thread records now (the trace is off, every slot's busy was
-     * taken by the last stop): the slots can be reset plainly. */
-    for (int i = 0; i < MAX_SLOTS; i++) {
-        T.slots[i].gen = 0;
-        T.slots[i].chunk = -1;
-        __atomic_store_n(&T.slots[i].busy, 0, __ATOMIC_RELAXED);
-    }
-    __atomic_store_n(&T.nslots, 0, __ATOMIC_RELAXED);
+    /* Every page of the buffers touched now, not by the first record in
+     * each (a page fault is microseconds). */
+    memset(T.evmem, 0, (size_t)chunks * (size_t)chunk_events * sizeof(rec_t));
+    /* The slots reset, and handed out for the new session (its number:
+     * only start changes T.gen, under api). The last stop closed them. */
+    uint32_t ngen = __atomic_load_n(&T.gen, __ATOMIC_RELAXED) + 1;
+    if (ngen == 0) ngen = 2; /* 0 is no session's, 1 none's (see T.gen) */
+    pthread_mutex_lock(&T.setup);
+    memset(slot_mem, 0, sizeof slot_mem);
+    for (int i = 0; i < MAX_SLOTS; i++) slot_mem[i].chunk = -1;
+    T.slots = slot_mem;
+    T.nslots = 0;
+    T.setup_gen = ngen;
+    pthread_mutex_unlock(&T.setup);
+    T.fenced = fenced_ok();
     __atomic_store_n(&T.full_head, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&T.lost_global, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&T.wstop, 0, __ATOMIC_RELAXED);
@@ -387,7 +673,7 @@ int co__trace_start_with(const char *path, int chunks, int chunk_events) {
     }
     T.active = true;
     /* release: the resets above happen before a recorder sees the new gen */
-    __atomic_add_fetch(&T.gen, 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&T.gen, ngen, __ATOMIC_RELEASE);
     __atomic_store_n(&co__trace_on, 1, __ATOMIC_SEQ_CST);
     pthread_mutex_unlock(&T.api);
     return 0;
@@ -731,6 +1017,34 @@ static void one_event(const tev_t *e, double ts) {
                  e->b ? " (spare lent)" : " (co_blocking)");
         instant(slot, name, "retake", ts, "");
         break;
+    case CO__TEV_SWITCH_: {
+        /* the G running here stops (if the trace has it: not after lost
+         * events), then e->a starts (0: g0, no start) */
+        int how = (int)(e->b & 0xff);
+        uint64_t from = L->g ? L->g : L->block_ts >= 0 ? L->block_g : 0;
+        if (how && from) {
+            tev_t st = *e;
+            st.kind = (uint16_t)how;
+            st.a = from;
+            st.b = e->b >> 8;
+            one_event(&st, ts);
+        }
+        if (e->a) {
+            tev_t go = *e;
+            go.kind = CO__TEV_START;
+            go.b = 0;
+            one_event(&go, ts);
+        }
+        break;
+    }
+    case CO__TEV_CUR_:
+        /* a coroutine running here since before the trace started (or
+         * since before this thread's first event): its slice from then */
+        if (e->a && !L->g && (g = gget(e->a)) && !g->started && !g->exited) {
+            g->started = true;
+            open_g(L, e->a, e->p, L->free_ts);
+        }
+        break;
     case CO__TEV_LOST_:
         snprintf(args, sizeof args, "\"count\":%llu", (unsigned long long)e->a);
         close_g(L, slot, ts, "lost");
@@ -741,30 +1055,74 @@ static void one_event(const tev_t *e, double ts) {
     }
 }
 
+/* The scratch file's chunks (nr records) as events, into ev (room for
+ * nr); returns how many. */
+static size_t decode(const rec_t *raw, size_t nr, tev_t *ev) {
+    size_t n = 0;
+    for (size_t i = 0; i < nr;) {
+        rec_t h = raw[i++];
+        uint32_t slot = (uint32_t)h.w0;
+        if (h.w0 >> 32 != HDR_MAGIC || slot >= MAX_SLOTS || h.w1 > nr - i) {
+            J.anomalies++;
+            break;
+        }
+        size_t end = i + (size_t)h.w1;
+        while (i < end) {
+            rec_t r = raw[i++];
+            tev_t e = {
+                .ts = T.c0 + (uint64_t)((int64_t)(r.w0 << (64 - TS_BITS)) >> (64 - TS_BITS)),
+                .a = r.w1 >> 24,
+                .b = (r.w1 >> 8) & 0xffff,
+                .slot = slot,
+                .kind = (uint16_t)(r.w1 & 0xff),
+                .p = (uint16_t)(r.w0 >> TS_BITS),
+            };
+            if (e.kind == CO__TEV_CREATE) {
+                bool named = e.b;
+                if (i >= end) break;
+                e.b = raw[i++].w0;
+                ev[n++] = e;
+                if (named && i < end) {
+                    ev[n++] = (tev_t){.ts = e.ts, .a = raw[i].w0, .b = raw[i].w1, .slot = slot,
+                                      .kind = CO__TEV_NAME_, .p = e.p};
+                    i++;
+                }
+                continue;
+            }
+            ev[n++] = e;
+        }
+    }
+    return n;
+}
+
 /* Writes the JSON from the scratch file. 0 or a negative code. */
 static int convert(void) {
     struct stat st;
     if (fstat(T.rawfd, &st) < 0) return -errno;
-    size_t n = (size_t)st.st_size / sizeof(tev_t);
-    tev_t *ev = n ? malloc(n * sizeof *ev) : NULL;
-    uint32_t *ix = n ? malloc(n * sizeof *ix) : NULL;
+    size_t nr = (size_t)st.st_size / sizeof(rec_t), n = 0;
+    rec_t *raw = nr ? malloc(nr * sizeof *raw) : NULL;
+    tev_t *ev = nr ? malloc(nr * sizeof *ev) : NULL;
+    uint32_t *ix = nr ? malloc(nr * sizeof *ix) : NULL;
     int rc = 0;
     memset(&J, 0, sizeof J);
     J.nplanes = CO_MAX_PROCS < NO_P ? CO_MAX_PROCS : NO_P;
     J.lanes = calloc(MAX_SLOTS, sizeof *J.lanes);
     J.planes = calloc((size_t)J.nplanes, sizeof *J.planes);
-    if ((n && (!ev || !ix)) || !J.lanes || !J.planes) {
+    if ((nr && (!raw || !ev || !ix)) || !J.lanes || !J.planes) {
         rc = CO_ENOMEM;
         goto out;
     }
-    for (size_t done = 0; done < n * sizeof *ev;) {
-        ssize_t r = pread(T.rawfd, (char *)ev + done, n * sizeof *ev - done, (off_t)done);
+    for (size_t done = 0; done < nr * sizeof *raw;) {
+        ssize_t r = pread(T.rawfd, (char *)raw + done, nr * sizeof *raw - done, (off_t)done);
         if (r <= 0) {
             rc = r < 0 ? -errno : CO_EINVAL;
             goto out;
         }
         done += (size_t)r;
     }
+    n = decode(raw, nr, ev);
+    free(raw);
+    raw = NULL;
     for (size_t i = 0; i < n; i++) ix[i] = (uint32_t)i;
     J.ev = ev;
     if (n) qsort(ix, n, sizeof *ix, cmp_ev);
@@ -787,7 +1145,9 @@ static int convert(void) {
         J.lanes[e->slot].used = true;
         one_event(e, US(e->ts));
     }
+    /* the end: the clock at stop, or past it the last stamp (raised) */
     double end = US(T.c1);
+    if (n && US(ev[ix[n - 1]].ts) > end) end = US(ev[ix[n - 1]].ts);
     for (int s = 0; s < MAX_SLOTS; s++) {
         lane_t *L = &J.lanes[s];
         if (!L->used) continue;
@@ -839,6 +1199,7 @@ static int convert(void) {
 #endif
             J.ns_per_tick, (double)(T.t1 - T.t0) / 1000.0);
 out:
+    free(raw);
     free(ev);
     free(ix);
     free(J.gt);
@@ -848,28 +1209,36 @@ out:
     return rc;
 }
 
-/* Takes every slot for good: waits out an event being recorded (a few
- * instructions), then nobody records into the session again. */
+/* With the trace off (co__trace_on cleared, seq_cst): waits out every
+ * event being recorded (a few instructions), then hands the slots' partial
+ * chunks to the writer. Nobody records into the session after it: a
+ * recorder that comes later sees the trace off (enter()). */
 static void close_slots(void) {
-    uint32_t n = __atomic_exchange_n(&T.nslots, MAX_SLOTS, __ATOMIC_SEQ_CST);
-    if (n > MAX_SLOTS) n = MAX_SLOTS;
+    /* no slot is handed out after this */
+    pthread_mutex_lock(&T.setup);
+    T.setup_gen = 0;
+    uint32_t n = T.nslots;
+    pthread_mutex_unlock(&T.setup);
+    /* every thread executes a full barrier: after it, a recorder's busy
+     * store that came before its load of the flag is visible here */
+    if (T.fenced)
+        while (membarrier_(MEMBARRIER_CMD_PRIVATE_EXPEDITED) != 0) usleep(1000);
     for (uint32_t i = 0; i < n; i++) {
         slot_t *s = &T.slots[i];
-        uint32_t z = 0;
-        while (!__atomic_compare_exchange_n(&s->busy, &z, 1, false, __ATOMIC_SEQ_CST,
-                                            __ATOMIC_RELAXED)) {
-            z = 0;
+        /* acquire: pairs with busy_release, the records are written;
+         * seq_cst: against enter()'s exchange where there is no
+         * membarrier (busy_take) */
+        while (__atomic_load_n(s->busyp, T.fenced ? __ATOMIC_ACQUIRE : __ATOMIC_SEQ_CST))
             sched_yield();
-        }
-        if (s->gen != T.gen) continue; /* handed out, never set up */
         if (s->lost) {
             /* its count of dropped events goes in as a record: wait for
              * the writer to free a chunk (stop does not hold it up) */
-            for (int k = 0; k < 2000 && (s->chunk < 0 || s->n + 1 >= (uint32_t)T.chunk_ev); k++)
+            for (int k = 0; k < 2000 && s->n + 1 > s->cap; k++)
                 if (!chunk_next(s)) usleep(1000);
-            if (s->chunk >= 0 && s->n + 1 < (uint32_t)T.chunk_ev) {
-                T.evmem[(size_t)s->chunk * (size_t)T.chunk_ev + s->n++] =
-                    (tev_t){.ts = now_ts(), .a = s->lost, .slot = i, .kind = CO__TEV_LOST_, .p = NO_P};
+            if (s->n + 1 <= s->cap) {
+                rec_t *r = &T.evmem[(size_t)s->chunk * (size_t)T.chunk_ev + s->n++];
+                r->w0 = w0_of(stamp(s, NO_P, NULL, NULL), NO_P);
+                r->w1 = w1_of(CO__TEV_LOST_, s->lost > A_MASK ? A_MASK : s->lost, 0);
                 s->lost = 0;
             }
         }
