@@ -10,6 +10,8 @@
 #include <colony.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -86,6 +88,18 @@ static void test_recv_values(void) {
     for (int i = 0; i < NRECV; i++) CHECK_EQ(co_go(receiver, (void *)(uintptr_t)(i + 1)), 0);
     CHECK(wait_compacted(NRECV));
     CHECK_EQ(co__test_chan_receivers(shared_ch), NRECV); /* the copies, relinked */
+    {   /* a dump says a compacted coroutine's frames are not shown, and why */
+        char *buf = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&buf, &len);
+        CHECK(f != NULL);
+        if (f) {
+            co_dump(f);
+            fclose(f);
+            CHECK(buf && strstr(buf, "(stack compacted while parked: frames not shown)"));
+            free(buf);
+        }
+    }
     for (uint64_t i = 0; i < NRECV; i++) {
         elem_t e = {i, i * 3, ~i, 7, i + 11};
         CHECK_EQ(co_chan_send(shared_ch, &e, CO_FOREVER), 0);
