@@ -172,16 +172,8 @@ static int cache_trim(const cache_t *c, int keep) {
 /* ---- Gs and stacks ------------------------------------------------------ */
 
 void co__g_release(co_g_t *g) {
-    co_sched_t *s = &co__sched;
     co__stack_free(&g->stack);
-    co__lock(&s->allg_lock);
-    if (g->alllink_prev)
-        g->alllink_prev->alllink_next = g->alllink_next;
-    else
-        s->allg = g->alllink_next;
-    if (g->alllink_next) g->alllink_next->alllink_prev = g->alllink_prev;
-    co__unlock(&s->allg_lock);
-    free(g);
+    co__gslab_put(g);
 }
 
 static void drop_g(void *item) { co__g_release(*(co_g_t **)item); }
@@ -378,4 +370,5 @@ void co__gcache_free_global(void) {
         free(v[i]->a);
         *v[i] = (co__freevec_t){0};
     }
+    co__gslab_fini();
 }

@@ -88,6 +88,7 @@ typedef struct co_g {
      * a page each. The G's own while it waits; the waitgroup's lock
      * protects the links. */
     co__pkw_t wgwait;
+    struct co__gslab *slab;       /* the slab its record was carved from (gslab.c); fixed */
 #ifdef CO_ASAN
     void *asan_fake;           /* ASan fake stack of this fiber while switched out */
 #endif
@@ -497,6 +498,12 @@ static inline void co__gfput(co_p_t *p, co_g_t *g) {
     co__gfput_slow(p, g);
 }
 CO_HIDDEN void co__g_release(co_g_t *g);          /* free a G that is on no list */
+/* gslab.c: G records. A zeroed record on the all-G list (NULL without
+ * memory); a record back, off the list; shutdown, every record back. */
+CO_HIDDEN co_g_t *co__gslab_get(void);
+CO_HIDDEN void co__gslab_put(co_g_t *g);
+CO_HIDDEN void co__gslab_fini(void);
+CO_HIDDEN int64_t co__gslab_slabs(void); /* slabs mapped now (tests read it) */
 CO_HIDDEN bool co__stack_attach(co_m_t *m, co_g_t *g); /* false: g waits on stackwait */
 CO_HIDDEN int co__stackwait_retry(void);          /* sysmon: requeue them; returns how many */
 /* Append t to the token list head..tail (linked through t->link). */
