@@ -126,7 +126,17 @@ static co_g_t *take_locked(void) {
 
 /* A fresh slab of `size` bytes (not yet anyone's), or NULL. */
 static gslab_t *slab_map(size_t size) {
+#ifdef CO_TSAN
+    /* TSan's mmap marks what it maps as written by the caller unless it
+     * ignores the caller's accesses, when it clears it instead: a record
+     * is no one's until it is taken (co_dump's reads of it from another
+     * thread would race with the mmap otherwise) */
+    __tsan_ignore_thread_begin();
+#endif
     void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+#ifdef CO_TSAN
+    __tsan_ignore_thread_end();
+#endif
     if (p == MAP_FAILED) return NULL;
     __atomic_add_fetch(&slabs_mapped, 1, __ATOMIC_RELAXED);
     gslab_t *s = p;

@@ -537,6 +537,14 @@ CO_HIDDEN int co__stack_alloc_n(co__stack_t *out, int n, size_t size); /* >= 1 m
  * guards, stack.c). */
 #define CO_STACK_BATCH_MAX 64
 CO_HIDDEN int co__stack_batch(void);
+/* How many batches of CO_STACK_BATCH_MAX to map at once (1, growing to
+ * CO_STACK_RUNS_MAX with the stacks mapped now), and the mapping of them:
+ * every batch but one handed to put, that one into out (CO_STACK_BATCH_MAX
+ * entries); returns how many out holds, or CO_ENOMEM (stack.c). */
+#define CO_STACK_RUNS_MAX 4
+CO_HIDDEN int co__stack_runs(void);
+CO_HIDDEN int co__stack_alloc_runs(co__stack_t *out, int runs, size_t size,
+                                   void (*put)(co__stack_t *run, int n, void *arg), void *arg);
 CO_HIDDEN void co__stack_free(co__stack_t *s);
 CO_HIDDEN int64_t co__stacks_mapped(void);        /* stacks mapped now (tests read it) */
 CO_HIDDEN int64_t co__stacks_mapped_total(void);  /* stacks ever mapped (tests) */
