@@ -1,13 +1,14 @@
 /*
  * G records, carved from slabs: large anonymous mappings of records, one
- * every CO_GSLAB_STRIDE bytes.
+ * every STRIDE bytes.
  *
  * A burst of spawns that finds the G caches (gcache.c) empty needs new
  * records. From malloc, each 4 KiB of them cost glibc a grow of its
  * per-thread heap (an mprotect, taking the address space's lock for
- * writing, which every other thread's page fault then waits on): 62k
- * calls for a million records. A slab is one mmap for 256 to 4,096
- * records; its pages are committed as the records are first written.
+ * writing, which the other threads' mappings wait on, and their page
+ * faults on kernels without per-VMA locks): 62k calls for a million
+ * records. A slab is one mmap for 240 to 3,850 records; its pages are
+ * committed as the records are first written.
  *
  * Every slab starts with its header (gslab_t). Records are taken from the
  * free list of a slab that has one (records the trim gave back), else
