@@ -77,6 +77,64 @@ static void test_batch_guarded(void) {
     for (int i = 0; i < n; i++) co__stack_free(&st[i]);
 }
 
+/* Several batches in one mapping (co__stack_alloc_runs): every run but
+ * the bottom one goes to the callback, each stack guarded with its top
+ * page resident, the runs side by side; and co__stack_runs asks for more
+ * than one only once many stacks are mapped. */
+static co__stack_t runs_got[CO_STACK_RUNS_MAX * CO_STACK_BATCH_MAX];
+static int runs_n, runs_calls;
+static void runs_put(co__stack_t *run, int n, void *arg) {
+    CHECK(arg == &runs_n);
+    runs_calls++;
+    for (int i = 0; i < n && runs_n < (int)(sizeof runs_got / sizeof runs_got[0]); i++)
+        runs_got[runs_n++] = run[i];
+}
+static void test_runs_in_one_mapping(void) {
+    if (t_sanitized()) {
+        fprintf(stderr, "  skipped under a sanitizer (its shadow memory is resident)\n");
+        return;
+    }
+    if (!reach_big_batches()) {
+        fprintf(stderr, "  skipped: no process_madvise guard batches here\n");
+        return;
+    }
+    CHECK_EQ(co__stack_runs(), 1); /* few stacks mapped: one batch a mapping */
+    size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+    static co__stack_t out[CO_STACK_BATCH_MAX];
+    runs_n = runs_calls = 0;
+    int n = co__stack_alloc_runs(out, CO_STACK_RUNS_MAX, 256 * 1024, runs_put, &runs_n);
+    CHECK_EQ(n, CO_STACK_BATCH_MAX);
+    CHECK_EQ(runs_calls, CO_STACK_RUNS_MAX - 1);
+    CHECK_EQ(runs_n, (CO_STACK_RUNS_MAX - 1) * CO_STACK_BATCH_MAX);
+    for (int i = 0; i < n && runs_n < (int)(sizeof runs_got / sizeof runs_got[0]); i++)
+        runs_got[runs_n++] = out[i];
+    int total = runs_n, guarded = 0, top_in = 0;
+    char *lo = runs_got[0].map, *hi = runs_got[0].map;
+    for (int i = 0; i < total; i++) {
+        co__stack_t *st = &runs_got[i];
+        CHECK(st->guarded && st->light_guard);
+        top_in += resident(st->lo + st->size - pg);
+        guarded += kernel_cannot_read(st->lo - pg) && !kernel_cannot_read(st->lo);
+        if (st->map < lo) lo = st->map;
+        if (st->map > hi) hi = st->map;
+    }
+    CHECK_EQ(guarded, total);
+    CHECK_EQ(top_in, total);
+    /* one mapping: the stacks tile it without a gap */
+    CHECK((size_t)(hi - lo) == (size_t)(total - 1) * runs_got[0].map_size);
+    for (int i = 0; i < total; i++) co__stack_free(&runs_got[i]);
+
+    /* with 2,048 stacks mapped, a mapping holds CO_STACK_RUNS_MAX batches */
+    static co__stack_t held[32][CO_STACK_BATCH_MAX];
+    int got = 0;
+    for (int b = 0; b < 32; b++) got += co__stack_alloc_n(held[b], CO_STACK_BATCH_MAX, 16 * 1024);
+    CHECK_EQ(got, 32 * CO_STACK_BATCH_MAX);
+    CHECK_EQ(co__stack_runs(), CO_STACK_RUNS_MAX);
+    for (int b = 0; b < 32; b++)
+        for (int i = 0; i < CO_STACK_BATCH_MAX; i++) co__stack_free(&held[b][i]);
+    CHECK_EQ(co__stack_runs(), 1);
+}
+
 /* An overflow on a stack of a 64-batch hits its guard and names it. */
 static volatile int sink;
 static int recurse(int n) {
@@ -135,6 +193,7 @@ int main(void) {
     t_begin(50);
     CHECK_EQ(co_init(NULL), 0);
     T_RUN(test_batch_guarded);
+    T_RUN(test_runs_in_one_mapping);
     T_RUN(test_batch_overflow_reported);
     CHECK_EQ(T_SHUTDOWN(), 0);
     return t_end();

@@ -172,17 +172,8 @@ static int cache_trim(const cache_t *c, int keep) {
 /* ---- Gs and stacks ------------------------------------------------------ */
 
 void co__g_release(co_g_t *g) {
-    co_sched_t *s = &co__sched;
     co__stack_free(&g->stack);
-    co__lock(&s->allg_lock);
-    co__compact_g_released(g);
-    if (g->alllink_prev)
-        g->alllink_prev->alllink_next = g->alllink_next;
-    else
-        s->allg = g->alllink_next;
-    if (g->alllink_next) g->alllink_next->alllink_prev = g->alllink_prev;
-    co__unlock(&s->allg_lock);
-    free(g);
+    co__gslab_put(g);
 }
 
 static void drop_g(void *item) { co__g_release(*(co_g_t **)item); }
@@ -221,6 +212,12 @@ void co__gfput_slow(co_p_t *p, co_g_t *g) {
     cache_put(&c, &g);
 }
 
+/* A batch of a larger mapping, for p's cache. */
+static void stack_put_run(co__stack_t *run, int n, void *arg) {
+    cache_t c = scache(arg);
+    for (int i = 0; i < n; i++) cache_put(&c, &run[i]);
+}
+
 /* The caches are empty: map a batch (co__stack_batch stacks: a burst of
  * first runs then costs one mmap per batch), keep one for g, cache the
  * rest. */
@@ -232,7 +229,9 @@ static bool stack_map_batch(co_p_t *p, co__stack_t *st) {
      * accesses, when it clears it instead: the new stacks are no one's. */
     __tsan_ignore_thread_begin();
 #endif
-    int n = co__stack_alloc_n(batch, co__stack_batch(), co__sched.stack_size);
+    int runs = co__stack_runs();
+    int n = runs > 1 ? co__stack_alloc_runs(batch, runs, co__sched.stack_size, stack_put_run, p)
+                     : co__stack_alloc_n(batch, co__stack_batch(), co__sched.stack_size);
 #ifdef CO_TSAN
     __tsan_ignore_thread_end();
 #endif
@@ -379,4 +378,5 @@ void co__gcache_free_global(void) {
         free(v[i]->a);
         *v[i] = (co__freevec_t){0};
     }
+    co__gslab_fini();
 }

@@ -102,6 +102,7 @@ typedef struct co_g {
      * it is stamped after this one. A relaxed atomic, read and written only
      * while a trace is on, by whoever records an event about it. */
     uint64_t trace_ts;
+    struct co__gslab *slab;       /* the slab its record was carved from (gslab.c); fixed */
 #ifdef CO_ASAN
     void *asan_fake;           /* ASan fake stack of this fiber while switched out */
 #endif
@@ -543,6 +544,12 @@ static inline void co__gfput(co_p_t *p, co_g_t *g) {
     co__gfput_slow(p, g);
 }
 CO_HIDDEN void co__g_release(co_g_t *g);          /* free a G that is on no list */
+/* gslab.c: G records. A zeroed record on the all-G list (NULL without
+ * memory); a record back, off the list; shutdown, every record back. */
+CO_HIDDEN co_g_t *co__gslab_get(void);
+CO_HIDDEN void co__gslab_put(co_g_t *g);
+CO_HIDDEN void co__gslab_fini(void);
+CO_HIDDEN int64_t co__gslab_slabs(void); /* slabs mapped now (tests read it) */
 CO_HIDDEN bool co__stack_attach(co_m_t *m, co_g_t *g); /* false: g waits on stackwait */
 CO_HIDDEN int co__stackwait_retry(void);          /* sysmon: requeue them; returns how many */
 /* Append t to the token list head..tail (linked through t->link). */
@@ -576,6 +583,14 @@ CO_HIDDEN int co__stack_alloc_n(co__stack_t *out, int n, size_t size); /* >= 1 m
  * guards, stack.c). */
 #define CO_STACK_BATCH_MAX 64
 CO_HIDDEN int co__stack_batch(void);
+/* How many batches of CO_STACK_BATCH_MAX to map at once (1, growing to
+ * CO_STACK_RUNS_MAX with the stacks mapped now), and the mapping of them:
+ * every batch but one handed to put, that one into out (CO_STACK_BATCH_MAX
+ * entries); returns how many out holds, or CO_ENOMEM (stack.c). */
+#define CO_STACK_RUNS_MAX 4
+CO_HIDDEN int co__stack_runs(void);
+CO_HIDDEN int co__stack_alloc_runs(co__stack_t *out, int runs, size_t size,
+                                   void (*put)(co__stack_t *run, int n, void *arg), void *arg);
 CO_HIDDEN void co__stack_free(co__stack_t *s);
 CO_HIDDEN int64_t co__stacks_mapped(void);        /* stacks mapped now (tests read it) */
 CO_HIDDEN int64_t co__stacks_mapped_total(void);  /* stacks ever mapped (tests) */

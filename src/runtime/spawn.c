@@ -16,19 +16,7 @@
 
 /* A new G, on the all-G list, for when the caches hold none: NULL without
  * memory. Out of line: g_alloc is inline in every spawn. */
-static __attribute__((noinline)) co_g_t *g_new(void) {
-    co_sched_t *s = &co__sched;
-    /* calloc, not a 64-byte aligned allocation: glibc's memalign is
-     * slow enough to cost more than the line it saves (measured) */
-    co_g_t *g = calloc(1, sizeof *g);
-    if (!g) return NULL;
-    co__lock(&s->allg_lock);
-    g->alllink_next = s->allg;
-    if (s->allg) s->allg->alllink_prev = g;
-    s->allg = g;
-    co__unlock(&s->allg_lock);
-    return g;
-}
+static __attribute__((noinline)) co_g_t *g_new(void) { return co__gslab_get(); }
 
 void co__each_live_g(co__g_visit_fn *fn, void *arg) {
     co_sched_t *s = &co__sched;

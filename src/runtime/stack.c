@@ -11,6 +11,12 @@
  * each keeps a page below it (the guard, or a spare page when unguarded)
  * and is unmapped on its own.
  *
+ * Once a program holds many stacks (1,024 and more mapped at once), one mmap
+ * maps 2, then 4 such batches of 64 (co__stack_runs): a burst that keeps
+ * missing the caches takes the address space's write lock for fewer
+ * mmaps, while the top pages committed ahead of use stay a small share of
+ * those in use. Each batch's guards are installed as one, as above.
+ *
  * Overflow is always reported, never silent:
  *  - guarded stacks have a guard page below them; a fault there lands in
  *    our SIGSEGV handler (on a per-M sigaltstack) which names the coroutine
@@ -491,12 +497,22 @@ static bool guard_batch(char *p, int n, size_t one, size_t size) {
  * Ms' page faults wait on. Each stack remains its own range (map,
  * map_size), which co__stack_free unmaps alone. Returns how many were made
  * (>= 1), or CO_ENOMEM. */
+static void stacks_make(co__stack_t *out, char *p, int n, size_t one, size_t size);
+
 int co__stack_alloc_n(co__stack_t *out, int n, size_t size) {
     size = (size + page_size - 1) & ~(page_size - 1);
     size_t one = size + page_size; /* a guard page, or a spare one below lo */
     char *p = mmap(NULL, one * (size_t)n, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) return n > 1 ? co__stack_alloc_n(out, 1, size) : CO_ENOMEM;
+    stacks_make(out, p, n, one, size);
+    return n;
+}
+
+/* The n stacks `one` bytes apart from p (the lowest at p: the mapping's
+ * bottom, or a run above another of the same mapping), each `size`
+ * bytes above its guard or spare page, guarded and counted. */
+static void stacks_make(co__stack_t *out, char *p, int n, size_t one, size_t size) {
     bool batched = n <= CO_STACK_BATCH_MAX && guard_batch(p, n, one, size);
     for (int i = 0; i < n; i++) {
         char *base = p + (size_t)i * one;
@@ -520,6 +536,36 @@ int co__stack_alloc_n(co__stack_t *out, int n, size_t size) {
     }
     __atomic_add_fetch(&stacks_mapped, n, __ATOMIC_RELAXED);
     __atomic_add_fetch(&stacks_mapped_total, n, __ATOMIC_RELAXED);
+}
+
+int co__stack_runs(void) {
+    if (co__stack_batch() != CO_STACK_BATCH_MAX || no_guards ||
+        !__atomic_load_n(&many_advice, __ATOMIC_RELAXED))
+        return 1;
+    /* 2 batches from 1,024 stacks mapped now, 4 from 2,048: the top
+     * pages committed ahead of use stay within 1/8 of the stacks mapped */
+    int64_t now = __atomic_load_n(&stacks_mapped, __ATOMIC_RELAXED);
+    int runs = 1;
+    while (runs < CO_STACK_RUNS_MAX && now >= (int64_t)runs * 2 * 8 * CO_STACK_BATCH_MAX) runs *= 2;
+    return runs;
+}
+
+int co__stack_alloc_runs(co__stack_t *out, int runs, size_t size,
+                         void (*put)(co__stack_t *run, int n, void *arg), void *arg) {
+    int n = CO_STACK_BATCH_MAX;
+    if (runs <= 1) return co__stack_alloc_n(out, n, size);
+    size = (size + page_size - 1) & ~(page_size - 1);
+    size_t one = size + page_size;
+    char *p = mmap(NULL, one * (size_t)n * (size_t)runs, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) return co__stack_alloc_n(out, n, size);
+    /* the upper runs to put, then the bottom one (which guards the
+     * mapping's lowest page even without batched guards) to the caller */
+    for (int r = runs - 1; r >= 1; r--) {
+        stacks_make(out, p + (size_t)r * n * one, n, one, size);
+        put(out, n, arg);
+    }
+    stacks_make(out, p, n, one, size);
     return n;
 }
 
