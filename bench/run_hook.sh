@@ -208,8 +208,9 @@ with open(out, "w") as f:
             "SELECT 1 (pg point: 20,000 of a prepared point query on a 100k-row table); every pg figure includes the 1,000 connects; the heartbeat sleeps 1 ms at a time; its floor is the worst lateness of a plain "
             "thread of the same process sleeping 1 ms at a time beside it (what the kernel "
             "alone adds on this machine at that moment; it is also the thread that samples "
-            "the thread count, and counts as one). Threads: the peak of the "
-            "client process; RSS: its peak (VmHWM, or time's for redis-benchmark); CPU: "
+            "the thread count). Threads: the peak of the client process less the bench's "
+            "own measuring threads (that sampler, and the pthread rows' heartbeat thread): "
+            "its main thread and every thread colony or a library made are counted; RSS: its peak (VmHWM, or time's for redis-benchmark); CPU: "
             "the client's user+sys per operation.\n\n"
             % (cpu, os.cpu_count(), platform.release(), l0, l1, runs, rops, pops))
     f.write("| client | ops/s | heartbeat worst (ms) | floor (ms) | threads | peak RSS (KiB) | CPU us/op | errors |\n")
@@ -229,7 +230,8 @@ with open(out, "w") as f:
         if x and y:
             f.write("- %s / %s: %.2f\n" % (a, b, x / y))
     f.write("\nco_blocking row: ops/s is calls completed per second (1,000 calls of "
-            "200 ms under the default cap of 128 threads). BLPOP rows: ten clients, each one "
-            "BLPOP of 300 ms and nothing else (ops/s is 0 by construction).\n")
+            "200 ms under the default cap of 128 threads; the bound is cap + procs + 2 = %d "
+            "threads). BLPOP rows: ten clients, each one "
+            "BLPOP of 300 ms and nothing else (ops/s is 0 by construction).\n" % (128 + os.cpu_count() + 2))
 print(open(out).read())
 PY

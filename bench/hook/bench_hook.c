@@ -16,7 +16,8 @@
  *   blocking   `clients` concurrent co_blocking(usleep(`ops` ms))
  * Environment: BENCH_REDIS_PORT, BENCH_PG_CONNINFO.
  * Prints one line: key=value pairs (ops_s, hb_worst_ms, hb_floor_ms: a plain
- * thread's worst lateness sleeping 1 ms at a time beside it, threads_max,
+ * thread's worst lateness sleeping 1 ms at a time beside it, threads_max:
+ * the process's peak less the bench's own measuring threads,
  * rss_kb, errors, secs).
  */
 #define _GNU_SOURCE 1
@@ -60,6 +61,11 @@ static long proc_status(const char *key) {
 }
 static atomic_long threads_max;
 static atomic_llong floor_worst;
+/* The bench's own measuring threads alive (this sampler; the pthread
+ * modes' heartbeat): not counted in threads_max, which is every other
+ * thread of the process (main, and whatever colony or the libraries
+ * made). Raised before such a thread starts, lowered after it is joined. */
+static atomic_long own_threads;
 /* Samples the thread count every 2 ms and is the heartbeat's floor: a plain
  * thread of the same process sleeping 1 ms at a time, whose worst lateness
  * is what the kernel alone adds on this machine at this moment. */
@@ -67,7 +73,7 @@ static void *sampler(void *arg) {
     (void)arg;
     for (int i = 0; !atomic_load(&stop_all); i++) {
         if (i % 2 == 0) {
-            long t = proc_status("Threads");
+            long t = proc_status("Threads") - atomic_load(&own_threads);
             if (t > atomic_load(&threads_max)) atomic_store(&threads_max, t);
         }
         struct timespec ts;
@@ -288,11 +294,13 @@ int main(int argc, char **argv) {
         return 2;
     }
     pthread_t smp;
+    atomic_store(&own_threads, 1);
     pthread_create(&smp, NULL, sampler, NULL);
     struct rusage;
     int64_t t0 = now_ns();
     if (threads) {
         pthread_t hb;
+        atomic_fetch_add(&own_threads, 1);
         pthread_create(&hb, NULL, hb_thread, NULL);
         pthread_t *ts = calloc((size_t)clients, sizeof *ts);
         pthread_attr_t a;
@@ -302,6 +310,7 @@ int main(int argc, char **argv) {
         for (int i = 0; i < clients; i++) pthread_join(ts[i], NULL);
         atomic_store(&stop_all, 1);
         pthread_join(hb, NULL);
+        atomic_fetch_sub(&own_threads, 1);
     } else {
         co_main(co_run, NULL);
         atomic_store(&stop_all, 1);
