@@ -259,7 +259,8 @@ static int wait_fd(int fd, int ev, int64_t timeo, bool co) {
 static ssize_t io_call(int fd, int how, bool try_, size_t rlen, int64_t timeo,
                        co__io_fn fn, void *arg) {
     if (try_) how |= CO__IO_TRY;
-    void *home = !try_ && mode() == MODE_HOME ? co_thread_home() : NULL;
+    /* (a try never parks, but taking the fd may yield: one being retired) */
+    void *home = mode() == MODE_HOME ? co_thread_home() : NULL;
     ssize_t r = co__io_hooked(fd, how, fn, arg, rlen, timeo);
     co_thread_return(home);
     if (r >= 0) return r;
