@@ -237,10 +237,10 @@ static void test_tcp_echo(void) {
 
 /* Request/response over loopback TCP, as libpq and hiredis do it: the
  * servers read and write blocking sockets; the clients set O_NONBLOCK and
- * wait in poll(POLLIN) before each recv, or read a blocking socket. Short
- * reads mark a stream drained, and the next wait may park with no system
- * call (while other coroutines keep the Ps busy): every reply must still
- * come, and a poll with nothing to come must time out. */
+ * wait in poll(POLLIN) before each recv, or read a blocking socket, each
+ * wait parked on the edge count loaded before its try (while other
+ * coroutines keep the Ps busy part of the time): every reply must come,
+ * and a poll with nothing to come must time out. */
 enum { PP_CONNS = 16, PP_ROUNDS = 60 };
 static int pp_port, pp_ok, pp_bad, pp_busy_stop;
 static void pp_handler(void *arg) {

@@ -248,20 +248,15 @@ static int wait_fd(int fd, int ev, int64_t timeo, bool co) {
     }
 }
 
-/* A hooked fd's call from a coroutine that may park (not pinned): through
- * the io layer (co__io_hooked), which loads the fd's edge count before the
- * call and, on EAGAIN, parks until an edge newer than that: no poll(2) and
- * no epoll_ctl per wait. fn is libc's call (its -errno read right after
- * it); try_: one attempt (the program's own O_NONBLOCK, MSG_DONTWAIT);
- * rlen: the length a read asked for (0: not a read, or one that leaves
- * data behind, MSG_PEEK). Back on its own thread before it returns unless
- * MODE_MIGRATE. r or -1 with errno, as libc. */
-static ssize_t io_call(int fd, int how, bool try_, size_t rlen, int64_t timeo,
-                       co__io_fn fn, void *arg) {
-    if (try_) how |= CO__IO_TRY;
-    /* (a try never parks, but taking the fd may yield: one being retired) */
+/* A hooked fd's blocking call from a coroutine that may park (not
+ * pinned): through the io layer (co__io_hooked), which loads the fd's edge
+ * count before the call and, on EAGAIN, parks until an edge newer than
+ * that: no poll(2) and no epoll_ctl per wait. fn is libc's call (its
+ * -errno read right after it). Back on its own thread before it returns
+ * unless MODE_MIGRATE. r or -1 with errno, as libc. */
+static ssize_t io_call(int fd, int how, int64_t timeo, co__io_fn fn, void *arg) {
     void *home = mode() == MODE_HOME ? co_thread_home() : NULL;
-    ssize_t r = co__io_hooked(fd, how, fn, arg, rlen, timeo);
+    ssize_t r = co__io_hooked(fd, how, fn, arg, timeo);
     co_thread_return(home);
     if (r >= 0) return r;
     /* CO_ETIMEDOUT: libc's answer for SO_RCVTIMEO / SO_SNDTIMEO; CO_ECLOSED:
@@ -300,19 +295,15 @@ XFN(sendmsg, REAL(sendmsg)(fd, x->b, x->fl))
  * coroutine or an fd not hooked, try it; on EAGAIN on a hooked fd the
  * program did not make non-blocking, wait and try again. A coroutine that
  * may park goes through io_call instead (the same answers). */
-#define HOOK_IO(fd, ev, dontwait, rlen, timeo_field, call, xfn, ...)                    \
+#define HOOK_IO(fd, ev, dontwait, timeo_field, call, xfn, ...)                    \
     do {                                                                               \
         bool co_ = in_coroutine();                                                     \
         hfd_t *h_ = hooked(fd, co_);                                                   \
-        if (h_ && co_ && mode() != MODE_PIN) {                                         \
-            bool try_ = (dontwait) || __atomic_load_n(&h_->user_nb, __ATOMIC_RELAXED); \
-            size_t rl_ = (rlen);                                                       \
-            if (!try_ || rl_) {                                                        \
-                struct xargs x_ = {__VA_ARGS__};                                       \
-                return io_call(fd, (ev) == CO_READABLE ? CO__IO_READ : CO__IO_WRITE, \
-                               try_, rl_, __atomic_load_n(&h_->timeo_field, __ATOMIC_RELAXED), \
-                               xfn, &x_);                                              \
-            }                                                                          \
+        if (h_ && co_ && !(dontwait) && !__atomic_load_n(&h_->user_nb, __ATOMIC_RELAXED) && \
+            mode() != MODE_PIN) {                                                      \
+            struct xargs x_ = {__VA_ARGS__};                                           \
+            return io_call(fd, (ev) == CO_READABLE ? CO__IO_READ : CO__IO_WRITE,       \
+                           __atomic_load_n(&h_->timeo_field, __ATOMIC_RELAXED), xfn, &x_); \
         }                                                                              \
         for (;;) {                                                                     \
             ssize_t r_ = (call);                                                       \
@@ -329,59 +320,46 @@ XFN(sendmsg, REAL(sendmsg)(fd, x->b, x->fl))
         }                                                                              \
     } while (0)
 
-/* readv's length, for the drained mark: 0 (none) if it does not fit */
-static size_t iov_len(const struct iovec *iov, int cnt) {
-    size_t n = 0;
-    for (int i = 0; iov && i < cnt; i++) {
-        if (iov[i].iov_len > SIZE_MAX / 2 - n) return 0;
-        n += iov[i].iov_len;
-    }
-    return n;
-}
-/* recv's flags that leave data behind or wait for more: no drained mark */
-#define NOMARK (MSG_PEEK | MSG_OOB | MSG_WAITALL)
-
 HOOK_API ssize_t read(int fd, void *buf, size_t n) {
-    HOOK_IO(fd, CO_READABLE, false, n, rcvtimeo, REAL(read)(fd, buf, n), x_read, .b = buf, .n = n);
+    HOOK_IO(fd, CO_READABLE, false, rcvtimeo, REAL(read)(fd, buf, n), x_read, .b = buf, .n = n);
 }
 HOOK_API ssize_t write(int fd, const void *buf, size_t n) {
-    HOOK_IO(fd, CO_WRITABLE, false, 0, sndtimeo, REAL(write)(fd, buf, n), x_write,
+    HOOK_IO(fd, CO_WRITABLE, false, sndtimeo, REAL(write)(fd, buf, n), x_write,
             .b = (void *)buf, .n = n);
 }
 HOOK_API ssize_t readv(int fd, const struct iovec *iov, int cnt) {
-    HOOK_IO(fd, CO_READABLE, false, iov_len(iov, cnt), rcvtimeo, REAL(readv)(fd, iov, cnt),
+    HOOK_IO(fd, CO_READABLE, false, rcvtimeo, REAL(readv)(fd, iov, cnt),
             x_readv, .b = (void *)iov, .cnt = cnt);
 }
 HOOK_API ssize_t writev(int fd, const struct iovec *iov, int cnt) {
-    HOOK_IO(fd, CO_WRITABLE, false, 0, sndtimeo, REAL(writev)(fd, iov, cnt), x_writev,
+    HOOK_IO(fd, CO_WRITABLE, false, sndtimeo, REAL(writev)(fd, iov, cnt), x_writev,
             .b = (void *)iov, .cnt = cnt);
 }
 HOOK_API ssize_t recv(int fd, void *buf, size_t n, int fl) {
-    HOOK_IO(fd, CO_READABLE, fl & MSG_DONTWAIT, fl & NOMARK ? 0 : n, rcvtimeo,
+    HOOK_IO(fd, CO_READABLE, fl & MSG_DONTWAIT, rcvtimeo,
             REAL(recv)(fd, buf, n, fl), x_recv, .b = buf, .n = n, .fl = fl);
 }
 HOOK_API ssize_t recvfrom(int fd, void *buf, size_t n, int fl, struct sockaddr *a,
                           socklen_t *al) {
-    HOOK_IO(fd, CO_READABLE, fl & MSG_DONTWAIT, fl & NOMARK ? 0 : n, rcvtimeo,
+    HOOK_IO(fd, CO_READABLE, fl & MSG_DONTWAIT, rcvtimeo,
             REAL(recvfrom)(fd, buf, n, fl, a, al), x_recvfrom, .b = buf, .n = n, .fl = fl,
             .a = a, .al = al);
 }
 HOOK_API ssize_t recvmsg(int fd, struct msghdr *m, int fl) {
-    HOOK_IO(fd, CO_READABLE, fl & MSG_DONTWAIT,
-            fl & NOMARK || !m ? 0 : iov_len(m->msg_iov, (int)m->msg_iovlen), rcvtimeo,
+    HOOK_IO(fd, CO_READABLE, fl & MSG_DONTWAIT, rcvtimeo,
             REAL(recvmsg)(fd, m, fl), x_recvmsg, .b = m, .fl = fl);
 }
 HOOK_API ssize_t send(int fd, const void *buf, size_t n, int fl) {
-    HOOK_IO(fd, CO_WRITABLE, fl & MSG_DONTWAIT, 0, sndtimeo, REAL(send)(fd, buf, n, fl), x_send,
+    HOOK_IO(fd, CO_WRITABLE, fl & MSG_DONTWAIT, sndtimeo, REAL(send)(fd, buf, n, fl), x_send,
             .b = (void *)buf, .n = n, .fl = fl);
 }
 HOOK_API ssize_t sendto(int fd, const void *buf, size_t n, int fl, const struct sockaddr *a,
                         socklen_t al) {
-    HOOK_IO(fd, CO_WRITABLE, fl & MSG_DONTWAIT, 0, sndtimeo, REAL(sendto)(fd, buf, n, fl, a, al),
+    HOOK_IO(fd, CO_WRITABLE, fl & MSG_DONTWAIT, sndtimeo, REAL(sendto)(fd, buf, n, fl, a, al),
             x_sendto, .b = (void *)buf, .n = n, .fl = fl, .a = (void *)a, .cnt = (int)al);
 }
 HOOK_API ssize_t sendmsg(int fd, const struct msghdr *m, int fl) {
-    HOOK_IO(fd, CO_WRITABLE, fl & MSG_DONTWAIT, 0, sndtimeo, REAL(sendmsg)(fd, m, fl), x_sendmsg,
+    HOOK_IO(fd, CO_WRITABLE, fl & MSG_DONTWAIT, sndtimeo, REAL(sendmsg)(fd, m, fl), x_sendmsg,
             .b = (void *)m, .fl = fl);
 }
 
@@ -404,8 +382,8 @@ HOOK_API int accept4(int fd, struct sockaddr *a, socklen_t *al, int fl) {
     socklen_t al0 = al ? *al : 0;
     if (h && co && mode() != MODE_PIN && !__atomic_load_n(&h->user_nb, __ATOMIC_RELAXED)) {
         struct accept_args x = {a, al, al0, fl};
-        r = (int)io_call(fd, CO__IO_READ, false, 0,
-                         __atomic_load_n(&h->rcvtimeo, __ATOMIC_RELAXED), x_accept4, &x);
+        r = (int)io_call(fd, CO__IO_READ, __atomic_load_n(&h->rcvtimeo, __ATOMIC_RELAXED),
+                         x_accept4, &x);
         if (r >= 0) hfd_reset(r);
         return r;
     }
@@ -602,8 +580,7 @@ HOOK_API int poll(struct pollfd *p, nfds_t n, int ms) {
         int how = (p[0].events & (POLLIN | POLLPRI | POLLRDHUP) ? CO__IO_READ : 0) |
                   (p[0].events & POLLOUT ? CO__IO_WRITE : 0);
         void *home = mode() == MODE_HOME ? co_thread_home() : NULL;
-        ssize_t r = co__io_hooked(p[0].fd, how, x_poll1, p, 0,
-                                  ms < 0 ? 0 : (int64_t)ms * 1000000);
+        ssize_t r = co__io_hooked(p[0].fd, how, x_poll1, p, ms < 0 ? 0 : (int64_t)ms * 1000000);
         co_thread_return(home);
         if (r >= 0) return (int)r;
         if (r == CO_ETIMEDOUT) {

@@ -698,7 +698,7 @@ ssize_t co__io_op(int fd, int how, co__io_fn fn, void *arg, int64_t deadline) {
     return n;
 }
 
-ssize_t co__io_hooked(int fd, int how, co__io_fn fn, void *arg, size_t rlen, int64_t timeo) {
+ssize_t co__io_hooked(int fd, int how, co__io_fn fn, void *arg, int64_t timeo) {
     if (fd < 0)
         return -EBADF;
     if (!fn || !(how & (CO__IO_READ | CO__IO_WRITE)))
@@ -717,7 +717,7 @@ ssize_t co__io_hooked(int fd, int how, co__io_fn fn, void *arg, size_t rlen, int
     }
     if (rc < 0)
         return rc;
-    bool rd = how & CO__IO_READ, wr = how & CO__IO_WRITE, once = how & CO__IO_TRY;
+    bool rd = how & CO__IO_READ, wr = how & CO__IO_WRITE;
     int modes = (rd ? CO__PD_READ : 0) | (wr ? CO__PD_WRITE : 0);
     /* from the first wait on: a call that never waits reads no clock */
     int64_t deadline = CO_FOREVER;
@@ -726,34 +726,8 @@ ssize_t co__io_hooked(int fd, int how, co__io_fn fn, void *arg, size_t rlen, int
     for (;;) {
         uint32_t rs = rd ? __atomic_load_n(&pd->rseq, __ATOMIC_ACQUIRE) : 0;
         uint32_t ws = wr ? __atomic_load_n(&pd->wseq, __ATOMIC_ACQUIRE) : 0;
-        /* co_read's skip: the last read of this stream came back short at
-         * this very edge count, so a read (or a poll for input) now would
-         * find it empty: wait for the edge instead of spending a system
-         * call on EAGAIN. co_read's conditions, and one more: this P has
-         * other work, so the park costs a switch; with none, the M would
-         * go idle and be woken (futex calls) where the try often finds the
-         * reply there already (a backend that ran on the other CPU). */
-        if (rd && !wr && !once && rs + 1 != 0 &&
-            __atomic_load_n(&pd->rdrained, __ATOMIC_RELAXED) == rs + 1 &&
-            !__atomic_load_n(&pd->hup, __ATOMIC_RELAXED) && co__runq_busy()) {
-            if (!dl_known) {
-                deadline = co_deadline_after(timeo);
-                dl_known = true;
-            }
-            if (edge_wait_pays(deadline)) {
-                __atomic_store_n(&pd->rdrained, 0, __ATOMIC_RELAXED); /* one skip per short read */
-                int w = co__pd_wait(pd, CO__PD_READ, rs, 0, deadline);
-                if (w < 0) {
-                    n = w;
-                    break;
-                }
-                continue;
-            }
-        }
         n = fn(fd, arg);
-        if (rlen && n > 0 && (size_t)n < rlen && __atomic_load_n(&pd->stream, __ATOMIC_RELAXED))
-            __atomic_store_n(&pd->rdrained, rs + 1, __ATOMIC_RELAXED);
-        if (n >= 0 || !again(n) || once || pd_plain(pd))
+        if (n >= 0 || !again(n) || pd_plain(pd))
             break;
         if (!dl_known) {
             deadline = co_deadline_after(timeo);

@@ -15,7 +15,6 @@ enum {
     CO__IO_READ = 1,  /* fn waits for read readiness on EAGAIN */
     CO__IO_WRITE = 2, /* ... for write readiness */
     CO__IO_WLOCK = 4, /* hold co_write's lock throughout (whole writes never interleave) */
-    CO__IO_TRY = 8,   /* co__io_hooked: one attempt, its -EAGAIN returned */
 };
 
 /* Exported from libcolony.so for libcolony_hook.so alone (src/hook, which
@@ -41,20 +40,15 @@ CO__IO_HOOK_API void co__io_fresh(int fd);
 /* libcolony_hook.so's blocking call on a socket or pipe, from a coroutine:
  * fn (libc's call, made non-blocking) until it returns something other
  * than -EAGAIN (how: CO__IO_READ and/or CO__IO_WRITE, the readiness to
- * wait for; CO__IO_TRY: one attempt, the program's own O_NONBLOCK). The
- * edge count is loaded before each attempt, and a wait parks only if no
- * edge came since: no poll(2) and no epoll_ctl per wait, which asks that
- * the number still name the file set up on its first use here, i.e. that
- * every close of it go through co_close or co_fd_forget (the hook's close
- * does), and that a number the caller saw become a new file be passed to
- * co__io_fresh first. rlen > 0: fn reads up to rlen bytes, and a shorter
- * count from a TCP stream marks it drained, so that the next read-side
- * call waits for an edge instead of failing a system call (co_read's
- * skip). timeo > 0: CO_ETIMEDOUT that many ns after the first wait.
- * Returns fn's last result, CO_ETIMEDOUT, CO_ECLOSED (closed meanwhile)
- * or what taking the fd failed with. */
-CO__IO_HOOK_API ssize_t co__io_hooked(int fd, int how, co__io_fn fn, void *arg, size_t rlen,
-                                      int64_t timeo);
+ * wait for). The edge count is loaded before each attempt, and a wait
+ * parks only if no edge came since: no poll(2) and no epoll_ctl per wait,
+ * which asks that the number still name the file set up on its first use
+ * here, i.e. that every close of it go through co_close or co_fd_forget
+ * (the hook's close does), and that a number the caller saw become a new
+ * file be passed to co__io_fresh first. timeo > 0: CO_ETIMEDOUT that many
+ * ns after the first wait. Returns fn's last result, CO_ETIMEDOUT,
+ * CO_ECLOSED (closed meanwhile) or what taking the fd failed with. */
+CO__IO_HOOK_API ssize_t co__io_hooked(int fd, int how, co__io_fn fn, void *arg, int64_t timeo);
 
 /* fd is a socket fresh from socket(2), non-blocking already; tcp: an
  * AF_INET/AF_INET6 TCP stream. Sets it up now with what the caller knows

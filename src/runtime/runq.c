@@ -69,12 +69,6 @@ bool co__runq_empty(co_p_t *p) {
 
 int co__runq_len(co_p_t *p) { return runq_len(p); }
 
-bool co__runq_busy(void) {
-    co_m_t *m = co__getm();
-    co_p_t *p = m && m->curg ? m->p : NULL;
-    return p && runq_len(p) > 0;
-}
-
 /* Sysmon's safety net against a lost wake-up: a P is idle, no M is
  * spinning, and yet there is work a woken M would take (the global queue,
  * or a ring with entries: a thief takes half). Relaxed loads: a hint, and

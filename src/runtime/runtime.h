@@ -435,10 +435,6 @@ CO_HIDDEN bool co__netpoll_has_waiters(void);
 #define CO__POLL_RECENT_NS 1000000
 CO_HIDDEN bool co__netpoll_soon(int64_t now);
 CO_HIDDEN void co__netpoll_want(void); /* a plain thread parks on the netpoller */
-/* The calling coroutine's P has other work queued: a park now costs a
- * switch, not an M going idle and woken again (futex calls). A hint
- * (relaxed loads); false on a plain thread. */
-CO_HIDDEN bool co__runq_busy(void);
 /* Poll descriptors (netpoll.c), their waiting and waking, and the backend's
  * registration: runtime/netpoll.h, which the fd layer (src/io) includes. */
 
