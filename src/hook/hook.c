@@ -12,10 +12,12 @@
  *    kept here and shown by fcntl(F_GETFL).
  *  - A hooked fd's read, write & co: the call is tried; on EAGAIN, a
  *    program that set O_NONBLOCK itself (or passed MSG_DONTWAIT) gets
- *    EAGAIN, as from libc; otherwise a coroutine parks in co_wait_fd until
- *    the fd is ready or the SO_RCVTIMEO / SO_SNDTIMEO deadline passes
- *    (then EAGAIN, as libc), and a plain thread waits in poll(2) the same
- *    way (its blocking view of the fd stays libc's).
+ *    EAGAIN, as from libc; otherwise a coroutine parks in the io layer's
+ *    wait (co__io_hooked: on the edge count loaded before the try; with
+ *    COLONY_HOOK_PIN=1, co_wait_fd) until the fd is ready or the
+ *    SO_RCVTIMEO / SO_SNDTIMEO deadline passes (then EAGAIN, as libc),
+ *    and a plain thread waits in poll(2) the same way (its blocking view
+ *    of the fd stays libc's).
  *  - close and dup2/dup3 over a hooked fd retire it (co_fd_forget) before
  *    the number can name another file; socket, accept and dup give a
  *    number a fresh entry.
@@ -24,7 +26,8 @@
  *    returns, for foreign code that caches &errno or the address of a
  *    thread-local across a call ($COLONY_HOOK_MIGRATE=1: not;
  *    $COLONY_HOOK_PIN=1: it holds its thread instead; see co_wait below).
- *  - poll parks (several fds: through a private epoll set); select runs
+ *  - poll parks (one fd: the io layer's wait; several: a private epoll
+ *    set in co_wait_fd); select runs
  *    inside co_blocking (a thread held, within its cap).
  * The program's errno is set after the coroutine is back on its thread.
  */
