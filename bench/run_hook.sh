@@ -205,20 +205,22 @@ with open(out, "w") as f:
     f.write("Machine: %s, %d CPUs, Linux %s. Shared with other builds: load average %s "
             "before, %s after. %s round(s), medians (ranges). redis: 1,000 clients "
             "sharing %s INCR/GET plus ten 300 ms BLPOPs; pg: 1,000 clients sharing %s "
-            "SELECT 1 (pg point: 20,000 of a prepared point query on a 100k-row table); every pg figure includes the 1,000 connects; the heartbeat sleeps 1 ms at a time; its floor is the worst lateness of a plain "
+            "SELECT 1 (pg point: 20,000 of a prepared point query on a 100k-row table); ops/s and CPU us/op include the 1,000 connects (every client, Go's pool too, opens its connection first); the connected columns time the queries alone, from the moment every client is connected to the last reply, and the client's CPU per query meanwhile; the heartbeat sleeps 1 ms at a time; its floor is the worst lateness of a plain "
             "thread of the same process sleeping 1 ms at a time beside it (what the kernel "
             "alone adds on this machine at that moment; it is also the thread that samples "
-            "the thread count, and counts as one). Threads: the peak of the "
-            "client process; RSS: its peak (VmHWM, or time's for redis-benchmark); CPU: "
+            "the thread count). Threads: the peak of the client process less the bench's "
+            "own measuring threads (that sampler, and the pthread rows' heartbeat thread): "
+            "its main thread and every thread colony or a library made are counted; RSS: its peak (VmHWM, or time's for redis-benchmark); CPU: "
             "the client's user+sys per operation.\n\n"
             % (cpu, os.cpu_count(), platform.release(), l0, l1, runs, rops, pops))
-    f.write("| client | ops/s | heartbeat worst (ms) | floor (ms) | threads | peak RSS (KiB) | CPU us/op | errors |\n")
-    f.write("|---|---|---|---|---|---|---|---|\n")
+    f.write("| client | ops/s | connected ops/s | heartbeat worst (ms) | floor (ms) | threads | peak RSS (KiB) | CPU us/op | connected CPU us/op | errors |\n")
+    f.write("|---|---|---|---|---|---|---|---|---|---|\n")
     for n in order:
         rss = stat(n, "rss_kb") if rows[n][0].get("rss_kb", "-") != "-" else stat(n, "rss_time_kb")
-        f.write("| %s | %s | %s | %s | %s | %s | %s | %s |\n" % (
-            n, stat(n, "ops_s"), stat(n, "hb_worst_ms", "%.1f"), stat(n, "hb_floor_ms", "%.1f"),
-            stat(n, "threads_max"), rss, cpu_per_op(n), stat(n, "errors")))
+        f.write("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n" % (
+            n, stat(n, "ops_s"), stat(n, "q_ops_s"), stat(n, "hb_worst_ms", "%.1f"),
+            stat(n, "hb_floor_ms", "%.1f"), stat(n, "threads_max"), rss, cpu_per_op(n),
+            stat(n, "q_cpu_us", "%.1f"), stat(n, "errors")))
     f.write("\nRatios of medians (ops/s):\n\n")
     pairs = [("colony+hook", "pthreads"), ("colony+hook", "nb+wait_fd"),
              ("colony+hook", "redis-benchmark"), ("pg colony+hook", "pg pthreads"),
@@ -228,8 +230,14 @@ with open(out, "w") as f:
         x, y = med(a, "ops_s"), med(b, "ops_s")
         if x and y:
             f.write("- %s / %s: %.2f\n" % (a, b, x / y))
+    f.write("\nThe same, connected (pg: the queries alone, once every client is connected):\n\n")
+    for a, b in pairs:
+        x, y = med(a, "q_ops_s"), med(b, "q_ops_s")
+        if x and y:
+            f.write("- %s / %s: %.2f\n" % (a, b, x / y))
     f.write("\nco_blocking row: ops/s is calls completed per second (1,000 calls of "
-            "200 ms under the default cap of 128 threads). BLPOP rows: ten clients, each one "
-            "BLPOP of 300 ms and nothing else (ops/s is 0 by construction).\n")
+            "200 ms under the default cap of 128 threads; the bound is cap + procs + 2 = %d "
+            "threads). BLPOP rows: ten clients, each one "
+            "BLPOP of 300 ms and nothing else (ops/s is 0 by construction).\n" % (128 + os.cpu_count() + 2))
 print(open(out).read())
 PY

@@ -235,6 +235,116 @@ static void test_tcp_echo(void) {
     close(lfd);
 }
 
+/* Request/response over loopback TCP, as libpq and hiredis do it: the
+ * servers read and write blocking sockets; the clients set O_NONBLOCK and
+ * wait in poll(POLLIN) before each recv, or read a blocking socket, each
+ * wait parked on the edge count loaded before its try (while other
+ * coroutines keep the Ps busy part of the time): every reply must come,
+ * and a poll with nothing to come must time out. */
+enum { PP_CONNS = 16, PP_ROUNDS = 60 };
+static int pp_port, pp_ok, pp_bad, pp_busy_stop;
+static void pp_handler(void *arg) {
+    int c = (int)(intptr_t)arg;
+    char b[32];
+    for (;;) {
+        ssize_t n = read(c, b, sizeof b - 1);
+        if (n <= 0) break;
+        b[0] = 'r';
+        if (write(c, b, (size_t)n) != n) break;
+    }
+    close(c);
+}
+static void pp_server(void *arg) {
+    int lfd = (int)(intptr_t)arg;
+    for (int k = 0; k < PP_CONNS; k++) {
+        int c = accept(lfd, NULL, NULL);
+        if (c < 0) break;
+        if (co_go(pp_handler, (void *)(intptr_t)c) != 0) close(c);
+    }
+}
+static void pp_client(void *arg) {
+    int id = (int)(intptr_t)arg;
+    bool nb = id % 2 == 0; /* half as libpq (O_NONBLOCK, poll, recv), half as hiredis */
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)pp_port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    bool ok = fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) == 0;
+    if (ok && nb) ok = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) == 0;
+    for (int r = 0; ok && r < PP_ROUNDS; r++) {
+        char q[32], want[32], b[32];
+        int len = snprintf(q, sizeof q, "q%d.%d", id, r);
+        memcpy(want, q, (size_t)len + 1);
+        want[0] = 'r';
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (nb && r % 10 == 5 && poll(&p, 1, 2) != 0) { /* nothing is coming */
+            fprintf(stderr, "pingpong %d: a poll with nothing to come said ready\n", id);
+            ok = false;
+            break;
+        }
+        if (send(fd, q, (size_t)len, 0) != len) {
+            ok = false;
+            break;
+        }
+        ssize_t n;
+        if (nb) {
+            n = 0;
+            while (n < len) { /* a reply may come in pieces */
+                if (poll(&p, 1, 10000) != 1 || !(p.revents & POLLIN)) break;
+                ssize_t k = recv(fd, b + n, sizeof b - 1 - (size_t)n, 0);
+                if (k < 0 && (err_now() == EAGAIN || err_now() == EWOULDBLOCK)) continue;
+                if (k <= 0) break;
+                n += k;
+            }
+        } else {
+            n = 0;
+            while (n < len) {
+                ssize_t k = read(fd, b + n, sizeof b - 1 - (size_t)n);
+                if (k <= 0) break;
+                n += k;
+            }
+        }
+        if (n != len || memcmp(b, want, (size_t)len) != 0) {
+            fprintf(stderr, "pingpong %d round %d: n=%zd errno=%d\n", id, r, n, err_now());
+            ok = false;
+        }
+    }
+    if (fd >= 0) close(fd);
+    __atomic_add_fetch(ok ? &pp_ok : &pp_bad, 1, __ATOMIC_RELEASE);
+}
+/* keeps run queues non-empty part of the time; sleeps between bursts, so
+ * that Ms run out of work and poll (a P that never does is looked at by
+ * sysmon only, every 10 ms) */
+static void pp_busy(void *arg) {
+    (void)arg;
+    while (!__atomic_load_n(&pp_busy_stop, __ATOMIC_ACQUIRE)) {
+        for (int i = 0; i < 20; i++) co_yield();
+        co_sleep(MS / 5);
+    }
+}
+static void test_tcp_pingpong(void) {
+    int lfd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    CHECK_EQ(bind(lfd, (struct sockaddr *)&a, sizeof a), 0);
+    CHECK_EQ(listen(lfd, 64), 0);
+    socklen_t l = sizeof a;
+    getsockname(lfd, (struct sockaddr *)&a, &l);
+    pp_port = ntohs(a.sin_port);
+    pp_ok = pp_bad = pp_busy_stop = 0;
+    CHECK_EQ(co_go(pp_server, (void *)(intptr_t)lfd), 0);
+    for (int i = 0; i < 4; i++) CHECK_EQ(co_go(pp_busy, NULL), 0);
+    for (int i = 0; i < PP_CONNS; i++) CHECK_EQ(co_go(pp_client, (void *)(intptr_t)i), 0);
+    int64_t t0 = co_now();
+    while (__atomic_load_n(&pp_ok, __ATOMIC_ACQUIRE) + __atomic_load_n(&pp_bad, __ATOMIC_ACQUIRE) <
+               PP_CONNS &&
+           co_now() - t0 < GIVE_UP)
+        co_sleep(MS);
+    __atomic_store_n(&pp_busy_stop, 1, __ATOMIC_RELEASE);
+    CHECK_EQ(pp_ok, PP_CONNS);
+    CHECK_EQ(pp_bad, 0);
+    close(lfd);
+    co_sleep(20 * MS); /* the handlers see EOF and close */
+}
+
 /* poll() of one fd with a timeout parks; a timeout says 0. */
 static void test_poll_one(void) {
     int sv[2];
@@ -349,6 +459,7 @@ static int run(void *arg) {
     T_RUN(test_rcvtimeo);
     T_RUN(test_close_retires);
     T_RUN(test_tcp_echo);
+    T_RUN(test_tcp_pingpong);
     T_RUN(test_poll_one);
     T_RUN(test_poll_many);
     T_RUN(test_sleeps);

@@ -15,8 +15,11 @@
  *              WHERE id = $1, 100k rows) instead of SELECT 1
  *   blocking   `clients` concurrent co_blocking(usleep(`ops` ms))
  * Environment: BENCH_REDIS_PORT, BENCH_PG_CONNINFO.
- * Prints one line: key=value pairs (ops_s, hb_worst_ms, hb_floor_ms: a plain
- * thread's worst lateness sleeping 1 ms at a time beside it, threads_max,
+ * Prints one line: key=value pairs (ops_s, q_ops_s and q_cpu_us: pg modes,
+ * the queries alone once every client is connected, and the process's CPU
+ * per query meanwhile, hb_worst_ms, hb_floor_ms: a plain
+ * thread's worst lateness sleeping 1 ms at a time beside it, threads_max:
+ * the process's peak less the bench's own measuring threads,
  * rss_kb, errors, secs).
  */
 #define _GNU_SOURCE 1
@@ -31,6 +34,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -60,6 +64,11 @@ static long proc_status(const char *key) {
 }
 static atomic_long threads_max;
 static atomic_llong floor_worst;
+/* The bench's own measuring threads alive (this sampler; the pthread
+ * modes' heartbeat): not counted in threads_max, which is every other
+ * thread of the process (main, and whatever colony or the libraries
+ * made). Raised before such a thread starts, lowered after it is joined. */
+static atomic_long own_threads;
 /* Samples the thread count every 2 ms and is the heartbeat's floor: a plain
  * thread of the same process sleeping 1 ms at a time, whose worst lateness
  * is what the kernel alone adds on this machine at this moment. */
@@ -67,7 +76,7 @@ static void *sampler(void *arg) {
     (void)arg;
     for (int i = 0; !atomic_load(&stop_all); i++) {
         if (i % 2 == 0) {
-            long t = proc_status("Threads");
+            long t = proc_status("Threads") - atomic_load(&own_threads);
             if (t > atomic_load(&threads_max)) atomic_store(&threads_max, t);
         }
         struct timespec ts;
@@ -185,14 +194,57 @@ fail:
 }
 
 /* ---- postgres ----------------------------------------------------------------- */
+/* The query phase: every client waits at the gate after its connect (made
+ * or failed), so that q_ops_s times the queries alone, from the moment all
+ * clients are connected to the last reply (the connects are the server's
+ * forks, ~4 s of a 1,000-client run here). */
+static bool pt_mode;
+static co_waitgroup_t gate_wg = CO_WAITGROUP_INIT;
+static pthread_mutex_t gate_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t gate_cv = PTHREAD_COND_INITIALIZER;
+static int gate_in;
+static atomic_llong q_t0, q_t1;
+static atomic_int q_left = -1;        /* clients still in the query phase */
+static atomic_llong q_cpu0, q_cpu1;   /* the process's CPU (user+sys, us) at its ends */
+static long long cpu_us(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (long long)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000 + ru.ru_utime.tv_usec +
+           ru.ru_stime.tv_usec;
+}
+static void gate(void) {
+    if (pt_mode) {
+        pthread_mutex_lock(&gate_mu);
+        if (++gate_in == clients) pthread_cond_broadcast(&gate_cv);
+        while (gate_in < clients) pthread_cond_wait(&gate_cv, &gate_mu);
+        pthread_mutex_unlock(&gate_mu);
+    } else {
+        co_waitgroup_done(&gate_wg);
+        co_waitgroup_wait(&gate_wg);
+    }
+    long long z = 0, cpu = cpu_us();
+    if (atomic_compare_exchange_strong(&q_t0, &z, now_ns())) /* the first one through */
+        atomic_store(&q_cpu0, cpu);
+}
+/* a client's last query is done (or it never connected): the last one
+ * ends the query phase */
+static void query_done(void) {
+    if (atomic_fetch_sub(&q_left, 1) == 1) {
+        atomic_store(&q_t1, now_ns());
+        atomic_store(&q_cpu1, cpu_us());
+    }
+}
 static void pg_work(int id) {
     (void)id;
     PGconn *c = PQconnectdb(conninfo);
     if (PQstatus(c) != CONNECTION_OK) {
         atomic_fetch_add(&errors, 1);
+        gate();
+        query_done();
         PQfinish(c);
         return;
     }
+    gate();
     for (;;) {
         int k = atomic_fetch_add(&next_op, 1);
         if (k >= ops) break;
@@ -200,6 +252,7 @@ static void pg_work(int id) {
         if (PQresultStatus(r) != PGRES_TUPLES_OK) atomic_fetch_add(&errors, 1);
         PQclear(r);
     }
+    query_done();
     PQfinish(c);
 }
 
@@ -209,9 +262,12 @@ static void pg_prep_work(int id) {
     PGconn *c = PQconnectdb(conninfo);
     if (PQstatus(c) != CONNECTION_OK) {
         atomic_fetch_add(&errors, 1);
+        gate();
+        query_done();
         PQfinish(c);
         return;
     }
+    gate(); /* the prepare is in the query phase, as database/sql's is */
     PGresult *pr = PQprepare(c, "pt", "SELECT v FROM bench_t WHERE id = $1", 1, NULL);
     if (PQresultStatus(pr) != PGRES_COMMAND_OK) atomic_fetch_add(&errors, 1);
     PQclear(pr);
@@ -228,6 +284,7 @@ static void pg_prep_work(int id) {
             atomic_fetch_add(&errors, 1);
         PQclear(r);
     }
+    query_done();
     PQfinish(c);
 }
 
@@ -278,6 +335,7 @@ int main(int argc, char **argv) {
     port = getenv("BENCH_REDIS_PORT") ? atoi(getenv("BENCH_REDIS_PORT")) : 6379;
     conninfo = getenv("BENCH_PG_CONNINFO") ? getenv("BENCH_PG_CONNINFO") : "";
     bool threads = strstr(mode, "-pt") != NULL;
+    pt_mode = threads;
     if (!strncmp(mode, "redis-nb", 8)) work = redis_nb_work;
     else if (!strncmp(mode, "redis", 5)) work = redis_work;
     else if (!strncmp(mode, "pgprep", 6)) work = pg_prep_work;
@@ -287,12 +345,18 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_hook: unknown mode %s\n", mode);
         return 2;
     }
+    if (work == pg_work || work == pg_prep_work) {
+        co_waitgroup_add(&gate_wg, clients);
+        atomic_store(&q_left, clients);
+    }
     pthread_t smp;
+    atomic_store(&own_threads, 1);
     pthread_create(&smp, NULL, sampler, NULL);
     struct rusage;
     int64_t t0 = now_ns();
     if (threads) {
         pthread_t hb;
+        atomic_fetch_add(&own_threads, 1);
         pthread_create(&hb, NULL, hb_thread, NULL);
         pthread_t *ts = calloc((size_t)clients, sizeof *ts);
         pthread_attr_t a;
@@ -302,6 +366,7 @@ int main(int argc, char **argv) {
         for (int i = 0; i < clients; i++) pthread_join(ts[i], NULL);
         atomic_store(&stop_all, 1);
         pthread_join(hb, NULL);
+        atomic_fetch_sub(&own_threads, 1);
     } else {
         co_main(co_run, NULL);
         atomic_store(&stop_all, 1);
@@ -310,9 +375,16 @@ int main(int argc, char **argv) {
     atomic_store(&stop_all, 1);
     pthread_join(smp, NULL);
     int total = !strcmp(mode, "blocking") ? clients : ops;
-    printf("mode=%s ops_s=%.0f hb_worst_ms=%.2f hb_floor_ms=%.2f threads_max=%ld rss_kb=%ld "
-           "errors=%d secs=%.2f\n",
-           mode, total / secs, (double)atomic_load(&hb_worst) / 1e6,
+    char qops[32] = "-", qcpu[32] = "-";
+    long long qt0 = atomic_load(&q_t0), qt1 = atomic_load(&q_t1);
+    if (qt0 && qt1 > qt0 && ops > 0) {
+        snprintf(qops, sizeof qops, "%.0f", ops / ((double)(qt1 - qt0) / 1e9));
+        snprintf(qcpu, sizeof qcpu, "%.1f",
+                 (double)(atomic_load(&q_cpu1) - atomic_load(&q_cpu0)) / ops);
+    }
+    printf("mode=%s ops_s=%.0f q_ops_s=%s q_cpu_us=%s hb_worst_ms=%.2f hb_floor_ms=%.2f "
+           "threads_max=%ld rss_kb=%ld errors=%d secs=%.2f\n",
+           mode, total / secs, qops, qcpu, (double)atomic_load(&hb_worst) / 1e6,
            (double)atomic_load(&floor_worst) / 1e6, atomic_load(&threads_max),
            proc_status("VmHWM"), atomic_load(&errors), secs);
     return atomic_load(&errors) ? 1 : 0;

@@ -12,10 +12,12 @@
  *    kept here and shown by fcntl(F_GETFL).
  *  - A hooked fd's read, write & co: the call is tried; on EAGAIN, a
  *    program that set O_NONBLOCK itself (or passed MSG_DONTWAIT) gets
- *    EAGAIN, as from libc; otherwise a coroutine parks in co_wait_fd until
- *    the fd is ready or the SO_RCVTIMEO / SO_SNDTIMEO deadline passes
- *    (then EAGAIN, as libc), and a plain thread waits in poll(2) the same
- *    way (its blocking view of the fd stays libc's).
+ *    EAGAIN, as from libc; otherwise a coroutine parks in the io layer's
+ *    wait (co__io_hooked: on the edge count loaded before the try; with
+ *    COLONY_HOOK_PIN=1, co_wait_fd) until the fd is ready or the
+ *    SO_RCVTIMEO / SO_SNDTIMEO deadline passes (then EAGAIN, as libc),
+ *    and a plain thread waits in poll(2) the same way (its blocking view
+ *    of the fd stays libc's).
  *  - close and dup2/dup3 over a hooked fd retire it (co_fd_forget) before
  *    the number can name another file; socket, accept and dup give a
  *    number a fresh entry.
@@ -24,11 +26,14 @@
  *    returns, for foreign code that caches &errno or the address of a
  *    thread-local across a call ($COLONY_HOOK_MIGRATE=1: not;
  *    $COLONY_HOOK_PIN=1: it holds its thread instead; see co_wait below).
- *  - poll parks (several fds: through a private epoll set); select runs
+ *  - poll parks (one fd: the io layer's wait; several: a private epoll
+ *    set in co_wait_fd); select runs
  *    inside co_blocking (a thread held, within its cap).
  * The program's errno is set after the coroutine is back on its thread.
  */
 #include <colony.h>
+
+#include "io/io.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -167,6 +172,10 @@ static hfd_t *hooked(int fd, bool co) {
         return NULL;
     }
     __atomic_store_n(&h->user_nb, (fl & O_NONBLOCK) != 0, __ATOMIC_RELAXED);
+    /* The number names a new file for the hook: whatever the io layer's
+     * slot remembers of it is a former file's (co__io_hooked's waits
+     * trust the slot's set-up). */
+    co__io_fresh(fd);
     __atomic_store_n(&h->kind, FD_HOOKED, __ATOMIC_RELAXED);
     set_errno(e);
     return h;
@@ -242,12 +251,63 @@ static int wait_fd(int fd, int ev, int64_t timeo, bool co) {
     }
 }
 
-/* The shape of every hooked data call: try it; on EAGAIN on a hooked fd the
- * program did not make non-blocking, wait and try again. */
-#define HOOK_IO(fd, ev, dontwait, timeo_field, call)                                   \
+/* A hooked fd's blocking call from a coroutine that may park (not
+ * pinned): through the io layer (co__io_hooked), which loads the fd's edge
+ * count before the call and, on EAGAIN, parks until an edge newer than
+ * that: no poll(2) and no epoll_ctl per wait. fn is libc's call (its
+ * -errno read right after it). Back on its own thread before it returns
+ * unless MODE_MIGRATE. r or -1 with errno, as libc. */
+static ssize_t io_call(int fd, int how, int64_t timeo, co__io_fn fn, void *arg) {
+    void *home = mode() == MODE_HOME ? co_thread_home() : NULL;
+    ssize_t r = co__io_hooked(fd, how, fn, arg, timeo);
+    co_thread_return(home);
+    if (r >= 0) return r;
+    /* CO_ETIMEDOUT: libc's answer for SO_RCVTIMEO / SO_SNDTIMEO; CO_ECLOSED:
+     * the fd was closed meanwhile */
+    set_errno(r == CO_ETIMEDOUT ? EAGAIN : r == CO_ECLOSED ? EBADF : r == CO_ENOMEM ? ENOMEM
+              : r > -4096 ? (int)-r : EIO);
+    return -1;
+}
+
+/* libc's calls as co__io_hooked's fn: one call, -errno on failure. */
+struct xargs {
+    void *b;
+    size_t n;
+    int fl, cnt;
+    void *a, *al;
+};
+#define XFN(name, expr)                                   \
+    static ssize_t x_##name(int fd, void *arg) {          \
+        struct xargs *x = arg;                            \
+        ssize_t r = (expr);                               \
+        return r < 0 ? -(ssize_t)get_errno() : r;         \
+    }
+XFN(read, REAL(read)(fd, x->b, x->n))
+XFN(write, REAL(write)(fd, x->b, x->n))
+XFN(readv, REAL(readv)(fd, x->b, x->cnt))
+XFN(writev, REAL(writev)(fd, x->b, x->cnt))
+XFN(recv, REAL(recv)(fd, x->b, x->n, x->fl))
+XFN(recvfrom, REAL(recvfrom)(fd, x->b, x->n, x->fl, x->a, x->al))
+XFN(recvmsg, REAL(recvmsg)(fd, x->b, x->fl))
+XFN(send, REAL(send)(fd, x->b, x->n, x->fl))
+XFN(sendto, REAL(sendto)(fd, x->b, x->n, x->fl, x->a, (socklen_t)x->cnt))
+XFN(sendmsg, REAL(sendmsg)(fd, x->b, x->fl))
+#undef XFN
+
+/* The shape of every hooked data call: on a plain thread, a pinned
+ * coroutine or an fd not hooked, try it; on EAGAIN on a hooked fd the
+ * program did not make non-blocking, wait and try again. A coroutine that
+ * may park goes through io_call instead (the same answers). */
+#define HOOK_IO(fd, ev, dontwait, timeo_field, call, xfn, ...)                    \
     do {                                                                               \
         bool co_ = in_coroutine();                                                     \
         hfd_t *h_ = hooked(fd, co_);                                                   \
+        if (h_ && co_ && !(dontwait) && !__atomic_load_n(&h_->user_nb, __ATOMIC_RELAXED) && \
+            mode() != MODE_PIN) {                                                      \
+            struct xargs x_ = {__VA_ARGS__};                                           \
+            return io_call(fd, (ev) == CO_READABLE ? CO__IO_READ : CO__IO_WRITE,       \
+                           __atomic_load_n(&h_->timeo_field, __ATOMIC_RELAXED), xfn, &x_); \
+        }                                                                              \
         for (;;) {                                                                     \
             ssize_t r_ = (call);                                                       \
             int er_ = r_ < 0 ? get_errno() : 0;                                        \
@@ -264,36 +324,58 @@ static int wait_fd(int fd, int ev, int64_t timeo, bool co) {
     } while (0)
 
 HOOK_API ssize_t read(int fd, void *buf, size_t n) {
-    HOOK_IO(fd, CO_READABLE, false, rcvtimeo, REAL(read)(fd, buf, n));
+    HOOK_IO(fd, CO_READABLE, false, rcvtimeo, REAL(read)(fd, buf, n), x_read, .b = buf, .n = n);
 }
 HOOK_API ssize_t write(int fd, const void *buf, size_t n) {
-    HOOK_IO(fd, CO_WRITABLE, false, sndtimeo, REAL(write)(fd, buf, n));
+    HOOK_IO(fd, CO_WRITABLE, false, sndtimeo, REAL(write)(fd, buf, n), x_write,
+            .b = (void *)buf, .n = n);
 }
 HOOK_API ssize_t readv(int fd, const struct iovec *iov, int cnt) {
-    HOOK_IO(fd, CO_READABLE, false, rcvtimeo, REAL(readv)(fd, iov, cnt));
+    HOOK_IO(fd, CO_READABLE, false, rcvtimeo, REAL(readv)(fd, iov, cnt),
+            x_readv, .b = (void *)iov, .cnt = cnt);
 }
 HOOK_API ssize_t writev(int fd, const struct iovec *iov, int cnt) {
-    HOOK_IO(fd, CO_WRITABLE, false, sndtimeo, REAL(writev)(fd, iov, cnt));
+    HOOK_IO(fd, CO_WRITABLE, false, sndtimeo, REAL(writev)(fd, iov, cnt), x_writev,
+            .b = (void *)iov, .cnt = cnt);
 }
 HOOK_API ssize_t recv(int fd, void *buf, size_t n, int fl) {
-    HOOK_IO(fd, CO_READABLE, fl & MSG_DONTWAIT, rcvtimeo, REAL(recv)(fd, buf, n, fl));
+    HOOK_IO(fd, CO_READABLE, fl & MSG_DONTWAIT, rcvtimeo,
+            REAL(recv)(fd, buf, n, fl), x_recv, .b = buf, .n = n, .fl = fl);
 }
 HOOK_API ssize_t recvfrom(int fd, void *buf, size_t n, int fl, struct sockaddr *a,
                           socklen_t *al) {
-    HOOK_IO(fd, CO_READABLE, fl & MSG_DONTWAIT, rcvtimeo, REAL(recvfrom)(fd, buf, n, fl, a, al));
+    HOOK_IO(fd, CO_READABLE, fl & MSG_DONTWAIT, rcvtimeo,
+            REAL(recvfrom)(fd, buf, n, fl, a, al), x_recvfrom, .b = buf, .n = n, .fl = fl,
+            .a = a, .al = al);
 }
 HOOK_API ssize_t recvmsg(int fd, struct msghdr *m, int fl) {
-    HOOK_IO(fd, CO_READABLE, fl & MSG_DONTWAIT, rcvtimeo, REAL(recvmsg)(fd, m, fl));
+    HOOK_IO(fd, CO_READABLE, fl & MSG_DONTWAIT, rcvtimeo,
+            REAL(recvmsg)(fd, m, fl), x_recvmsg, .b = m, .fl = fl);
 }
 HOOK_API ssize_t send(int fd, const void *buf, size_t n, int fl) {
-    HOOK_IO(fd, CO_WRITABLE, fl & MSG_DONTWAIT, sndtimeo, REAL(send)(fd, buf, n, fl));
+    HOOK_IO(fd, CO_WRITABLE, fl & MSG_DONTWAIT, sndtimeo, REAL(send)(fd, buf, n, fl), x_send,
+            .b = (void *)buf, .n = n, .fl = fl);
 }
 HOOK_API ssize_t sendto(int fd, const void *buf, size_t n, int fl, const struct sockaddr *a,
                         socklen_t al) {
-    HOOK_IO(fd, CO_WRITABLE, fl & MSG_DONTWAIT, sndtimeo, REAL(sendto)(fd, buf, n, fl, a, al));
+    HOOK_IO(fd, CO_WRITABLE, fl & MSG_DONTWAIT, sndtimeo, REAL(sendto)(fd, buf, n, fl, a, al),
+            x_sendto, .b = (void *)buf, .n = n, .fl = fl, .a = (void *)a, .cnt = (int)al);
 }
 HOOK_API ssize_t sendmsg(int fd, const struct msghdr *m, int fl) {
-    HOOK_IO(fd, CO_WRITABLE, fl & MSG_DONTWAIT, sndtimeo, REAL(sendmsg)(fd, m, fl));
+    HOOK_IO(fd, CO_WRITABLE, fl & MSG_DONTWAIT, sndtimeo, REAL(sendmsg)(fd, m, fl), x_sendmsg,
+            .b = (void *)m, .fl = fl);
+}
+
+struct accept_args {
+    struct sockaddr *a;
+    socklen_t *al, al0;
+    int fl;
+};
+static ssize_t x_accept4(int fd, void *arg) {
+    struct accept_args *x = arg;
+    if (x->al) *x->al = x->al0;
+    int r = REAL(accept4)(fd, x->a, x->al, x->fl);
+    return r < 0 ? -(ssize_t)get_errno() : r;
 }
 
 HOOK_API int accept4(int fd, struct sockaddr *a, socklen_t *al, int fl) {
@@ -301,6 +383,13 @@ HOOK_API int accept4(int fd, struct sockaddr *a, socklen_t *al, int fl) {
     bool co = in_coroutine();
     hfd_t *h = hooked(fd, co);
     socklen_t al0 = al ? *al : 0;
+    if (h && co && mode() != MODE_PIN && !__atomic_load_n(&h->user_nb, __ATOMIC_RELAXED)) {
+        struct accept_args x = {a, al, al0, fl};
+        r = (int)io_call(fd, CO__IO_READ, __atomic_load_n(&h->rcvtimeo, __ATOMIC_RELAXED),
+                         x_accept4, &x);
+        if (r >= 0) hfd_reset(r);
+        return r;
+    }
     for (;;) {
         if (al) *al = al0;
         r = REAL(accept4)(fd, a, al, fl);
@@ -477,8 +566,36 @@ static int poll_many(struct pollfd *p, nfds_t n, int ms) {
     return r;
 }
 
+/* poll of one fd with timeout 0 as co__io_hooked's fn: "not ready" is
+ * -EAGAIN */
+static ssize_t x_poll1(int fd, void *arg) {
+    (void)fd;
+    int r = REAL(poll)(arg, 1, 0);
+    return r > 0 ? r : r == 0 ? -EAGAIN : -(ssize_t)get_errno();
+}
+
 HOOK_API int poll(struct pollfd *p, nfds_t n, int ms) {
     if (ms == 0 || !in_coroutine()) return REAL(poll)(p, n, ms);
+    /* One hooked fd (libpq's wait, hiredis's connect): the io layer's wait,
+     * a poll with timeout 0 for the exact revents after each wake. */
+    if (n == 1 && p && p[0].fd >= 0 && (p[0].events & (POLLIN | POLLOUT | POLLPRI | POLLRDHUP)) &&
+        mode() != MODE_PIN && hooked(p[0].fd, true)) {
+        int how = (p[0].events & (POLLIN | POLLPRI | POLLRDHUP) ? CO__IO_READ : 0) |
+                  (p[0].events & POLLOUT ? CO__IO_WRITE : 0);
+        void *home = mode() == MODE_HOME ? co_thread_home() : NULL;
+        ssize_t r = co__io_hooked(p[0].fd, how, x_poll1, p, ms < 0 ? 0 : (int64_t)ms * 1000000);
+        co_thread_return(home);
+        if (r >= 0) return (int)r;
+        if (r == CO_ETIMEDOUT) {
+            p[0].revents = 0;
+            return 0;
+        }
+        if (r > -4096) {
+            set_errno((int)-r);
+            return -1;
+        }
+        return REAL(poll)(p, 1, 0); /* closed meanwhile, say: a poll of it says what */
+    }
     int r = REAL(poll)(p, n, 0);
     if (r != 0) return r;
     if (n == 1 && p[0].fd >= 0 && hooked(p[0].fd, true) &&

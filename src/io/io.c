@@ -49,9 +49,9 @@ static bool pd_try_finalize(co__pd_t *pd, int *rc) {
                                      __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
         return false;
     co__lock(&pd->lock);
-    bool polled = pd->kind == CO__PD_POLLED;
+    bool polled = __atomic_load_n(&pd->kind, __ATOMIC_RELAXED) == CO__PD_POLLED;
     __atomic_store_n(&pd->kind, CO__PD_UNKNOWN, __ATOMIC_RELEASE);
-    pd->is_sock = 0;
+    __atomic_store_n(&pd->is_sock, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&pd->stream, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&pd->rdrained, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&pd->hup, 0, __ATOMIC_RELAXED);
@@ -86,7 +86,7 @@ static void pd_exit(co__pd_t *pd) {
 static int pd_setup(co__pd_t *pd) {
     int rc = 0;
     co__lock(&pd->lock);
-    if (pd->kind == CO__PD_UNKNOWN) {
+    if (__atomic_load_n(&pd->kind, __ATOMIC_RELAXED) == CO__PD_UNKNOWN) {
         /* The kernel's flags, not an interposed fcntl's view of them
          * (libcolony_hook.so shows a program its own O_NONBLOCK). */
         int fl = (int)syscall(SYS_fcntl, pd->fd, F_GETFL);
@@ -112,8 +112,9 @@ static int pd_setup(co__pd_t *pd) {
          * file. */
         int proto = 0, type = 0, dom = 0;
         socklen_t pl = sizeof proto, tl = sizeof type, dl = sizeof dom;
-        pd->is_sock = getsockopt(pd->fd, SOL_SOCKET, SO_PROTOCOL, &proto, &pl) == 0;
-        bool stream = pd->is_sock && proto == IPPROTO_TCP &&
+        bool sock = getsockopt(pd->fd, SOL_SOCKET, SO_PROTOCOL, &proto, &pl) == 0;
+        __atomic_store_n(&pd->is_sock, sock, __ATOMIC_RELAXED);
+        bool stream = sock && proto == IPPROTO_TCP &&
                       getsockopt(pd->fd, SOL_SOCKET, SO_TYPE, &type, &tl) == 0 &&
                       type == SOCK_STREAM &&
                       getsockopt(pd->fd, SOL_SOCKET, SO_DOMAIN, &dom, &dl) == 0 &&
@@ -123,7 +124,7 @@ static int pd_setup(co__pd_t *pd) {
         __atomic_store_n(&pd->rdrained, 0, __ATOMIC_RELAXED);
         __atomic_store_n(&pd->hup, 0, __ATOMIC_RELAXED);
     }
-    if (pd->kind == CO__PD_UNKNOWN) {
+    if (__atomic_load_n(&pd->kind, __ATOMIC_RELAXED) == CO__PD_UNKNOWN) {
         rc = co__np_register(pd->fd);
         if (rc == -EPERM) { /* regular file, directory: never "not ready" */
             __atomic_store_n(&pd->kind, CO__PD_PLAIN, __ATOMIC_RELEASE);
@@ -697,6 +698,54 @@ ssize_t co__io_op(int fd, int how, co__io_fn fn, void *arg, int64_t deadline) {
     return n;
 }
 
+ssize_t co__io_hooked(int fd, int how, co__io_fn fn, void *arg, int64_t timeo) {
+    if (fd < 0)
+        return -EBADF;
+    if (!fn || !(how & (CO__IO_READ | CO__IO_WRITE)))
+        return CO_EINVAL;
+    co__pd_t *pd;
+    bool held;
+    int rc = pd_enter(fd, &pd, &held);
+    /* CLOSING: the hook retired this number's former file while an
+     * operation on it was still under way (woken with CO_ECLOSED, on its
+     * way out), and the number may name a new file already: let that
+     * operation leave (a few yields; not forever, as it may be our
+     * caller's own, an interposed call inside co_read). */
+    for (int i = 0; rc == CO_ECLOSED && i < 64; i++) {
+        co_yield();
+        rc = pd_enter(fd, &pd, &held);
+    }
+    if (rc < 0)
+        return rc;
+    bool rd = how & CO__IO_READ, wr = how & CO__IO_WRITE;
+    int modes = (rd ? CO__PD_READ : 0) | (wr ? CO__PD_WRITE : 0);
+    /* from the first wait on: a call that never waits reads no clock */
+    int64_t deadline = CO_FOREVER;
+    bool dl_known = timeo <= 0;
+    ssize_t n;
+    for (;;) {
+        uint32_t rs = rd ? __atomic_load_n(&pd->rseq, __ATOMIC_ACQUIRE) : 0;
+        uint32_t ws = wr ? __atomic_load_n(&pd->wseq, __ATOMIC_ACQUIRE) : 0;
+        n = fn(fd, arg);
+        if (n >= 0 || !again(n) || pd_plain(pd))
+            break;
+        if (!dl_known) {
+            deadline = co_deadline_after(timeo);
+            dl_known = true;
+        }
+        /* No poll(2) and no epoll_ctl: the edge count was loaded before
+         * fn's system call, and the number still names the file that
+         * pd_enter set up (the hook retires a number before its close). */
+        int w = co__pd_wait(pd, modes, rs, ws, deadline);
+        if (w < 0) {
+            n = w;
+            break;
+        }
+    }
+    op_exit(pd, held);
+    return n;
+}
+
 void co__io_fresh(int fd) {
     co__pd_t *pd = fd >= 0 ? co__pd_peek(fd) : NULL;
     if (!pd)
@@ -713,7 +762,7 @@ void co__io_adopt(int fd, bool tcp) {
     if (!pd)
         return;
     co__lock(&pd->lock);
-    pd->is_sock = 1;
+    __atomic_store_n(&pd->is_sock, 1, __ATOMIC_RELAXED);
     __atomic_store_n(&pd->stream, tcp, __ATOMIC_RELAXED);
     __atomic_store_n(&pd->rdrained, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&pd->hup, 0, __ATOMIC_RELAXED);

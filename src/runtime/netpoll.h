@@ -34,7 +34,9 @@ enum {
 
 /* pd->kind: what the fd layer knows about the fd. Written under pd->lock;
  * read without it with an acquire load (a stale read only costs the slow
- * path). */
+ * path). Every access is atomic, those under the lock too: the hook's
+ * calls run inside TSan's blocking-call interceptors, where TSan records
+ * no atomic operation (so no lock) but still checks plain accesses. */
 enum {
     CO__PD_UNKNOWN = 0,  /* never used, reset by co_close / co_accept, or forgotten
                             by co__pd_forget_all */
@@ -68,9 +70,9 @@ typedef struct co__pd {
                           before its syscall (acquire) */
     uint32_t wseq;     /* atomic: same for the write side */
     uint8_t kind;      /* CO__PD_*, see above */
-    uint8_t is_sock;   /* valid when kind is POLLED: send(MSG_NOSIGNAL);
-                          written under lock, or cleared (atomic relaxed) by co_write
-                          on ENOTSOCK */
+    uint8_t is_sock;   /* atomic relaxed (as kind); valid when kind is POLLED:
+                          send(MSG_NOSIGNAL); written under lock, or cleared by
+                          co_write on ENOTSOCK */
     uint8_t stream;    /* atomic relaxed; TCP: a short read drained it */
     uint8_t wlock;     /* atomic: co_write's lock (Go's fdMutex write lock), so that
                           whole writes never interleave: CO__PD_WL_HELD by the

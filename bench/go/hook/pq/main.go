@@ -3,10 +3,12 @@
 // prepared point query on bench_t) through database/sql and lib/pq, with a
 // pool as large as the goroutine count, while a heartbeat goroutine sleeps
 // 1 ms at a time and records its worst lateness. Prints the same
-// key=value line as bench_hook.
+// key=value line as bench_hook (q_ops_s: the queries alone, once every
+// connection is open).
 package main
 
 import (
+	"context"
 	"database/sql"
 	"fmt"
 	"os"
@@ -14,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	_ "github.com/lib/pq"
@@ -34,6 +37,13 @@ func procStatus(key string) int64 {
 		}
 	}
 	return -1
+}
+
+// the process's CPU time (user+sys) in microseconds
+func cpuUs() int64 {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return ru.Utime.Sec*1000000 + ru.Utime.Usec + ru.Stime.Sec*1000000 + ru.Stime.Usec
 }
 
 func main() {
@@ -79,6 +89,34 @@ func main() {
 	}()
 	time.Sleep(20 * time.Millisecond)
 	t0 := time.Now()
+	// Every connection first, as bench_hook's clients each make one (the
+	// pool would otherwise reuse idle ones and connect far fewer): held
+	// until all are open, then given back to the pool (MaxIdleConns =
+	// clients). The query phase (q_ops_s) starts when all are in.
+	conns := make([]*sql.Conn, clients)
+	var cwg sync.WaitGroup
+	for i := range conns {
+		cwg.Add(1)
+		go func(i int) {
+			defer cwg.Done()
+			c, err := db.Conn(context.Background())
+			if err == nil {
+				err = c.PingContext(context.Background())
+			}
+			if err != nil {
+				atomic.AddInt64(&errs, 1)
+				return
+			}
+			conns[i] = c
+		}(i)
+	}
+	cwg.Wait()
+	for _, c := range conns {
+		if c != nil {
+			c.Close()
+		}
+	}
+	q0, qcpu0 := time.Now(), cpuUs()
 	var wg sync.WaitGroup
 	for i := 0; i < clients; i++ {
 		wg.Add(1)
@@ -105,6 +143,7 @@ func main() {
 		}()
 	}
 	wg.Wait()
+	qsecs, qcpu := time.Since(q0).Seconds(), float64(cpuUs()-qcpu0)/float64(ops)
 	secs := time.Since(t0).Seconds()
 	atomic.StoreInt64(&stop, 1)
 	db.Close()
@@ -112,8 +151,8 @@ func main() {
 	if prep {
 		mode = "pgprep-go"
 	}
-	fmt.Printf("mode=%s ops_s=%.0f hb_worst_ms=%.2f threads_max=%d rss_kb=%d errors=%d secs=%.2f\n",
-		mode, float64(ops)/secs, float64(atomic.LoadInt64(&worst))/1e6, atomic.LoadInt64(&threadsMax),
+	fmt.Printf("mode=%s ops_s=%.0f q_ops_s=%.0f q_cpu_us=%.1f hb_worst_ms=%.2f threads_max=%d rss_kb=%d errors=%d secs=%.2f\n",
+		mode, float64(ops)/secs, float64(ops)/qsecs, qcpu, float64(atomic.LoadInt64(&worst))/1e6, atomic.LoadInt64(&threadsMax),
 		procStatus("VmHWM"), errs, secs)
 	if errs > 0 {
 		os.Exit(1)
