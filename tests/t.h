@@ -233,6 +233,24 @@ __attribute__((unused)) static int t_drain_and_wait(int fd, char *buf, size_t si
     return t_child_wait(pid, fd, buf, size, T_CHILD_SECONDS);
 }
 
+/* Race-detector tests: re-execute this test binary as `<prog> --child
+ * <name>` with stderr captured and TSan's reports counted, not fatal (the
+ * child runs to its end and exits 66 if there was one): its wait status,
+ * its stderr in buf. */
+__attribute__((unused)) static int t_race_child(const char *prog, const char *name, char *buf,
+                                                size_t size) {
+    int fd = -1;
+    pid_t pid = t_fork_piped(2, &fd);
+    CHECK(pid >= 0);
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        setenv("TSAN_OPTIONS", "halt_on_error=0:exitcode=66", 1);
+        t_execl("/proc/self/exe", prog, "--child", name, (char *)NULL);
+        _exit(127);
+    }
+    return t_drain_and_wait(fd, buf, size, pid);
+}
+
 /* Misuse tests: re-execute this test binary as `<prog> --misuse <name>` in
  * a child with stderr captured; the child prints "obj=<address>" and then
  * misuses that object. Checks that it died of SIGABRT and that its

@@ -94,17 +94,9 @@ static int run_child(const char *name) {
     return T_SHUTDOWN() == 0 && !bad ? 0 : 3;
 }
 
+/* Run scenario `name` in a child: its wait status, its stderr in buf. */
 static int child(const char *name, char *buf, size_t size) {
-    int fd = -1;
-    pid_t pid = t_fork_piped(2, &fd);
-    CHECK(pid >= 0);
-    if (pid < 0) return -1;
-    if (pid == 0) {
-        setenv("TSAN_OPTIONS", "halt_on_error=0:exitcode=66", 1);
-        t_execl("/proc/self/exe", "test_compact_race", "--child", name, (char *)NULL);
-        _exit(127);
-    }
-    return t_drain_and_wait(fd, buf, size, pid);
+    return t_race_child("test_compact_race", name, buf, size);
 }
 
 static char out[1 << 16];
