@@ -544,6 +544,14 @@ static int tls_error(co_tls_t *c, int r, int *want) {
 
 typedef enum { OP_HANDSHAKE, OP_READ, OP_WRITE, OP_SHUTDOWN } op_t;
 
+/* ERR_clear_error when the thread's error queue holds anything: SSL_get_error
+ * needs an empty queue before the call, and ERR_clear_error walks all its
+ * slots even when it is empty (twice per record otherwise). */
+static inline void err_clear(void) {
+    if (ERR_peek_error())
+        ERR_clear_error();
+}
+
 /* One SSL call's arguments and outcome, for tls_attempt. */
 typedef struct {
     co_tls_t *c;
@@ -564,7 +572,7 @@ static ssize_t tls_attempt(int fd, void *arg) {
     co_tls_t *c = a->c;
     co_mutex_lock(&c->mu);
     OSSL_IN();
-    ERR_clear_error();
+    err_clear();
     c->ioerr = 0;
     int r;
     size_t done = 0;
@@ -593,7 +601,7 @@ static ssize_t tls_attempt(int fd, void *arg) {
         int rc = tls_error(c, r, &want);
         if (a->op == OP_READ && SSL_get_error(c->ssl, r) == SSL_ERROR_ZERO_RETURN)
             rc = 0;
-        ERR_clear_error();
+        err_clear();
         if (!want)
             a->res = rc;
         else if ((want == CO_READABLE) == (a->how == CO__IO_READ))
