@@ -273,6 +273,19 @@ static int alpn_select_cb(SSL *ssl, const unsigned char **out, unsigned char *ou
  * the hashed directory looked up by name. Not SSL_CTX_set_default_verify_
  * paths: in OpenSSL 3 it adds a "store" lookup that reads the whole
  * directory on every chain built, a full handshake's largest cost. */
+/* Fills in each trusted certificate's cached extensions (key ids, flags)
+ * now, while the store is the caller's alone: OpenSSL 3.0 otherwise fills
+ * them lazily during the first verifications, and concurrent handshakes
+ * then write and read one certificate's cache at once. */
+static void warm_store(X509_STORE *st) {
+    STACK_OF(X509_OBJECT) *objs = X509_STORE_get0_objects(st);
+    for (int i = 0; objs && i < sk_X509_OBJECT_num(objs); i++) {
+        X509 *x = X509_OBJECT_get0_X509(sk_X509_OBJECT_value(objs, i));
+        if (x)
+            (void)X509_check_purpose(x, -1, 0);
+    }
+}
+
 static int load_system_store(SSL_CTX *ctx) {
     X509_STORE *st = SSL_CTX_get_cert_store(ctx);
     const char *file = getenv(X509_get_default_cert_file_env());
@@ -283,6 +296,7 @@ static int load_system_store(SSL_CTX *ctx) {
         dir = X509_get_default_cert_dir();
     /* either may be missing on a given system: what is there is used */
     (void)X509_STORE_load_file(st, file);
+    warm_store(st);
     X509_LOOKUP *lk = X509_STORE_add_lookup(st, X509_LOOKUP_hash_dir());
     if (!lk)
         return CO_ENOMEM;
@@ -377,6 +391,7 @@ static int config_ca_impl(co_tls_config_t *cfg, const char *ca_pem) {
         X509_STORE_free(st);
         rc = CO_EINVAL;
     } else {
+        warm_store(st);
         SSL_CTX_set_cert_store(cfg->ctx, st); /* the CTX owns it, frees the old */
         if (cfg->role == CO_TLS_SERVER) {
             /* the CAs a server names when it asks for a client cert */
