@@ -4,7 +4,7 @@
  * An SSL object talks to its socket through a BIO of ours that makes one
  * non-blocking send/recv per call and never waits. When OpenSSL wants
  * more (SSL_ERROR_WANT_READ/WRITE), the operation lets go of the
- * connection's lock and waits on the netpoller with co_wait_fd until the
+ * connection's lock and waits on the netpoller (co__io_op) until the
  * fd is ready or its deadline passes, then tries again. So a coroutine
  * parks and a plain thread blocks, as with co_read; and a reader and a
  * writer may wait at once on one connection (a full-duplex protocol),
@@ -54,6 +54,7 @@ const char *co_tls_version(const co_tls_t *c) { return NULL; }
 #else
 
 #include "base/san.h"
+#include "io/io.h"
 
 #include <arpa/inet.h>
 #include <limits.h>
@@ -272,6 +273,19 @@ static int alpn_select_cb(SSL *ssl, const unsigned char **out, unsigned char *ou
  * the hashed directory looked up by name. Not SSL_CTX_set_default_verify_
  * paths: in OpenSSL 3 it adds a "store" lookup that reads the whole
  * directory on every chain built, a full handshake's largest cost. */
+/* Fills in each trusted certificate's cached extensions (key ids, flags)
+ * now, while the store is the caller's alone: OpenSSL 3.0 otherwise fills
+ * them lazily during the first verifications, and concurrent handshakes
+ * then write and read one certificate's cache at once. */
+static void warm_store(X509_STORE *st) {
+    STACK_OF(X509_OBJECT) *objs = X509_STORE_get0_objects(st);
+    for (int i = 0; objs && i < sk_X509_OBJECT_num(objs); i++) {
+        X509 *x = X509_OBJECT_get0_X509(sk_X509_OBJECT_value(objs, i));
+        if (x)
+            (void)X509_check_purpose(x, -1, 0);
+    }
+}
+
 static int load_system_store(SSL_CTX *ctx) {
     X509_STORE *st = SSL_CTX_get_cert_store(ctx);
     const char *file = getenv(X509_get_default_cert_file_env());
@@ -282,6 +296,7 @@ static int load_system_store(SSL_CTX *ctx) {
         dir = X509_get_default_cert_dir();
     /* either may be missing on a given system: what is there is used */
     (void)X509_STORE_load_file(st, file);
+    warm_store(st);
     X509_LOOKUP *lk = X509_STORE_add_lookup(st, X509_LOOKUP_hash_dir());
     if (!lk)
         return CO_ENOMEM;
@@ -376,6 +391,7 @@ static int config_ca_impl(co_tls_config_t *cfg, const char *ca_pem) {
         X509_STORE_free(st);
         rc = CO_EINVAL;
     } else {
+        warm_store(st);
         SSL_CTX_set_cert_store(cfg->ctx, st); /* the CTX owns it, frees the old */
         if (cfg->role == CO_TLS_SERVER) {
             /* the CAs a server names when it asks for a client cert */
@@ -543,52 +559,100 @@ static int tls_error(co_tls_t *c, int r, int *want) {
 
 typedef enum { OP_HANDSHAKE, OP_READ, OP_WRITE, OP_SHUTDOWN } op_t;
 
+/* ERR_clear_error when the thread's error queue holds anything: SSL_get_error
+ * needs an empty queue before the call, and ERR_clear_error walks all its
+ * slots even when it is empty (twice per record otherwise). */
+static inline void err_clear(void) {
+    if (ERR_peek_error())
+        ERR_clear_error();
+}
+
+/* One SSL call's arguments and outcome, for tls_attempt. */
+typedef struct {
+    co_tls_t *c;
+    op_t op;
+    void *buf;
+    size_t len;
+    int how;     /* the readiness co__io_op waits for: CO__IO_READ or CO__IO_WRITE */
+    int other;   /* set by an attempt that wants the other readiness */
+    ssize_t res; /* the outcome once an attempt ends the operation */
+} attempt_t;
+
+/* One non-blocking SSL call under c->mu (co__io_fn). -EAGAIN when OpenSSL
+ * wants the readiness co__io_op waits for; 0 with a->other set when it
+ * wants the other one; otherwise 0 with a->res the operation's result. */
+static ssize_t tls_attempt(int fd, void *arg) {
+    (void)fd;
+    attempt_t *a = arg;
+    co_tls_t *c = a->c;
+    co_mutex_lock(&c->mu);
+    OSSL_IN();
+    err_clear();
+    c->ioerr = 0;
+    int r;
+    size_t done = 0;
+    switch (a->op) {
+    case OP_HANDSHAKE:
+        r = SSL_do_handshake(c->ssl);
+        break;
+    case OP_READ:
+        r = SSL_read_ex(c->ssl, a->buf, a->len, &done);
+        break;
+    case OP_WRITE:
+        r = SSL_write_ex(c->ssl, a->buf, a->len, &done);
+        break;
+    default:
+        r = SSL_shutdown(c->ssl);
+        /* 0: our close_notify is out, the peer's not yet in: enough */
+        if (r == 0)
+            r = 1;
+        break;
+    }
+    ssize_t ret = 0;
+    if (r > 0) {
+        a->res = a->op == OP_READ || a->op == OP_WRITE ? (ssize_t)done : 1;
+    } else {
+        int want;
+        int rc = tls_error(c, r, &want);
+        if (a->op == OP_READ && SSL_get_error(c->ssl, r) == SSL_ERROR_ZERO_RETURN)
+            rc = 0;
+        err_clear();
+        if (!want)
+            a->res = rc;
+        else if ((want == CO_READABLE) == (a->how == CO__IO_READ))
+            ret = -EAGAIN;
+        else
+            a->other = want;
+    }
+    OSSL_OUT();
+    co_mutex_unlock(&c->mu);
+    return ret;
+}
+
 /* Runs one SSL call until it succeeds, fails, or the deadline passes while
  * it waits for the fd. Returns the call's positive result (bytes for
  * read/write, 1 otherwise), 0 for a read at the peer's close_notify, or a
- * negative error. */
+ * negative error. The wait is co__io_op's: the netpoller's edge, with the
+ * readiness sequence read before the attempt, so no poll(2) or epoll_ctl(2)
+ * around each park. */
 static ssize_t tls_op(co_tls_t *c, op_t op, void *buf, size_t len, int64_t deadline) {
+    attempt_t a = {.c = c, .op = op, .buf = buf, .len = len,
+                   .how = op == OP_WRITE ? CO__IO_WRITE : CO__IO_READ};
     for (;;) {
-        co_mutex_lock(&c->mu);
-        OSSL_IN();
-        ERR_clear_error();
-        c->ioerr = 0;
-        int r;
-        size_t done = 0;
-        switch (op) {
-        case OP_HANDSHAKE:
-            r = SSL_do_handshake(c->ssl);
-            break;
-        case OP_READ:
-            r = SSL_read_ex(c->ssl, buf, len, &done);
-            break;
-        case OP_WRITE:
-            r = SSL_write_ex(c->ssl, buf, len, &done);
-            break;
-        default:
-            r = SSL_shutdown(c->ssl);
-            /* 0: our close_notify is out, the peer's not yet in: enough */
-            if (r == 0)
-                r = 1;
-            break;
+        a.other = 0;
+        ssize_t r = co__io_op(c->fd, a.how, tls_attempt, &a, deadline);
+        if (r == -EAGAIN) {
+            /* an fd the netpoller cannot watch: wait by asking the kernel */
+            int w = co_wait_fd(c->fd, a.how == CO__IO_READ ? CO_READABLE : CO_WRITABLE, deadline);
+            if (w < 0)
+                return w;
+            continue;
         }
-        if (r > 0) {
-            OSSL_OUT();
-            co_mutex_unlock(&c->mu);
-            return op == OP_READ || op == OP_WRITE ? (ssize_t)done : 1;
-        }
-        int want;
-        int rc = tls_error(c, r, &want);
-        if (op == OP_READ && SSL_get_error(c->ssl, r) == SSL_ERROR_ZERO_RETURN)
-            rc = 0;
-        ERR_clear_error();
-        OSSL_OUT();
-        co_mutex_unlock(&c->mu);
-        if (!want)
-            return rc;
-        int w = co_wait_fd(c->fd, want, deadline);
-        if (w < 0)
-            return w; /* CO_ETIMEDOUT, CO_ECLOSED, ... */
+        if (r < 0)
+            return r; /* CO_ETIMEDOUT, CO_ECLOSED, ... */
+        if (!a.other)
+            return a.res;
+        a.how = a.other == CO_READABLE ? CO__IO_READ : CO__IO_WRITE;
     }
 }
 
