@@ -189,6 +189,18 @@ static void test_close_retires(void) {
     close(sv[1]);
 }
 
+/* A TCP listener on 127.0.0.1 at a port of the kernel's choice (in *port),
+ * through the hook's socket calls. */
+static int listen_loopback(int *port) {
+    int lfd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    CHECK_EQ(bind(lfd, (struct sockaddr *)&a, sizeof a), 0);
+    CHECK_EQ(listen(lfd, 64), 0);
+    socklen_t l = sizeof a;
+    CHECK_EQ(getsockname(lfd, (struct sockaddr *)&a, &l), 0);
+    *port = ntohs(a.sin_port);
+    return lfd;
+}
 /* TCP over loopback with blocking accept/connect/write/read, all parked. */
 static int srv_port;
 static void echo_server(void *arg) {
@@ -216,13 +228,7 @@ static void echo_client(void *arg) {
     close(fd);
 }
 static void test_tcp_echo(void) {
-    int lfd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    CHECK_EQ(bind(lfd, (struct sockaddr *)&a, sizeof a), 0);
-    CHECK_EQ(listen(lfd, 64), 0);
-    socklen_t l = sizeof a;
-    getsockname(lfd, (struct sockaddr *)&a, &l);
-    srv_port = ntohs(a.sin_port);
+    int lfd = listen_loopback(&srv_port);
     echo_ok = 0;
     CHECK_EQ(co_go(echo_server, (void *)(intptr_t)lfd), 0);
     co_waitgroup_t wg = CO_WAITGROUP_INIT;
@@ -322,13 +328,7 @@ static void pp_busy(void *arg) {
     }
 }
 static void test_tcp_pingpong(void) {
-    int lfd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    CHECK_EQ(bind(lfd, (struct sockaddr *)&a, sizeof a), 0);
-    CHECK_EQ(listen(lfd, 64), 0);
-    socklen_t l = sizeof a;
-    getsockname(lfd, (struct sockaddr *)&a, &l);
-    pp_port = ntohs(a.sin_port);
+    int lfd = listen_loopback(&pp_port);
     pp_ok = pp_bad = pp_busy_stop = 0;
     CHECK_EQ(co_go(pp_server, (void *)(intptr_t)lfd), 0);
     for (int i = 0; i < 4; i++) CHECK_EQ(co_go(pp_busy, NULL), 0);
