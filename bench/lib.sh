@@ -99,6 +99,29 @@ bench_failed() {
     echo "  $2: FAILED" >&2
 }
 
+# bench_rounds ID N SPEC...: N rounds of the driver's own `one ID ROUND
+# SPEC-words` for each SPEC, in SPEC order in odd rounds and the reverse
+# in even ones (so neither side always runs first). SPECs are split on
+# blanks, not globbed.
+bench_rounds() {
+    bl_id=$1 bl_n=$2
+    shift 2
+    bl_i=1
+    while [ "$bl_i" -le "$bl_n" ]; do
+        if [ $((bl_i % 2)) -eq 1 ]; then
+            for bl_spec in "$@"; do set -f; one "$bl_id" "$bl_i" $bl_spec; set +f; done
+        else
+            bl_k=$#
+            while [ "$bl_k" -ge 1 ]; do
+                eval "bl_spec=\${$bl_k}"
+                set -f; one "$bl_id" "$bl_i" $bl_spec; set +f
+                bl_k=$((bl_k - 1))
+            done
+        fi
+        bl_i=$((bl_i + 1))
+    done
+}
+
 # bench_to_us VALUE: wrk's time with its unit (812.00us, 1.23ms, 1.01s)
 # in whole microseconds
 bench_to_us() {

@@ -27,6 +27,7 @@
 # Environment: BENCH_RUNS (default 3), BENCH_QUICK=1, BENCH_GO_CACHE
 # (GOCACHE/GOPATH root, default $TMPDIR/colony-bench-go).
 set -u
+. "$(dirname "$0")/lib.sh" # (bench_rounds)
 
 BUILD=${1:-build}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -97,25 +98,6 @@ one() { # id run impl env bin args... (env: "-" or VAR=value[,VAR=value])
         echo "  $id #$run $impl: $line" >&2
     fi
 }
-# rounds ID N "impl env bin args" ...: N rounds, alternating order
-rounds() {
-    id=$1 n=$2
-    shift 2
-    i=1
-    while [ "$i" -le "$n" ]; do
-        if [ $((i % 2)) -eq 1 ]; then
-            for spec in "$@"; do set -f; one "$id" "$i" $spec; set +f; done
-        else
-            k=$#
-            while [ "$k" -ge 1 ]; do
-                eval "spec=\${$k}"
-                set -f; one "$id" "$i" $spec; set +f
-                k=$((k - 1))
-            done
-        fi
-        i=$((i + 1))
-    done
-}
 C="$BUILD/bench_mem"
 CP="$BUILD/bench_pool"
 GM="$BUILD/bench-go/mem"
@@ -132,14 +114,14 @@ for n in $COUNTS; do
         "colony_compact BENCH_COMPACT=1 $C parked 2 $n" \
         "colony_compact_64k BENCH_COMPACT=1,BENCH_STACK_KB=64 $C parked 2 $n"
     [ "$GO_OK" = 1 ] && set -- "$@" "go - $GM parked 2 $n"
-    rounds "parked$n" "$RUNS" "$@"
+    bench_rounds "parked$n" "$RUNS" "$@"
 done
 set -- "colony - $CP sleep 2 $N_POOL $CAP_POOL 10" "colony_raw - $CP raw_sleep 2 $N_POOL 10"
 [ "$GO_OK" = 1 ] && set -- "$@" "go_raw - $GP raw_sleep 2 $N_POOL 10"
-rounds pool "$RUNS" "$@"
+bench_rounds pool "$RUNS" "$@"
 set -- "colony - $C idle 2 $N_IDLE" "colony_compact BENCH_COMPACT=1 $C idle 2 $N_IDLE"
 [ "$GO_OK" = 1 ] && set -- "$@" "go - $GM idle 2 $N_IDLE $C"
-rounds idle "$RUNS" "$@"
+bench_rounds idle "$RUNS" "$@"
 ELAPSED=$(( $(date +%s) - T0 ))
 LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 

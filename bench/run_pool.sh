@@ -98,25 +98,6 @@ one() { # id run impl bin args...
         echo "  $id #$run $impl: $line" >&2
     fi
 }
-# rounds ID N "impl bin args" "impl bin args" ...: N rounds, alternating order
-rounds() {
-    id=$1 n=$2
-    shift 2
-    i=1
-    while [ "$i" -le "$n" ]; do
-        if [ $((i % 2)) -eq 1 ]; then
-            for spec in "$@"; do set -f; one "$id" "$i" $spec; set +f; done
-        else
-            k=$#
-            while [ "$k" -ge 1 ]; do
-                eval "spec=\${$k}"
-                set -f; one "$id" "$i" $spec; set +f
-                k=$((k - 1))
-            done
-        fi
-        i=$((i + 1))
-    done
-}
 C="$BUILD/bench_pool"
 G="$GOBIN"
 go_spec() { [ "$GO_OK" = 1 ] && echo "$1"; }
@@ -129,28 +110,28 @@ echo "bench/run_pool.sh: $MACHINE; load $LOAD_BEFORE; $RUNS runs" >&2
 # each benchmark: colony first, then its Go peers (when Go built)
 set -- "colony $C sleep 2 $N_SLEEP $CAP_SLEEP 10" "colony_raw $C raw_sleep 2 $N_SLEEP 10"
 [ "$GO_OK" = 1 ] && set -- "$@" "go_raw $G raw_sleep 2 $N_SLEEP 10" "go_ants $G ants_sleep 2 $N_SLEEP $CAP_SLEEP 10"
-rounds sleep10 "$RUNS" "$@"
+bench_rounds sleep10 "$RUNS" "$@"
 # both submitters in the same alternating rounds as Go's, so that each ratio
 # compares runs taken side by side
 set -- "colony $C tiny 2 $N_TINY 1000 0" "colony_thread $C tiny 2 $N_TINY 1000 1"
 [ "$GO_OK" = 1 ] && set -- "$@" "go_raw $G raw_tiny 2 $N_TINY" "go_ants $G ants_tiny 2 $N_TINY 1000"
-rounds tiny_co "$FAST_RUNS" "$@"
+bench_rounds tiny_co "$FAST_RUNS" "$@"
 set -- "colony $C latency 2 $N_LAT 1000 1000"
 [ "$GO_OK" = 1 ] && set -- "$@" "go_ants $G ants_latency 2 $N_LAT 1000 1000"
-rounds latency "$FAST_RUNS" "$@"
+bench_rounds latency "$FAST_RUNS" "$@"
 if [ "$LOCKS_OK" = 1 ]; then
-    rounds lock_tiny_co "$RUNS" "yield $C tiny 2 $N_TINY 1000 0" \
+    bench_rounds lock_tiny_co "$RUNS" "yield $C tiny 2 $N_TINY 1000 0" \
         "spin $OUT/bench_pool_SPINLOCK tiny 2 $N_TINY 1000 0" "futex $OUT/bench_pool_FUTEXLOCK tiny 2 $N_TINY 1000 0"
-    rounds lock_tiny_thread "$RUNS" "yield $C tiny 2 $N_TINY 1000 1" \
+    bench_rounds lock_tiny_thread "$RUNS" "yield $C tiny 2 $N_TINY 1000 1" \
         "spin $OUT/bench_pool_SPINLOCK tiny 2 $N_TINY 1000 1" "futex $OUT/bench_pool_FUTEXLOCK tiny 2 $N_TINY 1000 1"
-    rounds lock_latency "$RUNS" "yield $C latency 2 $N_LAT 1000 1000" \
+    bench_rounds lock_latency "$RUNS" "yield $C latency 2 $N_LAT 1000 1000" \
         "spin $OUT/bench_pool_SPINLOCK latency 2 $N_LAT 1000 1000" "futex $OUT/bench_pool_FUTEXLOCK latency 2 $N_LAT 1000 1000"
-    rounds lock_sleep10 1 "yield $C sleep 2 $N_SLEEP $CAP_SLEEP 10" \
+    bench_rounds lock_sleep10 1 "yield $C sleep 2 $N_SLEEP $CAP_SLEEP 10" \
         "spin $OUT/bench_pool_SPINLOCK sleep 2 $N_SLEEP $CAP_SLEEP 10" "futex $OUT/bench_pool_FUTEXLOCK sleep 2 $N_SLEEP $CAP_SLEEP 10"
 fi
 set -- "colony $C sleep 2 $N_1S $CAP_1S 1000"
 [ "$GO_OK" = 1 ] && set -- "$@" "go_ants $G ants_sleep 2 $N_1S $CAP_1S 1000"
-rounds sleep1s "$SLOW_RUNS" "$@"
+bench_rounds sleep1s "$SLOW_RUNS" "$@"
 ELAPSED=$(( $(date +%s) - T0 ))
 LOAD_AFTER=$(bench_load)
 
