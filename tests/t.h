@@ -233,6 +233,16 @@ __attribute__((unused)) static int t_drain_and_wait(int fd, char *buf, size_t si
     return t_child_wait(pid, fd, buf, size, T_CHILD_SECONDS);
 }
 
+/* Overflow tests: n frames of 512+ bytes each, none of which the compiler
+ * may fold away (a stack overflow for n large enough). */
+__attribute__((unused)) static volatile int t_recurse_sink;
+__attribute__((unused, noinline)) static int t_recurse(int n) {
+    volatile char buf[512];
+    buf[0] = (char)n;
+    t_recurse_sink += buf[0];
+    return n > 0 ? t_recurse(n - 1) + buf[0] : 0;
+}
+
 /* Race-detector tests: re-execute this test binary as `<prog> --child
  * <name>` with stderr captured and TSan's reports counted, not fatal (the
  * child runs to its end and exits 66 if there was one): its wait status,

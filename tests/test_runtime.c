@@ -659,16 +659,9 @@ static void test_stress(void) {
 }
 
 /* Overflow reports: run in a child, expect SIGABRT and the message. */
-static volatile int sink;
-static int recurse(int n) {
-    volatile char buf[512];
-    buf[0] = (char)n;
-    sink += buf[0];
-    return n > 0 ? recurse(n - 1) + buf[0] : 0;
-}
 static void overflow(void *arg) {
     (void)arg;
-    recurse(1 << 20);
+    t_recurse(1 << 20);
     co_waitgroup_done(&wg);
 }
 

@@ -136,16 +136,9 @@ static void test_runs_in_one_mapping(void) {
 }
 
 /* An overflow on a stack of a 64-batch hits its guard and names it. */
-static volatile int sink;
-static int recurse(int n) {
-    volatile char buf[512];
-    buf[0] = (char)n;
-    sink += buf[0];
-    return n > 0 ? recurse(n - 1) + buf[0] : 0;
-}
 static void overflow(void *arg) {
     (void)arg;
-    recurse(1 << 20);
+    t_recurse(1 << 20);
 }
 static co_waitgroup_t gate = CO_WAITGROUP_INIT, started = CO_WAITGROUP_INIT;
 static void parker(void *arg) {
