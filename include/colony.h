@@ -126,7 +126,8 @@ typedef struct co_attr {
  * called to opt in from a pool task: its worker runs other tasks after it,
  * which made no such promise). A new coroutine starts without it. */
 CO_EXTERN int co_stack_compactable(int on);
-/* How many coroutines have their stack compacted now. */
+/* How many coroutines have their stack compacted now: from any thread, a
+ * count that may be stale by the time it returns; 0 before co_init. */
 CO_EXTERN int64_t co_stack_compacted(void);
 
 CO_EXTERN int co_init(const co_config_t *cfg);
