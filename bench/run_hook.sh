@@ -205,7 +205,7 @@ with open(out, "w") as f:
     f.write("Machine: %s, %d CPUs, Linux %s. Shared with other builds: load average %s "
             "before, %s after. %s round(s), medians (ranges). redis: 1,000 clients "
             "sharing %s INCR/GET plus ten 300 ms BLPOPs; pg: 1,000 clients sharing %s "
-            "SELECT 1 (pg point: 20,000 of a prepared point query on a 100k-row table); ops/s and CPU us/op include the 1,000 connects (every client, Go's pool too, opens its connection first); the connected columns time the queries alone, from the moment every client is connected to the last reply, and the client's CPU per query meanwhile; the heartbeat sleeps 1 ms at a time; its floor is the worst lateness of a plain "
+            "SELECT 1 (pg point: 20,000 of a prepared point query on a 100k-row table); ops/s and CPU us/op include the 1,000 connects (every client, Go's pool too, opens its connection first); the connected columns time the queries alone, from the moment every client is connected to the last reply, and the client's CPU per query meanwhile; in every pg row the clock stops at the last reply and the connections close after it (Go's pool closes in db.Close, after its clock; a backend's exit costs the server about 1 ms of CPU); the heartbeat sleeps 1 ms at a time; its floor is the worst lateness of a plain "
             "thread of the same process sleeping 1 ms at a time beside it (what the kernel "
             "alone adds on this machine at that moment; it is also the thread that samples "
             "the thread count). Threads: the peak of the client process less the bench's "
