@@ -191,6 +191,9 @@ int co__netpoll(int64_t delay_ns) {
             np_slack_set = true;
         }
         __atomic_store_n(&np.sleeping, 1, __ATOMIC_SEQ_CST);
+        /* A P handed to this poller before it could break the poll
+         * (co__startm; the Dekker pair is in proc.h): do not block. */
+        if (__atomic_load_n(&co__sched.poller_given, __ATOMIC_SEQ_CST)) delay_ns = 0;
         n = np_wait(evs, delay_ns);
         __atomic_store_n(&np.sleeping, 0, __ATOMIC_SEQ_CST);
     } else {

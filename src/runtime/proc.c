@@ -117,6 +117,17 @@ void co__startm(co_p_t *p, bool spinning) {
         s->midle = m->link;
         s->nmidle--;
         m->onmidle = false;
+    } else if (!no_m && s->poller) {
+        /* No M asleep, but the poller has no P: it takes p when its poll
+         * returns (co__block_idle), rather than a new thread beside it. */
+        m = s->poller;
+        s->poller = NULL;
+        m->nextp = p;
+        m->spinning = spinning;
+        __atomic_store_n(&s->poller_given, 1, __ATOMIC_SEQ_CST); /* see proc.h */
+        co__unlock(&s->lock);
+        co__netpoll_break();
+        return;
     }
     co__unlock(&s->lock);
     if (!m) {
@@ -252,13 +263,22 @@ void co__block_idle(co_m_t *m) {
              __atomic_load_n(&m->affq, __ATOMIC_RELAXED) != NULL) &&
             __atomic_load_n(&s->npidle, __ATOMIC_ACQUIRE) > 0)
             delay = 0; /* work is waiting for a P: don't sleep */
+        co__lock(&s->lock);
+        s->poller = m; /* open to a P from co__startm */
+        co__unlock(&s->lock);
         CO_TRACE(CO__TEV_M_SLEEP, 0, 1);
         if (!__atomic_load_n(&s->stopping, __ATOMIC_ACQUIRE)) co__netpoll(delay);
         CO_TRACE(CO__TEV_M_WAKE, 0, 0);
         __atomic_store_n(&s->lastpoll, co_now(), __ATOMIC_RELAXED);
         __atomic_store_n(&s->poll_until, 0, __ATOMIC_SEQ_CST);
+        co__lock(&s->lock);
+        s->poller = NULL; /* closed: a P handed over before this is in nextp */
+        co_p_t *p = m->nextp;
+        m->nextp = NULL;
+        if (p) __atomic_store_n(&s->poller_given, 0, __ATOMIC_RELAXED);
+        else p = pidleget_locked();
+        co__unlock(&s->lock);
         __atomic_store_n(&s->polling, 0, __ATOMIC_RELEASE);
-        co_p_t *p = co__pidleget();
         if (p) acquirep(m, p);
         run_all_timers(co_now());
         if (p) return;

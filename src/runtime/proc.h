@@ -344,6 +344,10 @@ typedef struct co_sched {
     co_p_t *pidle;
     co_m_t *midle;
     int nmidle;
+    /* The M in co__block_idle's blocking poll, without a P, while it may
+     * still take one handed over (its nextp) instead of co__startm making
+     * a thread; NULL when none, or once handed one or leaving the poll. */
+    co_m_t *poller;
     co_m_t *allm;
     int mcount;
     /* The global run queue: arrays of G pointers in chunks, so moving Gs in
@@ -392,6 +396,11 @@ typedef struct co_sched {
      * poll_until: atomic; when it will wake (0: nobody is blocked, INT64_MAX:
      * blocked without timeout). Adding an earlier timer breaks it. */
     _Alignas(64) uint32_t polling; /* atomic flag: an M owns the blocking poll */
+    /* seq_cst: set by co__startm when it hands a P to the poller (below),
+     * before it reads the poll's sleeping flag to break it; the poller
+     * stores that flag (seq_cst) and then reads this one before it blocks,
+     * so one of them sees the other. Cleared by the poller under lock. */
+    uint32_t poller_given;
     int64_t poll_until;
     int64_t lastpoll;          /* atomic: last co__netpoll time */
     /* co_now() >> 20 (units of 1.05 ms), as of sysmon's last round (at
