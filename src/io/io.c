@@ -194,6 +194,11 @@ static void op_exit(co__pd_t *pd, bool held) {
     pd_exit(pd);
     if (held)
         co__rt_unhold(CO__HOLD_IO);
+    /* A safe point: a coroutine whose calls never wait (the data is
+     * always there) yields here once sysmon asks, instead of holding its
+     * P until a spare P and a thread are lent in its place. */
+    if (CO_UNLIKELY(__atomic_load_n(&co__preempt_pending, __ATOMIC_RELAXED)))
+        co__preempt_point();
 }
 
 static bool pd_plain(co__pd_t *pd) {

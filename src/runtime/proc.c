@@ -328,6 +328,7 @@ void co__retire_p_nowake(co_m_t *m) {
     co_sched_t *s = &co__sched;
     co_p_t *p = m->p;
     m->p = NULL;
+    co__preempt_clear(p); /* its request, if any, was for the coroutine just back */
     /* The yield slot and the owner's batch first (they were to run before
      * the ring); sysmon may be taking them too. */
     if (private_to_global(p)) co__wakep();

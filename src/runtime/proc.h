@@ -273,6 +273,20 @@ typedef struct co_p {
     uint32_t sysmon_schedtick;
     uint32_t sysmon_timertick; /* sysmon only: schedtick when it last saw overdue timers here */
     int64_t sysmon_schedwhen;
+    /* sysmon only: the owner M's thread's run-queue wait (schedstat, ns)
+     * and when it was read, once p has gone FORCE_PREEMPT_NS without a
+     * schedule (lend_spare); 0: not read since the last schedule */
+    int64_t sysmon_waitns, sysmon_waitwhen;
+    int64_t sysmon_preemptwhen; /* sysmon only: when it last asked p's coroutine to yield */
+    /* 1: sysmon asks the coroutine running on p to yield at its next I/O
+     * call (co__preempt_point). Atomic: set by sysmon's CAS 0 -> 1, cleared
+     * by whoever exchanges it back to 0 (the owner yielding, sysmon seeing
+     * a schedule, a lend reusing p); each 0 -> 1 counts in
+     * co__preempt_pending and each 1 -> 0 uncounts it. */
+    uint32_t preempt;
+    /* The owner M's thread id: relaxed atomic, stored by acquirep, read by
+     * sysmon as a hint (a stale one costs one round's judgement). */
+    int owner_tid;
 } co_p_t;
 
 typedef struct co_m {
@@ -281,6 +295,7 @@ typedef struct co_m {
     co_g_t *tsan_cur;          /* whose fiber is TSan's current one on this thread (race.c) */
 #endif
     pthread_t thread;
+    int tid;                   /* the thread's kernel id, set before it runs anything */
     uint32_t exited;           /* atomic: set (release) by the M's thread as its last act;
                                 * co_shutdown joins it only then */
     co_g_t g0;                 /* the scheduler context on the thread's own stack */
@@ -453,6 +468,7 @@ CO_HIDDEN void co__each_live_g(co__g_visit_fn *fn, void *arg);
 
 /* Internal functions shared by the runtime files. */
 CO_HIDDEN co_m_t *co__getm(void);         /* noinline; NULL on a plain thread */
+CO_HIDDEN void co__preempt_clear(co_p_t *p); /* sysmon.c: withdraw p's request to yield */
 CO_HIDDEN void co__ready(co_g_t *g);      /* make a WAITING G runnable (runnext) */
 /* co__park_current for a caller that already has co__getm() (its M, read
  * after its last switch). */

@@ -66,6 +66,16 @@ enum co__hold_kind {
     CO__HOLD_IO,     /* a plain thread's I/O call under way */
     CO__HOLD_KINDS
 };
+/* Ps whose running coroutine sysmon has asked to yield (it held its P
+ * 10 ms without a schedule). Relaxed atomic: the I/O layer reads it at
+ * the end of each operation and calls co__preempt_point only while it is
+ * not 0, so the usual cost is one load of a line that is rarely written. */
+CO_HIDDEN extern uint32_t co__preempt_pending;
+/* A coroutine's safe point: if sysmon asked its P's coroutine to yield,
+ * yield (the request is its own P's; a no-op on a plain thread, in g0 or
+ * without a P). */
+CO_HIDDEN void co__preempt_point(void);
+
 CO_HIDDEN int co__rt_hold(int kind);
 CO_HIDDEN void co__rt_unhold(int kind);
 CO_HIDDEN bool co__rt_hold_if_up(int kind);

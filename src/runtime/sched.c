@@ -46,6 +46,8 @@
 #include "runtime/sched_impl.h"
 
 #include <sched.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -842,6 +844,7 @@ static co_g_t *findrunnable(co_m_t *m) {
 void *co__mstart(void *arg) {
     co_m_t *m = arg;
     co__tls_m = m;
+    m->tid = (int)syscall(SYS_gettid);
     m->g0.is_g0 = true;
     m->g0.id = 0;
     strcpy(m->g0.name, "g0");

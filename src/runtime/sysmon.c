@@ -24,9 +24,11 @@
 #include "runtime/yslot.h"
 #include "runtime/trace.h"
 
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
+#include <unistd.h>
 
 #define SYSMON_MIN_NS 20000
 #define SYSMON_MAX_NS 10000000
@@ -97,6 +99,66 @@ static void runnext_to_front(co_p_t *p) {
     co__wakep();
 }
 
+uint32_t co__preempt_pending;
+uint64_t co__preempt_yields;
+
+/* Withdraw a request to yield on p (see proc.h's preempt). */
+void co__preempt_clear(co_p_t *p) {
+    if (__atomic_load_n(&p->preempt, __ATOMIC_RELAXED) &&
+        __atomic_exchange_n(&p->preempt, 0, __ATOMIC_ACQ_REL))
+        __atomic_sub_fetch(&co__preempt_pending, 1, __ATOMIC_RELAXED);
+}
+
+void co__preempt_point(void) {
+    co_m_t *m = co__getm();
+    co_p_t *p = m ? m->p : NULL;
+    if (!p || !m->curg || m->curg->is_g0 || !__atomic_load_n(&p->preempt, __ATOMIC_RELAXED) ||
+        !__atomic_exchange_n(&p->preempt, 0, __ATOMIC_ACQ_REL))
+        return;
+    __atomic_sub_fetch(&co__preempt_pending, 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&co__preempt_yields, 1, __ATOMIC_RELAXED); /* a count for tests */
+    co_yield();
+}
+
+/* The run-queue wait of thread tid so far (ns, from schedstat), or -1. */
+static int64_t thread_waitns(int tid) {
+    char path[64], buf[96];
+    snprintf(path, sizeof path, "/proc/self/task/%d/schedstat", tid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return -1;
+    buf[n] = 0;
+    unsigned long long run, wait;
+    if (sscanf(buf, "%llu %llu", &run, &wait) != 2) return -1;
+    return (int64_t)wait;
+}
+
+/* Whether p's M has not scheduled because the host did not run its thread
+ * (it waited on the kernel's run queue for half the last interval or
+ * more) rather than because a coroutine holds it: a spare P would need a
+ * thread that the host would not run either. Judged over at least 1 ms;
+ * a starved M still gets its spare after 5x FORCE_PREEMPT_NS, so that a
+ * coroutine hogging a thread on a loaded host cannot hold p's queue
+ * forever. */
+static bool m_starved(co_p_t *p, int64_t now) {
+    int tid = __atomic_load_n(&p->owner_tid, __ATOMIC_RELAXED);
+    if (!tid || now - p->sysmon_schedwhen >= 5 * FORCE_PREEMPT_NS) return false;
+    if (p->sysmon_waitwhen < p->sysmon_schedwhen) { /* not read since the last schedule */
+        p->sysmon_waitns = thread_waitns(tid);
+        p->sysmon_waitwhen = now;
+        return p->sysmon_waitns >= 0;
+    }
+    if (now - p->sysmon_waitwhen < 1000000) return true; /* too short to tell yet */
+    int64_t w = thread_waitns(tid);
+    if (w < 0 || p->sysmon_waitns < 0) return false;
+    bool starved = 2 * (w - p->sysmon_waitns) >= now - p->sysmon_waitwhen;
+    p->sysmon_waitns = w;
+    p->sysmon_waitwhen = now;
+    return starved;
+}
+
 /* A coroutine has held p for > 10 ms without entering the scheduler. C has
  * no safe way to preempt it, so its M keeps p (it may still be pushing to
  * p's run queue) and we lend a spare P in p's place: the spare takes p's
@@ -108,6 +170,7 @@ static bool lend_spare(co_p_t *p, int i, int64_t now) {
     if (p->sysmon_schedtick != tick) {
         p->sysmon_schedtick = tick;
         p->sysmon_schedwhen = now;
+        co__preempt_clear(p); /* it scheduled: a request still pending is stale */
         return false;
     }
     if (now - p->sysmon_schedwhen < (s->chaos ? 1000000 : FORCE_PREEMPT_NS)) return false;
@@ -116,6 +179,19 @@ static bool lend_spare(co_p_t *p, int i, int64_t now) {
                 __atomic_load_n(&p->timer0_when, __ATOMIC_ACQUIRE) != 0 ||
                 co__netpoll_has_waiters();
     if (!work) return false;
+    /* First ask the coroutine to yield at its next I/O call, and give it
+     * 1 ms to (a coroutine whose reads never wait, say); a spare P and a
+     * thread only for one that does not. */
+    if (p->sysmon_preemptwhen < p->sysmon_schedwhen) {
+        uint32_t z = 0;
+        if (__atomic_compare_exchange_n(&p->preempt, &z, 1, false, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_RELAXED))
+            __atomic_add_fetch(&co__preempt_pending, 1, __ATOMIC_RELAXED);
+        p->sysmon_preemptwhen = now;
+        return false;
+    }
+    if (now - p->sysmon_preemptwhen < 1000000) return false;
+    if (m_starved(p, now)) return false;
     co__lock(&s->lock);
     co_p_t *np = s->pspare;
     if (np) s->pspare = np->link;
@@ -125,6 +201,7 @@ static bool lend_spare(co_p_t *p, int i, int64_t now) {
         if (!np) return false;
     }
     np->m = NULL;
+    co__preempt_clear(np); /* a request left from its last time in allp */
     /* Its slot, and open to timers again. Under its lock: a thread that
      * read np from allp before it retired may be looking at both (the
      * retry loop of co__timer_add reads the id under this lock). */
