@@ -1158,9 +1158,9 @@ static void test_fp_inherited(void) {
 
 /* A coroutine that cannot get memory for its stack when it first runs is
  * not lost: it waits and starts once stacks come back. In a child with a
- * small address-space limit, 400 coroutines hold their 256 KiB stacks at a
- * gate: fewer than 400 can start. Opening the gate frees stacks, and every
- * one of the 400 runs to its end. */
+ * small address-space limit, 400 coroutines (or as many as get a record)
+ * hold their 256 KiB stacks at a gate: fewer than that can start. Opening
+ * the gate frees stacks, and every one spawned runs to its end. */
 static atomic_int sw_started, sw_done;
 static co_waitgroup_t sw_gate = CO_WAITGROUP_INIT, sw_wg = CO_WAITGROUP_INIT;
 
@@ -1189,8 +1189,17 @@ static void test_stack_wait(void) {
         enum { N = 400 };
         co_waitgroup_add(&sw_gate, 1);
         co_waitgroup_add(&sw_wg, N);
-        for (int i = 0; i < N; i++)
-            if (co_go(sw_worker, NULL) != 0) _exit(3); /* spawning needs no stack */
+        /* Spawning needs no stack, but it needs a G record: the M starts
+         * the first ones meanwhile, and once their stacks fill the address
+         * space a new slab of records may not fit either. That co_go says
+         * CO_ENOMEM, and the test goes on with those spawned so far. */
+        int n = 0;
+        for (; n < N; n++) {
+            int rc = co_go(sw_worker, NULL);
+            if (rc == CO_ENOMEM && n >= 50) break;
+            if (rc != 0) _exit(3);
+        }
+        for (int i = n; i < N; i++) co_waitgroup_done(&sw_wg);
         /* wait until no more start (bounded: the test's timeout is the limit) */
         int last = -1, same = 0;
         while (same < 20) {
@@ -1203,7 +1212,7 @@ static void test_stack_wait(void) {
         int started = atomic_load(&sw_started);
         co_waitgroup_done(&sw_gate);
         co_waitgroup_wait(&sw_wg);
-        _exit(started > 0 && started < N && atomic_load(&sw_done) == N ? 0 : 4);
+        _exit(started > 0 && started < n && atomic_load(&sw_done) == n ? 0 : 4);
     }
     int st = t_child_wait(pid, -1, NULL, 0, 100);
     CHECK(st != -1 && WIFEXITED(st));
