@@ -66,7 +66,10 @@ static void test_reads_park(void) {
     int t1 = threads_now();
     CHECK_EQ(__atomic_load_n(&reads_done, __ATOMIC_ACQUIRE), 0);
     fprintf(stderr, "threads: %d before, %d with %d readers parked\n", t0, t1, NR);
-    CHECK(t1 <= t0 + co_procs() + 4); /* not one per blocked read */
+    /* not one per blocked read (NR more): at most a tenth of that, as
+     * chaos mode's stalled Ms (their Ps lent to new ones) under TSan on a
+     * loaded host gave 8 more than before with 3 Ps */
+    CHECK(t1 <= t0 + NR / 10);
     for (int i = 0; i < NR; i++) {
         char m[16];
         int l = snprintf(m, sizeof m, "m%d", i);
