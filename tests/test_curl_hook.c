@@ -113,7 +113,7 @@ int main(void) {
         fprintf(stderr, "skip: libcolony_hook.so is not preloaded\n");
         return 77;
     }
-    HS_SKIP_TSAN();
+    hs_preload_drop();
     signal(SIGPIPE, SIG_IGN);
     struct rlimit r;
     if (getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur < 4096 && r.rlim_max >= 4096) {

@@ -66,7 +66,10 @@ static void test_reads_park(void) {
     int t1 = threads_now();
     CHECK_EQ(__atomic_load_n(&reads_done, __ATOMIC_ACQUIRE), 0);
     fprintf(stderr, "threads: %d before, %d with %d readers parked\n", t0, t1, NR);
-    CHECK(t1 <= t0 + co_procs() + 4); /* not one per blocked read */
+    /* not one per blocked read (NR more): at most a tenth of that, as
+     * chaos mode's stalled Ms (their Ps lent to new ones) under TSan on a
+     * loaded host gave 8 more than before with 3 Ps */
+    CHECK(t1 <= t0 + NR / 10);
     for (int i = 0; i < NR; i++) {
         char m[16];
         int l = snprintf(m, sizeof m, "m%d", i);
@@ -156,15 +159,6 @@ static void blocked_reader(void *arg) {
     __atomic_store_n(&closed_done, 1, __ATOMIC_RELEASE);
 }
 static void test_close_retires(void) {
-#if defined(__SANITIZE_THREAD__)
-    fprintf(stderr, "skipped under TSan: its fd model reports a close during a read as a race\n");
-    return;
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-    fprintf(stderr, "skipped under TSan: its fd model reports a close during a read as a race\n");
-    return;
-#endif
-#endif
     int sv[2];
     CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
     closed_done = 0;
@@ -451,6 +445,79 @@ static void test_plain_thread(void) {
     close(plain_sv[1]);
 }
 
+/* ---- the race detector through the hook (TSan builds) -----------------
+ * tests/tsan_hook.supp hides what TSan cannot see of the hook (a close of
+ * a number a coroutine is parked on): a memory race between coroutines in
+ * the same program must still be reported. Each scenario runs in a child
+ * (this program again, the hook preloaded, reports not fatal: exit 66 if
+ * any) with that file: a coroutine parks in read(2), another closes the
+ * number; in "race" both also write one variable unordered. */
+static int racy; /* written by the reader and the closer, unordered in "race" */
+static __attribute__((noinline)) void racy_put(int v) { *(volatile int *)&racy = v; }
+static co_waitgroup_t race_wg = CO_WAITGROUP_INIT;
+static void race_reader(void *arg) {
+    int *a = arg;
+    if (a[1]) racy_put(1);
+    char c;
+    ssize_t n = read(a[0], &c, 1);
+    if (n != -1 || err_now() != EBADF) {
+        fprintf(stderr, "race_reader: n=%zd errno=%d\n", n, err_now());
+        a[0] = -1; /* the child fails */
+    }
+    co_waitgroup_done(&race_wg);
+}
+static int race_child(void *arg) {
+    int a[2] = {-1, !strcmp(arg, "race")}, sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) return 2;
+    a[0] = sv[0];
+    co_waitgroup_add(&race_wg, 1);
+    co_go(race_reader, a);
+    co_sleep(20 * MS); /* (orders nothing: the close is unordered either way) */
+    if (a[1]) racy_put(2);
+    close(sv[0]);
+    co_waitgroup_wait(&race_wg);
+    close(sv[1]);
+    return a[0] == -1 ? 3 : 0;
+}
+static char hook_path[4096]; /* LD_PRELOAD as this program got it */
+static char race_out[1 << 16];
+static int race_run(const char *name) {
+    int fd = -1;
+    pid_t pid = t_fork_piped(2, &fd);
+    CHECK(pid >= 0);
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        setenv("LD_PRELOAD", hook_path, 1);
+        setenv("TSAN_OPTIONS",
+               "halt_on_error=0:exitcode=66:print_suppressions=1:suppressions=" CO_SOURCE_DIR
+               "/tests/tsan_hook.supp", 1);
+        t_execl("/proc/self/exe", "test_hook_ld", "--race", name, (char *)NULL);
+        _exit(127);
+    }
+    return t_drain_and_wait(fd, race_out, sizeof race_out, pid);
+}
+static void test_race_seen(void) {
+    if (!t_tsan()) {
+        fprintf(stderr, "skipped: not a TSan build\n");
+        return;
+    }
+    /* the close alone: suppressed (and matched), nothing reported */
+    int st = race_run("close");
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    CHECK(strstr(race_out, "WARNING: ThreadSanitizer") == NULL);
+    CHECK(strstr(race_out, "race_top:__interceptor_close$") != NULL);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0 || strstr(race_out, "WARNING: ThreadSanitizer"))
+        fprintf(stderr, "close (status %#x):\n%s", st, race_out);
+    /* with a memory race beside it: that one reported, and only it */
+    st = race_run("race");
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 66);
+    CHECK_EQ(t_count(race_out, "WARNING: ThreadSanitizer: data race"), 1);
+    CHECK(strstr(race_out, "racy_put") != NULL && strstr(race_out, "race_reader") != NULL);
+    CHECK(strstr(race_out, "file descriptor") == NULL);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 66 || !strstr(race_out, "racy_put"))
+        fprintf(stderr, "race (status %#x):\n%s", st, race_out);
+}
+
 static int run(void *arg) {
     (void)arg;
     int fds0 = t_count_fds();
@@ -465,16 +532,24 @@ static int run(void *arg) {
     T_RUN(test_sleeps);
     T_RUN(test_regular_file);
     T_RUN(test_plain_thread);
+    T_RUN(test_race_seen);
     CHECK_EQ(t_count_fds(), fds0);
     return 0;
 }
 
-int main(void) {
+int main(int argc, char **argv) {
     if (!dlsym(RTLD_DEFAULT, "colony_hook_active")) {
         fprintf(stderr, "skip: libcolony_hook.so is not preloaded (LD_PRELOAD)\n");
         return 77;
     }
-    HS_SKIP_TSAN();
+    const char *pre = getenv("LD_PRELOAD");
+    snprintf(hook_path, sizeof hook_path, "%s", pre ? pre : "");
+    hs_preload_drop();
+    if (argc == 3 && !strcmp(argv[1], "--race")) {
+        co_config_t cfg = {.procs = 1};
+        if (co_init(&cfg) != 0) return 2;
+        return co_main(race_child, argv[2]);
+    }
     /* the hook, loaded into a program before any runtime: libc's calls */
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0) {

@@ -232,7 +232,7 @@ int main(void) {
         fprintf(stderr, "skip: libcolony_hook.so is not preloaded\n");
         return 77;
     }
-    HS_SKIP_TSAN();
+    hs_preload_drop();
     glob_t g;
     if (glob("/usr/lib/postgresql/*/bin/initdb", 0, NULL, &g) != 0 || g.gl_pathc == 0) {
         fprintf(stderr, "skip: no PostgreSQL server (apt-get install postgresql)\n");

@@ -188,6 +188,7 @@ int main(void) {
         fprintf(stderr, "skip: libcolony_hook.so is not preloaded\n");
         return 77;
     }
+    hs_preload_drop();
     const char *bin = "/usr/bin/redis-server";
     if (!hs_executable(bin)) {
         fprintf(stderr, "skip: no %s (apt-get install redis-server)\n", bin);

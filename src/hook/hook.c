@@ -438,7 +438,10 @@ HOOK_API int socket(int dom, int type, int proto) {
 }
 
 /* The number stops naming its file: colony forgets it first (its waiters
- * get EBADF), then the entry is cleared for whatever file gets it next. */
+ * get EBADF), then the entry is cleared for whatever file gets it next.
+ * (Under TSan its close interceptor, which runs before ours, has recorded
+ * the close already, unordered with a parked waiter's use of the number:
+ * tests/tsan_hook.supp names that report.) */
 static void retire(int fd) {
     hfd_t *h = hfd(fd);
     if (h && __atomic_load_n(&h->kind, __ATOMIC_RELAXED) == FD_HOOKED) {

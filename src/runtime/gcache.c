@@ -224,8 +224,8 @@ static void stack_put_run(co__stack_t *run, int n, void *arg) {
 static bool stack_map_batch(co_p_t *p, co__stack_t *st) {
     co__stack_t batch[CO_STACK_BATCH_MAX];
 #ifdef CO_TSAN
-    /* TSan's mmap marks what it maps as written by the caller (here the
-     * coroutine that switches away) unless it ignores the caller's
+    /* TSan's mmap marks what it maps as written by the caller (here m's
+     * g0, co__stack_attach) unless it ignores the caller's
      * accesses, when it clears it instead: the new stacks are no one's. */
     __tsan_ignore_thread_begin();
 #endif
@@ -283,7 +283,7 @@ static void stack_clean(const co__stack_t *st) {
 }
 #endif
 
-bool co__stack_attach(co_m_t *m, co_g_t *g) {
+static bool stack_attach(co_m_t *m, co_g_t *g) {
     co_sched_t *s = &co__sched;
     cache_t c = scache(m->p);
     if (!cache_get(&c, &g->stack) && !stack_map_batch(m->p, &g->stack)) {
@@ -316,6 +316,25 @@ bool co__stack_attach(co_m_t *m, co_g_t *g) {
     __tsan_ignore_thread_end();
 #endif
     return true;
+}
+
+bool co__stack_attach(co_m_t *m, co_g_t *g) {
+#ifdef CO_TSAN
+    /* On m's g0 fiber (its thread's own TSan state), not the fiber of the
+     * coroutine that switches away: one parked inside a blocking call that
+     * TSan intercepts (read, poll... of a program under libcolony_hook.so)
+     * has TSan ignoring its interceptors until that call returns, and the
+     * mmaps above would then pass TSan by, leaving the last coroutine's
+     * accesses on the stack to be reported as races with the next one's. */
+    void *self = __tsan_get_current_fiber(), *g0 = m->g0.tsan_fiber;
+    bool away = g0 && self != g0;
+    if (away) __tsan_switch_to_fiber(g0, CO_TSAN_NO_SYNC);
+    bool ok = stack_attach(m, g);
+    if (away) __tsan_switch_to_fiber(self, CO_TSAN_NO_SYNC);
+    return ok;
+#else
+    return stack_attach(m, g);
+#endif
 }
 
 void co__tokwait_put(co__token_t *t) {
