@@ -152,6 +152,10 @@ static int main_co(void *arg) {
     CHECK(d != NULL);
     const char *lh = d ? strstr(d, "'long' [waiting, chan receive, ") : NULL;
     CHECK(lh != NULL);
+    if (d && !lh) { /* what it said instead */
+        const char *l = strstr(d, "'long'");
+        fprintf(stderr, "the long wait's line: %.100s\n", l ? l : "(absent)");
+    }
     if (lh) {
         unsigned long long secs = strtoull(lh + strlen("'long' [waiting, chan receive, "), NULL, 10);
         if (secs < 2) fprintf(stderr, "long wait shown as: %.60s\n", lh);
