@@ -460,6 +460,7 @@ static inline __attribute__((always_inline)) bool yslot_fits(co_p_t *p) {
     return !__atomic_load_n(&p->runnext, __ATOMIC_RELAXED) &&
            __atomic_load_n(&p->runqhead, __ATOMIC_RELAXED) == p->runqtail &&
            !__atomic_load_n(&p->obn, __ATOMIC_RELAXED) &&
+           p->flbot == __atomic_load_n(&p->fltop, __ATOMIC_RELAXED) &&
            !__atomic_load_n(&co__sched.npidle, __ATOMIC_RELAXED);
 }
 

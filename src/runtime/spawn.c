@@ -67,8 +67,9 @@ static inline __attribute__((always_inline)) void g_init(co_p_t *p, co_g_t *g,
 
 /* ---- spawning ----------------------------------------------------------- */
 
-/* A new coroutine (a G, or a token) is queued: on p (in runnext if next
- * and runnext is empty), counted live there; or, a token from a plain
+/* A new coroutine (a G, or a token) is queued: on p (next: in runnext if
+ * it is empty, else on the fresh deque if it has room), counted
+ * live there; or, a token from a plain
  * thread, on the injection stack, counted when the stack is moved
  * (inject_append_locked; a plain thread's G goes through plain_push). An
  * M is woken if one may be needed. */
@@ -82,7 +83,7 @@ static inline __attribute__((always_inline)) void queue_new(co_p_t *p, co_g_t *e
          * of spawns then queues in order behind its first. */
         if (next && !__atomic_load_n(&p->runnext, __ATOMIC_RELAXED))
             __atomic_store_n(&p->runnext, e, __ATOMIC_RELEASE); /* pairs with thieves' acquire */
-        else
+        else if (!next || !flifo_push(p, e)) /* work-first: sched_impl.h */
             runqput(p, e, false);
     } else {
         co__globrunq_inject(e);
@@ -377,6 +378,8 @@ void *co__take_unstarted(void (*fn)(void *), bool (*accept)(void *arg, void *ctx
         /* as below */
         if (n >= 2) __builtin_prefetch(rq_strip(__atomic_load_n(&p->ob[n - 2], __ATOMIC_RELAXED)));
     } else {
+        /* the fresh deque runs before the ring, and holds no tokens */
+        if (p->flbot != __atomic_load_n(&p->fltop, __ATOMIC_RELAXED)) return NULL;
         uint32_t h = __atomic_load_n(&p->runqhead, __ATOMIC_ACQUIRE);
         if (h == p->runqtail) return NULL;
         e = __atomic_load_n(&p->runq[h % CO_RUNQ_SIZE], __ATOMIC_RELAXED);
