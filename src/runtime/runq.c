@@ -291,3 +291,8 @@ void co__runq_drain_global(co_p_t *p) {
         co__wakep();
     }
 }
+
+/* For tests (tests/t_internal.h): the fresh deque's owner operations, out
+ * of line, on a P no M owns. */
+bool co__test_flifo_push(co_p_t *p, co_g_t *g) { return flifo_push(p, g); }
+co_g_t *co__test_flifo_pop(co_p_t *p) { return flifo_pop(p); }

@@ -29,6 +29,9 @@ CO_HIDDEN bool co__runqputslow(co_p_t *p, co_g_t *e, uint32_t h, uint32_t t);
 CO_HIDDEN void co__obatch_give_back(co_p_t *p, uint32_t n);
 /* Anyone: the fresh deque's oldest entry, NULL if it is empty. */
 CO_HIDDEN co_g_t *co__flifo_steal(co_p_t *p);
+/* For tests (tests/t_internal.h): flifo_push and flifo_pop, out of line. */
+CO_HIDDEN bool co__test_flifo_push(co_p_t *p, co_g_t *g);
+CO_HIDDEN co_g_t *co__test_flifo_pop(co_p_t *p);
 CO_HIDDEN void co__flifo_fair(co_p_t *p); /* owner, a fairness tick (runq_next_fast) */
 CO_HIDDEN co_g_t *co__token_g_or_next(co_p_t *p, co_g_t *e);
 /* Take up to max entries of the global queue into p (0: a fair share),
