@@ -242,8 +242,9 @@ static void test_busy_owner_not_stranded(void) {
  * forks two children and joins them, again and again, each round pushing
  * above the old one, until both the old spawn has run and the yielder has
  * finished. Run newest first with nothing else, the old one would wait
- * for ever and the yielder behind the deque too: the fairness ticks take
- * the ring first, and move an oldest entry that stays the oldest. */
+ * for ever, and the yielder behind the deque too: every 61st schedule
+ * takes the ring first, and an oldest entry that stays the oldest moves
+ * to the ring. */
 static int fair_old_ran, fair_yields_done; /* atomic */
 static long fair_rounds;
 

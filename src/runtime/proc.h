@@ -244,7 +244,7 @@ typedef struct co_p {
      * orders them, so the last entry goes to one of them), the slots are
      * relaxed (published by the release of flbot's store). fl_seen,
      * fl_age and fl_limit: owner only, the fairness tick's record of the
-     * oldest entry (co__flifo_fair). */
+     * oldest entry (runq.c's flifo_fair). */
     uint32_t fltop;
     uint32_t flbot;
     uint32_t fl_age, fl_limit;

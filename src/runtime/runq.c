@@ -72,16 +72,16 @@ void co__flifo_move(co_p_t *p, co_p_t *np) {
         }
 }
 
-/* A fairness tick with entries on the fresh deque: an oldest entry seen
- * there at fl_limit ticks in a row goes to the ring's tail, which the
- * fairness ticks take before the deque. Each such move doubles fl_limit
- * (the one after it is the next oldest, seen once more), so that a long
- * fork-join, whose first spawn is rightly the oldest for half of its run,
- * has a subtree opened early only a few times in all (each parks one more
- * chain of parents); an oldest entry that leaves on its own (run, or
- * taken by a thief) sets it back. The pointer compare may mistake a
- * recycled G for the same one: it then moves a little early. */
-void co__flifo_fair(co_p_t *p) {
+/* Every 61st schedule with entries on the fresh deque: an oldest entry
+ * seen there at fl_limit such looks in a row goes to the ring's tail,
+ * which these looks take before the deque. Each such move doubles fl_limit (the one
+ * after it is the next oldest, seen once more), so that a long fork-join,
+ * whose first spawn is rightly the oldest for half of its run, has a
+ * subtree opened early only a few times in all (each parks one more chain
+ * of parents); an oldest entry that leaves on its own (run, or taken by a
+ * thief) sets it back. The pointer compare may mistake a recycled G for
+ * the same one: it then moves a little early. */
+static void flifo_fair(co_p_t *p) {
     co_g_t *old = __atomic_load_n(&p->fl[__atomic_load_n(&p->fltop, __ATOMIC_RELAXED) % CO_FLIFO],
                                   __ATOMIC_RELAXED); /* a hint: a thief may take it */
     if (!p->fl_limit) p->fl_limit = CO_FLIFO_AGE;
@@ -98,6 +98,16 @@ void co__flifo_fair(co_p_t *p) {
     if (p->fl_limit < (1u << 30)) p->fl_limit *= 2;
     p->fl_seen = __atomic_load_n(&p->fl[__atomic_load_n(&p->fltop, __ATOMIC_RELAXED) % CO_FLIFO],
                                  __ATOMIC_RELAXED);
+}
+
+/* The yield slot is not looked at: while it holds a coroutine, nothing
+ * goes on the deque (sched_impl.h). */
+co_g_t *co__fair_next(co_p_t *p) {
+    flifo_fair(p);
+    co_g_t *g = co__globrunqget(p, 1);
+    if (g) return g;
+    if ((g = runqget_(p, false))) return g;
+    return co__globrunqget(p, 0);
 }
 
 /* runqget's token taken from the ring: its G, or, with no memory for one

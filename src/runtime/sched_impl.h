@@ -32,7 +32,9 @@ CO_HIDDEN co_g_t *co__flifo_steal(co_p_t *p);
 /* For tests (tests/t_internal.h): flifo_push and flifo_pop, out of line. */
 CO_HIDDEN bool co__test_flifo_push(co_p_t *p, co_g_t *g);
 CO_HIDDEN co_g_t *co__test_flifo_pop(co_p_t *p);
-CO_HIDDEN void co__flifo_fair(co_p_t *p); /* owner, a fairness tick (runq_next_fast) */
+/* Owner, every 61st schedule with entries on the fresh deque: the next
+ * entry to run as runq_next_fast would, the ring before the deque. */
+CO_HIDDEN co_g_t *co__fair_next(co_p_t *p);
 CO_HIDDEN co_g_t *co__token_g_or_next(co_p_t *p, co_g_t *e);
 /* Take up to max entries of the global queue into p (0: a fair share),
  * one of them returned to run. _locked: sched.lock held, and that one
@@ -255,12 +257,21 @@ static inline __attribute__((always_inline)) bool obatch_fits(co_p_t *p, uint32_
  * ring's batch steals take half of it by one CAS of runqhead from a
  * runqtail read before, which an owner's pop at the tail would race.
  *
+ * Before the ring, not after it: run after the ring, a spawner that
+ * yields behind it (spawn back-pressure) came back after one child, and
+ * the spawn benchmark took twice the instructions; and a fork-join's
+ * ring holds what must not open early (a subtree moved there by the
+ * bounds below). The yield slot runs before the deque: so a spawn does
+ * not go on the deque while the slot holds a coroutine, and a yielder
+ * goes in the slot only with the deque empty (yield_requeue), which keeps
+ * the deque out of the slot's swap, co_yield's fast path.
+ *
  * Bounds, for fairness. The deque holds CO_FLIFO entries; a spawn beyond
  * goes to the ring's tail. Every 61st schedule (runq_next_fast) takes the
  * ring before the deque, so nothing queued in the ring waits behind a
  * stream of spawns; and an oldest entry that stays the oldest for
  * CO_FLIFO_AGE such ticks, then twice as many for the next, ..., goes to
- * the ring's tail (co__flifo_fair), so a spawner that keeps the deque from
+ * the ring's tail (runq.c's flifo_fair), so a spawner that keeps the deque from
  * ever emptying (a loop that forks and joins forever) cannot keep an older
  * spawn from running for ever. Either move opens a subtree early, and a
  * chain of parents parks for it: too many such moves (a smaller deque,
@@ -269,11 +280,13 @@ static inline __attribute__((always_inline)) bool obatch_fits(co_p_t *p, uint32_
 #define CO_FLIFO_AGE 1024
 
 /* Owner, a spawn found runnext taken: g onto the fresh deque; false if it
- * is full (the caller queues g on the ring). */
+ * is full or the yield slot is taken (the caller queues g on the ring). */
 static inline __attribute__((always_inline)) bool flifo_push(co_p_t *p, co_g_t *g) {
     uint32_t b = p->flbot; /* the owner's own */
-    /* a stale fltop only makes the deque look fuller */
-    if (b - __atomic_load_n(&p->fltop, __ATOMIC_RELAXED) >= CO_FLIFO) return false;
+    /* a stale fltop only makes the deque look fuller; the yield slot's
+     * swap does not look at the deque (above) */
+    if (b - __atomic_load_n(&p->fltop, __ATOMIC_RELAXED) >= CO_FLIFO || co__yslot_peek(p))
+        return false;
     __atomic_store_n(&p->fl[b % CO_FLIFO], g, __ATOMIC_RELAXED);
     /* release (a plain store on x86-64): publishes the slot and g's fields
      * to a thief's seq_cst load of flbot. No thief can take slot b until
@@ -381,21 +394,25 @@ static inline bool runq_nothing_to_steal(co_p_t *p) {
            __atomic_load_n(&p->fltop, __ATOMIC_ACQUIRE) == __atomic_load_n(&p->flbot, __ATOMIC_ACQUIRE);
 }
 
-/* What is queued on p: the ring, runnext, the yield slot, the owner's
- * batch and the fresh deque. A snapshot (relaxed loads): exact only for the owner, a hint for
- * anyone else. */
-static inline int runq_len(co_p_t *p) {
+/* What is queued on p but the fresh deque: the ring, runnext, the yield
+ * slot and the owner's batch (spawn back-pressure's measure: the deque
+ * has a bound of its own, beyond which spawns go to the ring). A snapshot
+ * (relaxed loads): exact only for the owner, a hint for anyone else. */
+static inline int runq_backlog(co_p_t *p) {
     uint32_t h = __atomic_load_n(&p->runqhead, __ATOMIC_RELAXED);
     uint32_t t = __atomic_load_n(&p->runqtail, __ATOMIC_RELAXED);
     return (int)(t - h) + (__atomic_load_n(&p->runnext, __ATOMIC_RELAXED) ? 1 : 0) +
-           (co__yslot_peek(p) ? 1 : 0) + (int)__atomic_load_n(&p->obn, __ATOMIC_RELAXED) +
-           (int)(__atomic_load_n(&p->flbot, __ATOMIC_RELAXED) -
-                 __atomic_load_n(&p->fltop, __ATOMIC_RELAXED));
+           (co__yslot_peek(p) ? 1 : 0) + (int)__atomic_load_n(&p->obn, __ATOMIC_RELAXED);
+}
+/* All that is queued on p, the fresh deque too. */
+static inline int runq_len(co_p_t *p) {
+    return runq_backlog(p) + (int)(__atomic_load_n(&p->flbot, __ATOMIC_RELAXED) -
+                                   __atomic_load_n(&p->fltop, __ATOMIC_RELAXED));
 }
 
 /* The next G for p without blocking or stealing: due timers, 1-in-61 global,
  * runnext, the owner's batch, the fresh deque, local ring, global (the
- * ring before the fresh deque 1 in 61). p's owner only; p may be NULL. */
+ * ring before the fresh deque 1 in 61: co__fair_next). p's owner only; p may be NULL. */
 static inline __attribute__((always_inline)) co_g_t *runq_next_fast(co_p_t *p) {
     if (!p) return NULL;
     /* A lent-away P: go to g0, which retires it. */
@@ -410,6 +427,8 @@ static inline __attribute__((always_inline)) co_g_t *runq_next_fast(co_p_t *p) {
         if (CO_UNLIKELY(__atomic_load_n(&m->affq, __ATOMIC_RELAXED) != NULL) &&
             (g = co__affq_take(m)))
             return g;
+        /* the ring before the fresh deque, this once (runq.c) */
+        if (p->flbot != __atomic_load_n(&p->fltop, __ATOMIC_RELAXED)) return co__fair_next(p);
     }
     /* The global queue's front list (a late timer's coroutine, one back
      * from co_blocking) is looked at every time, the rest 1 in 61. */
@@ -424,10 +443,7 @@ static inline __attribute__((always_inline)) co_g_t *runq_next_fast(co_p_t *p) {
         co__yslot_close(p);
         if (g) return g;
     }
-    bool fair = tick % 61 == 0;
-    if (CO_UNLIKELY(fair) && p->flbot != __atomic_load_n(&p->fltop, __ATOMIC_RELAXED))
-        co__flifo_fair(p);
-    if ((g = runqget_(p, !fair))) return g;
+    if ((g = runqget(p))) return g;
     return co__globrunqget(p, 0);
 }
 

@@ -157,7 +157,7 @@ int co__spawn(void (*fn)(void *), void *arg, size_t stack_size, const char *name
 /* Spawn back-pressure's test (co__spawn_backpressure): p's queue is full,
  * or the global queue holds a full queue's worth per P. */
 static inline bool spawn_queue_full(co_p_t *p) {
-    return runq_len(p) >= CO_RUNQ_SIZE ||
+    return runq_backlog(p) >= CO_RUNQ_SIZE ||
            __atomic_load_n(&co__sched.runqsize, __ATOMIC_RELAXED) >=
                (int64_t)CO_RUNQ_SIZE * co__sched.nprocs;
 }
@@ -194,7 +194,7 @@ static void post_yield_global(co_g_t *g, void *arg) {
 static __attribute__((noinline)) void spawn_yield(co_m_t *m) {
     co_p_t *p = m->p;
     if (co__sched.nprocs == 1 || __atomic_load_n(&co__sched.npidle, __ATOMIC_RELAXED) != 0 ||
-        runq_len(p) < CO_RUNQ_SIZE) {
+        runq_backlog(p) < CO_RUNQ_SIZE) {
         co_yield();
         return;
     }
@@ -346,7 +346,9 @@ static inline bool take_accepts(bool (*accept)(void *arg, void *ctx), void *arg,
  * runnext (as a G), which is empty, so it still runs next. NULL when
  * nothing was taken. Each take counts as a schedule (schedtick), and every
  * 61st is refused so that the scheduler's global-queue check, timers and
- * sysmon see a switch. */
+ * sysmon see a switch. Entries on the fresh deque, which would run before
+ * the ring's head, are passed over: they are spawns too, and taking the
+ * ring's first only delays them, as a fairness tick does. */
 void *co__take_unstarted(void (*fn)(void *), bool (*accept)(void *arg, void *ctx), void *ctx) {
     co_m_t *m = getm();
     co_p_t *p = m ? m->p : NULL;
@@ -378,8 +380,6 @@ void *co__take_unstarted(void (*fn)(void *), bool (*accept)(void *arg, void *ctx
         /* as below */
         if (n >= 2) __builtin_prefetch(rq_strip(__atomic_load_n(&p->ob[n - 2], __ATOMIC_RELAXED)));
     } else {
-        /* the fresh deque runs before the ring, and holds no tokens */
-        if (p->flbot != __atomic_load_n(&p->fltop, __ATOMIC_RELAXED)) return NULL;
         uint32_t h = __atomic_load_n(&p->runqhead, __ATOMIC_ACQUIRE);
         if (h == p->runqtail) return NULL;
         e = __atomic_load_n(&p->runq[h % CO_RUNQ_SIZE], __ATOMIC_RELAXED);
