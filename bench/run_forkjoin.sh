@@ -104,7 +104,7 @@ host=$(div "$TMP/s1" "$TMP/s2")
     echo "Go / colony, wall time (above 1: colony is faster): fine 1 P $(div "$TMP/c1_fine" "$TMP/g1_fine"),"
     echo "fine 2 P $(div "$TMP/c2_fine" "$TMP/g2_fine"), coarse 1 P $(div "$TMP/c1_coarse" "$TMP/g1_coarse"),"
     echo "coarse 2 P $(div "$TMP/c2_coarse" "$TMP/g2_coarse"). Host spin loop: 1 thread $(med "$TMP/s1") ms, 2 threads $(med "$TMP/s2") ms."
-    [ -n "$BASE" ] && echo "colony-base: $BASE, the same commands."
+    [ -n "$BASE" ] && echo "colony-base: $(basename "$(dirname "$BASE")")/$(basename "$BASE") (another build, e.g. from before a change), the same commands."
     echo "Where the second P's time goes, and the spawn order: docs/perf-notes.md (fork-join)."
 } >"$OUT"
 echo "bench/run_forkjoin.sh: wrote $OUT" >&2
