@@ -271,9 +271,9 @@ static inline __attribute__((always_inline)) bool obatch_fits(co_p_t *p, uint32_
  * ring before the deque, so nothing queued in the ring waits behind a
  * stream of spawns; and an oldest entry that stays the oldest for
  * CO_FLIFO_AGE such ticks, then twice as many for the next, ..., goes to
- * the ring's tail (runq.c's flifo_fair), so a spawner that keeps the deque from
- * ever emptying (a loop that forks and joins forever) cannot keep an older
- * spawn from running for ever. Either move opens a subtree early, and a
+ * the ring's tail (runq.c's flifo_fair), so a spawner that keeps the deque
+ * from ever emptying (a loop that forks and joins for ever) cannot keep an
+ * older spawn from running for ever. Either move opens a subtree early, and a
  * chain of parents parks for it: too many such moves (a smaller deque,
  * a fixed age) opened the fork-join breadth-first again
  * (docs/perf-notes.md). */
@@ -298,7 +298,8 @@ static inline __attribute__((always_inline)) bool flifo_push(co_p_t *p, co_g_t *
 /* Owner: the fresh deque's newest entry, NULL if it is empty. */
 static inline __attribute__((always_inline)) co_g_t *flifo_pop(co_p_t *p) {
     uint32_t b = p->flbot; /* the owner's own */
-    if (b == __atomic_load_n(&p->fltop, __ATOMIC_RELAXED)) return NULL; /* a hint: empty stays empty to the owner */
+    /* relaxed: only the owner adds entries, so an empty deque stays empty */
+    if (b == __atomic_load_n(&p->fltop, __ATOMIC_RELAXED)) return NULL;
     b--;
     /* seq_cst store then seq_cst load: a thief that reads the old flbot
      * has loaded fltop before this store, and its CAS of fltop fails if
@@ -319,8 +320,7 @@ static inline __attribute__((always_inline)) co_g_t *flifo_pop(co_p_t *p) {
 }
 
 /* Owner only: the next entry to run, NULL if none is queued. fresh_first:
- * the fresh deque before the ring (all but runq_next_fast's fairness
- * ticks). */
+ * the fresh deque before the ring (all but co__fair_next). */
 static inline __attribute__((always_inline)) co_g_t *runqget_(co_p_t *p, bool fresh_first) {
     co_g_t *next = __atomic_load_n(&p->runnext, __ATOMIC_ACQUIRE);
     if (next && __atomic_compare_exchange_n(&p->runnext, &next, NULL, false, __ATOMIC_ACQ_REL,
@@ -391,7 +391,8 @@ static inline bool runq_nothing_to_steal(co_p_t *p) {
     uint32_t h = __atomic_load_n(&p->runqhead, __ATOMIC_ACQUIRE);
     uint32_t t = __atomic_load_n(&p->runqtail, __ATOMIC_ACQUIRE);
     return h == t && __atomic_load_n(&p->runnext, __ATOMIC_ACQUIRE) == NULL &&
-           __atomic_load_n(&p->fltop, __ATOMIC_ACQUIRE) == __atomic_load_n(&p->flbot, __ATOMIC_ACQUIRE);
+           __atomic_load_n(&p->fltop, __ATOMIC_ACQUIRE) ==
+               __atomic_load_n(&p->flbot, __ATOMIC_ACQUIRE);
 }
 
 /* What is queued on p but the fresh deque: the ring, runnext, the yield
