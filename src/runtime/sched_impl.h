@@ -257,11 +257,11 @@ static inline __attribute__((always_inline)) bool obatch_fits(co_p_t *p, uint32_
  * ring's batch steals take half of it by one CAS of runqhead from a
  * runqtail read before, which an owner's pop at the tail would race.
  *
- * Before the ring, not after it: run after the ring, a spawner that
- * yields behind it (spawn back-pressure) came back after one child, and
- * the spawn benchmark took twice the instructions; and a fork-join's
- * ring holds what must not open early (a subtree moved there by the
- * bounds below). The yield slot runs before the deque: so a spawn does
+ * Before the ring, not after it: a fork-join's ring holds what must not
+ * open early (a subtree the bounds below moved there), and a spawner
+ * that yields behind its ring (back-pressure) would come back before its
+ * children ran (docs/perf-notes.md). The yield slot runs before the
+ * deque: so a spawn does
  * not go on the deque while the slot holds a coroutine, and a yielder
  * goes in the slot only with the deque empty (yield_requeue), which keeps
  * the deque out of the slot's swap, co_yield's fast path.
