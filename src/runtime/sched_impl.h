@@ -261,10 +261,10 @@ static inline __attribute__((always_inline)) bool obatch_fits(co_p_t *p, uint32_
  * open early (a subtree the bounds below moved there), and a spawner
  * that yields behind its ring (back-pressure) would come back before its
  * children ran (docs/perf-notes.md). The yield slot runs before the
- * deque: so a spawn does
- * not go on the deque while the slot holds a coroutine, and a yielder
- * goes in the slot only with the deque empty (yield_requeue), which keeps
- * the deque out of the slot's swap, co_yield's fast path.
+ * deque: so a spawn does not go on the deque while the slot holds a
+ * coroutine, and a yielder goes in the slot only with the deque empty
+ * (yield_requeue), which keeps the deque out of the slot's swap,
+ * co_yield's fast path.
  *
  * Bounds, for fairness. The deque holds CO_FLIFO entries; a spawn beyond
  * goes to the ring's tail. Every 61st schedule (runq_next_fast) takes the
