@@ -4,7 +4,9 @@
 # against Go's goroutines on GOMAXPROCS 1 and 2, with the host's own 2-CPU
 # speedup (the same loop on 1 thread and on 2) measured in the same
 # alternation. Writes bench/results/forkjoin.md.
-#   sh bench/run_forkjoin.sh <builddir>   (BENCH_RUNS=N, default 5; BENCH_QUICK=1: fib(32), 1 run)
+#   sh bench/run_forkjoin.sh <builddir>   (BENCH_RUNS=N, default 5; BENCH_QUICK=1: fib(32), 1 run;
+#   BENCH_FORKJOIN_BASELINE=<another build's bench_forkjoin>, e.g. one from before a change:
+#   measured too, in the same alternation, as "colony-base")
 set -u
 . "$(dirname "$0")/lib.sh"
 bench_init "${1:-build}"
@@ -19,6 +21,8 @@ if command -v go >/dev/null 2>&1 && bench_go_build forkjoin "$TMP/goforkjoin" >"
     GO="$TMP/goforkjoin"
 fi
 [ -x "$BUILD/bench_forkjoin" ] || { echo "bench/run_forkjoin.sh: $BUILD/bench_forkjoin missing" >&2; exit 1; }
+BASE=${BENCH_FORKJOIN_BASELINE:-}
+if [ -n "$BASE" ] && [ ! -x "$BASE" ]; then echo "bench/run_forkjoin.sh: $BASE is not executable" >&2; exit 1; fi
 
 # one "ms cpu_ms rss_kib" line per run into $TMP/<row>
 run() { # row cmd...
@@ -40,6 +44,10 @@ while [ "$i" -lt "$RUNS" ]; do
         c=$FINE; [ "$g" = coarse ] && c=$COARSE
         run "c1_$g" "$BUILD/bench_forkjoin" fib 1 "$N" "$c"
         run "c2_$g" "$BUILD/bench_forkjoin" fib 2 "$N" "$c"
+        if [ -n "$BASE" ]; then
+            run "b1_$g" "$BASE" fib 1 "$N" "$c"
+            run "b2_$g" "$BASE" fib 2 "$N" "$c"
+        fi
         if [ -n "$GO" ]; then
             run "g1_$g" "$GO" fib 1 "$N" "$c"
             run "g2_$g" "$GO" fib 2 "$N" "$c"
@@ -84,8 +92,9 @@ host=$(div "$TMP/s1" "$TMP/s2")
     echo "|---|---|---|---|---|---|---|---|---|---|"
     for g in fine coarse; do
         c=$FINE; [ "$g" = coarse ] && c=$COARSE
-        for impl in colony go; do
-            k=c; [ "$impl" = go ] && k=g
+        impls="colony go"; [ -n "$BASE" ] && impls="colony colony-base go"
+        for impl in $impls; do
+            k=c; [ "$impl" = go ] && k=g; [ "$impl" = colony-base ] && k=b
             r=$(div "$TMP/${k}1_$g" "$TMP/${k}2_$g")
             vs=$(awk -v r="$r" -v h="$host" 'BEGIN{ if (r+0>0 && h+0>0) printf "%.2f", r/h; else print "n/a" }')
             echo "| $g (cut-off $c) | $impl | $(stat "$TMP/${k}1_$g") | $(stat "$TMP/${k}2_$g") | $r | $vs |"
@@ -95,6 +104,7 @@ host=$(div "$TMP/s1" "$TMP/s2")
     echo "Go / colony, wall time (above 1: colony is faster): fine 1 P $(div "$TMP/c1_fine" "$TMP/g1_fine"),"
     echo "fine 2 P $(div "$TMP/c2_fine" "$TMP/g2_fine"), coarse 1 P $(div "$TMP/c1_coarse" "$TMP/g1_coarse"),"
     echo "coarse 2 P $(div "$TMP/c2_coarse" "$TMP/g2_coarse"). Host spin loop: 1 thread $(med "$TMP/s1") ms, 2 threads $(med "$TMP/s2") ms."
+    [ -n "$BASE" ] && echo "colony-base: $(basename "$(dirname "$BASE")")/$(basename "$BASE") (another build, e.g. from before a change), the same commands."
     echo "Where the second P's time goes, and the spawn order: docs/perf-notes.md (fork-join)."
 } >"$OUT"
 echo "bench/run_forkjoin.sh: wrote $OUT" >&2

@@ -37,6 +37,11 @@ CO_HIDDEN void co__test_compact_set_ms(uint32_t ms);
 CO_HIDDEN void co__test_compact_counts(uint64_t *compactions, uint64_t *restores);
 /* Yields at I/O safe points that sysmon asked for (runtime/sysmon.c). */
 CO_HIDDEN extern uint64_t co__preempt_yields;
+/* The per-P fresh deque (runtime/runq.c): the owner's push (false: full)
+ * and pop, and a thief's take of the oldest entry (NULL: empty). */
+CO_HIDDEN bool co__test_flifo_push(co_p_t *p, co_g_t *g);
+CO_HIDDEN co_g_t *co__test_flifo_pop(co_p_t *p);
+CO_HIDDEN co_g_t *co__flifo_steal(co_p_t *p);
 /* A forked child forgets its parent's runtime and may start a fresh one
  * (runtime/lifecycle.c). */
 CO_HIDDEN int co__test_reset_after_fork(void);

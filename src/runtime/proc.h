@@ -21,6 +21,7 @@
 #define CO_RUNQ_SIZE 256   /* per-P ring, as Go's runq [256]guintptr */
 #define CO_GFREE_LOCAL 256 /* dead Gs cached per P before spilling half to global */
 #define CO_OBATCH 8        /* ring entries the owner claims at once (runqget) */
+#define CO_FLIFO 256       /* fresh spawns the owner keeps to run newest first (runqget) */
 #define CO_SFREE_LOCAL 32  /* free stacks cached per P before spilling half to global */
 #define CO_MAX_PROCS 1024
 #define CO_DEFAULT_STACK ((size_t)256 * 1024)
@@ -232,6 +233,23 @@ typedef struct co_p {
     uint32_t obn;
     co_g_t *ob[CO_OBATCH];
     void *ob_sp[CO_OBATCH];
+
+    /* The fresh deque (sched_impl.h's "work-first"): coroutines spawned
+     * while runnext was taken and never run, the owner's to run newest
+     * first (at flbot - 1), thieves' to take oldest first (at fltop): a
+     * Chase-Lev deque. fl[i % CO_FLIFO] for fltop <= i < flbot. The owner
+     * writes flbot and the slots; it and thieves move fltop by CAS; every
+     * access to flbot and fltop is seq_cst (an owner's pop stores flbot
+     * before it loads fltop, a thief loads fltop before flbot: the pair
+     * orders them, so the last entry goes to one of them), the slots are
+     * relaxed (published by the release of flbot's store). fl_seen,
+     * fl_age and fl_limit: owner only, the fairness tick's record of the
+     * oldest entry (runq.c's flifo_fair). */
+    uint32_t fltop;
+    uint32_t flbot;
+    uint32_t fl_age, fl_limit;
+    co_g_t *fl_seen;
+    co_g_t *fl[CO_FLIFO];
 
     /* gcache.c, owner only: dead Gs (bare: no stack) and free stacks of
      * the runtime's default size. */
@@ -541,6 +559,11 @@ CO_HIDDEN int co__plain_spawn_enter(void);
 CO_HIDDEN void co__pidleput_locked(co_p_t *p); /* sched.lock held, or no M yet */
 CO_HIDDEN void co__tls_m_forget(void);         /* this thread is no M (after a fork) */
 CO_HIDDEN bool co__runq_empty(co_p_t *p);
+/* sysmon lending np in p's place, before np is handed off (nobody else
+ * pushes onto np yet): p's fresh deque onto np's, oldest first, so that
+ * np's M runs it in the same order (runq.c; sched_impl.h's
+ * "work-first"); what does not fit goes to the global queue. */
+CO_HIDDEN void co__flifo_move(co_p_t *p, co_p_t *np);
 CO_HIDDEN bool co__work_stranded(void);
 CO_HIDDEN int co__runq_len(co_p_t *p);
 CO_HIDDEN uint32_t co__fastrand(void);

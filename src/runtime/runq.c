@@ -49,6 +49,67 @@ __attribute__((noinline)) void co__obatch_give_back(co_p_t *p, uint32_t n) {
     co__wakep();
 }
 
+co_g_t *co__flifo_steal(co_p_t *p) {
+    for (;;) {
+        /* seq_cst loads, fltop first: see flifo_pop */
+        uint32_t t = __atomic_load_n(&p->fltop, __ATOMIC_SEQ_CST);
+        uint32_t b = __atomic_load_n(&p->flbot, __ATOMIC_SEQ_CST);
+        if ((int32_t)(b - t) <= 0) return NULL;
+        /* may be overwritten meanwhile once the owner wraps past t: then
+         * fltop has moved and the CAS fails */
+        co_g_t *g = __atomic_load_n(&p->fl[t % CO_FLIFO], __ATOMIC_RELAXED);
+        if (__atomic_compare_exchange_n(&p->fltop, &t, t + 1, false, __ATOMIC_SEQ_CST,
+                                        __ATOMIC_RELAXED))
+            return g;
+    }
+}
+
+void co__flifo_move(co_p_t *p, co_p_t *np) {
+    for (co_g_t *g; (g = co__flifo_steal(p));)
+        if (!flifo_push(np, g)) {
+            g = rq_unfresh(g);
+            co__globrunqput(&g, 1);
+        }
+}
+
+/* Every 61st schedule with entries on the fresh deque: an oldest entry
+ * seen there at fl_limit such looks in a row goes to the ring's tail,
+ * which these looks take before the deque. Each such move doubles fl_limit (the one
+ * after it is the next oldest, seen once more), so that a long fork-join,
+ * whose first spawn is rightly the oldest for half of its run, has a
+ * subtree opened early only a few times in all (each parks one more chain
+ * of parents); an oldest entry that leaves on its own (run, or taken by a
+ * thief) sets it back. The pointer compare may mistake a recycled G for
+ * the same one: it then moves a little early. */
+static void flifo_fair(co_p_t *p) {
+    co_g_t *old = __atomic_load_n(&p->fl[__atomic_load_n(&p->fltop, __ATOMIC_RELAXED) % CO_FLIFO],
+                                  __ATOMIC_RELAXED); /* a hint: a thief may take it */
+    if (!p->fl_limit) p->fl_limit = CO_FLIFO_AGE;
+    if (old != p->fl_seen) {
+        p->fl_seen = old;
+        p->fl_age = 0;
+        p->fl_limit = CO_FLIFO_AGE;
+        return;
+    }
+    if (++p->fl_age < p->fl_limit) return;
+    co_g_t *g = co__flifo_steal(p);
+    if (g) runq_push(p, rq_tag(g), NULL);
+    p->fl_age = 0;
+    if (p->fl_limit < (1u << 30)) p->fl_limit *= 2;
+    p->fl_seen = __atomic_load_n(&p->fl[__atomic_load_n(&p->fltop, __ATOMIC_RELAXED) % CO_FLIFO],
+                                 __ATOMIC_RELAXED);
+}
+
+/* The yield slot is not looked at: while it holds a coroutine, nothing
+ * goes on the deque (sched_impl.h). */
+co_g_t *co__fair_next(co_p_t *p) {
+    flifo_fair(p);
+    co_g_t *g = co__globrunqget(p, 1);
+    if (g) return g;
+    if ((g = runqget_(p, false))) return g;
+    return co__globrunqget(p, 0);
+}
+
 /* runqget's token taken from the ring: its G, or, with no memory for one
  * (the token then waits on tokwait), the ring's next entry: NULL would
  * tell the caller the ring is empty. Out of line: the loop would cost
@@ -60,8 +121,8 @@ __attribute__((noinline)) co_g_t *co__token_g_or_next(co_p_t *p, co_g_t *e) {
 
 /* ---- looks at the queues ------------------------------------------------ */
 
-/* Nothing queued at all: the ring, runnext, the yield slot and the owner's
- * batch. */
+/* Nothing queued at all: the ring, the fresh deque, runnext, the yield
+ * slot and the owner's batch. */
 bool co__runq_empty(co_p_t *p) {
     return runq_nothing_to_steal(p) && !co__yslot_peek(p) &&
            !__atomic_load_n(&p->obn, __ATOMIC_RELAXED);
@@ -71,7 +132,7 @@ int co__runq_len(co_p_t *p) { return runq_len(p); }
 
 /* Sysmon's safety net against a lost wake-up: a P is idle, no M is
  * spinning, and yet there is work a woken M would take (the global queue,
- * or a ring with entries: a thief takes half). Relaxed loads: a hint, and
+ * or a ring or fresh deque with entries). Relaxed loads: a hint, and
  * co__wakep re-checks. */
 bool co__work_stranded(void) {
     co_sched_t *s = &co__sched;
@@ -82,7 +143,9 @@ bool co__work_stranded(void) {
     for (int i = 0; i < s->nprocs; i++) {
         co_p_t *p = co__allp(i);
         if (__atomic_load_n(&p->runqhead, __ATOMIC_RELAXED) !=
-            __atomic_load_n(&p->runqtail, __ATOMIC_RELAXED))
+                __atomic_load_n(&p->runqtail, __ATOMIC_RELAXED) ||
+            __atomic_load_n(&p->fltop, __ATOMIC_RELAXED) !=
+                __atomic_load_n(&p->flbot, __ATOMIC_RELAXED))
             return true;
         /* An idle P's runnext: nobody runs it but a thief (a busy P's is
          * its owner's to run, and waking a thief for it would only move
@@ -167,8 +230,13 @@ static uint32_t runqgrab(co_p_t *pp, co_g_t **batch, uint32_t bh, bool steal_nex
 static co_g_t *runqsteal(co_p_t *p, co_p_t *pp, bool steal_next) {
     uint32_t t = p->runqtail;
     co_g_t *tmp[CO_RUNQ_SIZE];
-    uint32_t n = runqgrab(pp, tmp, 0, steal_next);
-    if (n == 0) return NULL;
+    uint32_t n = runqgrab(pp, tmp, 0, false);
+    if (n == 0) { /* the fresh deque's oldest, then runnext (runqgrab's last round) */
+        co_g_t *g = co__flifo_steal(pp);
+        if (g) return g;
+        if (steal_next) n = runqgrab(pp, tmp, 0, true);
+        if (n == 0) return NULL;
+    }
     n--;
     co_g_t *g = token_g(p, tmp[n]);
     /* Thieves steal with an empty queue, but never trust it: a ring written
@@ -217,9 +285,14 @@ co_g_t *co__stealwork(co_m_t *m) {
     return NULL;
 }
 
-/* Any M: move every G queued on p (ring and runnext) to the global queue. */
+/* Any M: move every G queued on p (ring, fresh deque and runnext) to the
+ * global queue. */
 void co__runq_drain_global(co_p_t *p) {
     co_g_t *batch[CO_RUNQ_SIZE];
+    for (co_g_t *g; (g = co__flifo_steal(p));) {
+        co__globrunqput(&g, 1);
+        co__wakep();
+    }
     for (;;) {
         uint32_t n = runqgrab(p, batch, 0, true);
         if (n == 0) return;
@@ -228,3 +301,8 @@ void co__runq_drain_global(co_p_t *p) {
         co__wakep();
     }
 }
+
+/* For tests (tests/t_internal.h): the fresh deque's owner operations, out
+ * of line, on a P no M owns. */
+bool co__test_flifo_push(co_p_t *p, co_g_t *g) { return flifo_push(p, g); }
+co_g_t *co__test_flifo_pop(co_p_t *p) { return flifo_pop(p); }

@@ -469,8 +469,11 @@ static inline __attribute__((always_inline)) void yield_requeue(co_m_t *m, co_g_
     __atomic_store_n(&g->status, CO_G_RUNNABLE, __ATOMIC_RELAXED);
     co_p_t *p = m->p;
     if (p && !__atomic_load_n(&p->retire, __ATOMIC_ACQUIRE)) {
+        /* The fresh deque empty too: while the slot is taken nothing goes
+         * on it, so co_yield's swap need not look (sched_impl.h) */
         if (__atomic_load_n(&co__yslot_on, __ATOMIC_RELAXED) && !co__yslot_peek(p) &&
-            yslot_fits(p) && co__yslot_open(p)) {
+            yslot_fits(p) && p->flbot == __atomic_load_n(&p->fltop, __ATOMIC_RELAXED) &&
+            co__yslot_open(p)) {
             /* release: g's state before it, for whoever takes it (sysmon) */
             __atomic_store_n(&p->yieldg, g, __ATOMIC_RELEASE);
             co__yslot_close(p);

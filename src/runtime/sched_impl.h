@@ -27,6 +27,14 @@ CO_HIDDEN extern co_sched_t co__sched;
  * if h and t went stale (the caller looks again). */
 CO_HIDDEN bool co__runqputslow(co_p_t *p, co_g_t *e, uint32_t h, uint32_t t);
 CO_HIDDEN void co__obatch_give_back(co_p_t *p, uint32_t n);
+/* Anyone: the fresh deque's oldest entry, NULL if it is empty. */
+CO_HIDDEN co_g_t *co__flifo_steal(co_p_t *p);
+/* For tests (tests/t_internal.h): flifo_push and flifo_pop, out of line. */
+CO_HIDDEN bool co__test_flifo_push(co_p_t *p, co_g_t *g);
+CO_HIDDEN co_g_t *co__test_flifo_pop(co_p_t *p);
+/* Owner, every 61st schedule with entries on the fresh deque: the next
+ * entry to run as runq_next_fast would, the ring before the deque. */
+CO_HIDDEN co_g_t *co__fair_next(co_p_t *p);
 CO_HIDDEN co_g_t *co__token_g_or_next(co_p_t *p, co_g_t *e);
 /* Take up to max entries of the global queue into p (0: a fair share),
  * one of them returned to run. _locked: sched.lock held, and that one
@@ -235,8 +243,85 @@ static inline __attribute__((always_inline)) bool obatch_fits(co_p_t *p, uint32_
            !__atomic_load_n(&co__sched.npidle, __ATOMIC_RELAXED);
 }
 
-/* Owner only: the next entry to run, NULL if none is queued. */
-static inline __attribute__((always_inline)) co_g_t *runqget(co_p_t *p) {
+/* Work-first. A fork-join parent spawns its first child into runnext and
+ * its second one behind it, then waits; the children do the same. With
+ * the second children at the ring's tail, the P runs the ring's head
+ * next: the oldest second child, the largest subtree left, which opens
+ * the tree breadth-first and parks a chain of parents (each on a stack of
+ * its own) for every subtree it opens. So a spawn that finds runnext taken
+ * goes on the P's fresh deque (p->fl), which the owner runs newest first,
+ * after runnext and the batch and before the ring, and thieves take
+ * oldest first: the subtree just opened is finished first, a P holds
+ * about one chain of parents, and a thief takes the largest subtree left
+ * (Cilk's order). It is a deque of its own, not the ring's other end: the
+ * ring's batch steals take half of it by one CAS of runqhead from a
+ * runqtail read before, which an owner's pop at the tail would race.
+ *
+ * Before the ring, not after it: a fork-join's ring holds what must not
+ * open early (a subtree the bounds below moved there), and a spawner
+ * that yields behind its ring (back-pressure) would come back before its
+ * children ran (docs/perf-notes.md). The yield slot runs before the
+ * deque: so a spawn does not go on the deque while the slot holds a
+ * coroutine, and a yielder goes in the slot only with the deque empty
+ * (yield_requeue), which keeps the deque out of the slot's swap,
+ * co_yield's fast path.
+ *
+ * Bounds, for fairness. The deque holds CO_FLIFO entries; a spawn beyond
+ * goes to the ring's tail. Every 61st schedule (runq_next_fast) takes the
+ * ring before the deque, so nothing queued in the ring waits behind a
+ * stream of spawns; and an oldest entry that stays the oldest for
+ * CO_FLIFO_AGE such ticks, then twice as many for the next, ..., goes to
+ * the ring's tail (runq.c's flifo_fair), so a spawner that keeps the deque
+ * from ever emptying (a loop that forks and joins for ever) cannot keep an
+ * older spawn from running for ever. Either move opens a subtree early, and a
+ * chain of parents parks for it: too many such moves (a smaller deque,
+ * a fixed age) opened the fork-join breadth-first again
+ * (docs/perf-notes.md). */
+#define CO_FLIFO_AGE 1024
+
+/* Owner, a spawn found runnext taken: g onto the fresh deque; false if it
+ * is full or the yield slot is taken (the caller queues g on the ring). */
+static inline __attribute__((always_inline)) bool flifo_push(co_p_t *p, co_g_t *g) {
+    uint32_t b = p->flbot; /* the owner's own */
+    /* a stale fltop only makes the deque look fuller; the yield slot's
+     * swap does not look at the deque (above) */
+    if (b - __atomic_load_n(&p->fltop, __ATOMIC_RELAXED) >= CO_FLIFO || co__yslot_peek(p))
+        return false;
+    __atomic_store_n(&p->fl[b % CO_FLIFO], g, __ATOMIC_RELAXED);
+    /* release (a plain store on x86-64): publishes the slot and g's fields
+     * to a thief's seq_cst load of flbot. No thief can take slot b until
+     * it sees this store. */
+    __atomic_store_n(&p->flbot, b + 1, __ATOMIC_RELEASE);
+    return true;
+}
+
+/* Owner: the fresh deque's newest entry, NULL if it is empty. */
+static inline __attribute__((always_inline)) co_g_t *flifo_pop(co_p_t *p) {
+    uint32_t b = p->flbot; /* the owner's own */
+    /* relaxed: only the owner adds entries, so an empty deque stays empty */
+    if (b == __atomic_load_n(&p->fltop, __ATOMIC_RELAXED)) return NULL;
+    b--;
+    /* seq_cst store then seq_cst load: a thief that reads the old flbot
+     * has loaded fltop before this store, and its CAS of fltop fails if
+     * this load sees fltop past it */
+    __atomic_store_n(&p->flbot, b, __ATOMIC_SEQ_CST);
+    uint32_t t = __atomic_load_n(&p->fltop, __ATOMIC_SEQ_CST);
+    if ((int32_t)(b - t) < 0) { /* a thief took the last one */
+        __atomic_store_n(&p->flbot, b + 1, __ATOMIC_RELAXED);
+        return NULL;
+    }
+    co_g_t *g = __atomic_load_n(&p->fl[b % CO_FLIFO], __ATOMIC_RELAXED);
+    if (b != t) return g; /* more than one: the thieves' end is elsewhere */
+    /* the last one: the owner and a thief race for it by fltop's CAS */
+    bool won = __atomic_compare_exchange_n(&p->fltop, &t, t + 1, false, __ATOMIC_SEQ_CST,
+                                           __ATOMIC_RELAXED);
+    __atomic_store_n(&p->flbot, b + 1, __ATOMIC_RELAXED);
+    return won ? g : NULL;
+}
+
+/* Owner only: the next entry to run, NULL if none is queued. fresh_first:
+ * the fresh deque before the ring (all but co__fair_next). */
+static inline __attribute__((always_inline)) co_g_t *runqget_(co_p_t *p, bool fresh_first) {
     co_g_t *next = __atomic_load_n(&p->runnext, __ATOMIC_ACQUIRE);
     if (next && __atomic_compare_exchange_n(&p->runnext, &next, NULL, false, __ATOMIC_ACQ_REL,
                                             __ATOMIC_RELAXED))
@@ -256,10 +341,11 @@ static inline __attribute__((always_inline)) co_g_t *runqget(co_p_t *p) {
         co__yslot_close(p);
         goto got;
     }
+    if (fresh_first && (e = flifo_pop(p))) return e;
     for (;;) {
         uint32_t h = __atomic_load_n(&p->runqhead, __ATOMIC_ACQUIRE);
         uint32_t t = p->runqtail;
-        if (t == h) return NULL;
+        if (t == h) return fresh_first ? NULL : flifo_pop(p);
         e = __atomic_load_n(&p->runq[h % CO_RUNQ_SIZE], __ATOMIC_RELAXED);
         if (CO_UNLIKELY(obatch_fits(p, h, t)) && co__yslot_open(p)) {
             /* The batch is empty (we just looked, and only the owner fills
@@ -296,26 +382,38 @@ got:
     if (CO_LIKELY(!rq_is_token(e))) return rq_strip(e);
     return co__token_g_or_next(p, e);
 }
+static inline __attribute__((always_inline)) co_g_t *runqget(co_p_t *p) {
+    return runqget_(p, true);
+}
 
-/* Nothing a thief could take: the ring and runnext. */
+/* Nothing a thief could take: the ring, the fresh deque and runnext. */
 static inline bool runq_nothing_to_steal(co_p_t *p) {
     uint32_t h = __atomic_load_n(&p->runqhead, __ATOMIC_ACQUIRE);
     uint32_t t = __atomic_load_n(&p->runqtail, __ATOMIC_ACQUIRE);
-    return h == t && __atomic_load_n(&p->runnext, __ATOMIC_ACQUIRE) == NULL;
+    return h == t && __atomic_load_n(&p->runnext, __ATOMIC_ACQUIRE) == NULL &&
+           __atomic_load_n(&p->fltop, __ATOMIC_ACQUIRE) ==
+               __atomic_load_n(&p->flbot, __ATOMIC_ACQUIRE);
 }
 
-/* What is queued on p: the ring, runnext, the yield slot and the owner's
- * batch. A snapshot (relaxed loads): exact only for the owner, a hint for
- * anyone else. */
-static inline int runq_len(co_p_t *p) {
+/* What is queued on p but the fresh deque: the ring, runnext, the yield
+ * slot and the owner's batch (spawn back-pressure's measure: the deque
+ * has a bound of its own, beyond which spawns go to the ring). A snapshot
+ * (relaxed loads): exact only for the owner, a hint for anyone else. */
+static inline int runq_backlog(co_p_t *p) {
     uint32_t h = __atomic_load_n(&p->runqhead, __ATOMIC_RELAXED);
     uint32_t t = __atomic_load_n(&p->runqtail, __ATOMIC_RELAXED);
     return (int)(t - h) + (__atomic_load_n(&p->runnext, __ATOMIC_RELAXED) ? 1 : 0) +
            (co__yslot_peek(p) ? 1 : 0) + (int)__atomic_load_n(&p->obn, __ATOMIC_RELAXED);
 }
+/* All that is queued on p, the fresh deque too. */
+static inline int runq_len(co_p_t *p) {
+    return runq_backlog(p) + (int)(__atomic_load_n(&p->flbot, __ATOMIC_RELAXED) -
+                                   __atomic_load_n(&p->fltop, __ATOMIC_RELAXED));
+}
 
 /* The next G for p without blocking or stealing: due timers, 1-in-61 global,
- * runnext, local ring, global. p's owner only; p may be NULL. */
+ * runnext, the owner's batch, the fresh deque, local ring, global (the
+ * ring before the fresh deque 1 in 61: co__fair_next). p's owner only; p may be NULL. */
 static inline __attribute__((always_inline)) co_g_t *runq_next_fast(co_p_t *p) {
     if (!p) return NULL;
     /* A lent-away P: go to g0, which retires it. */
@@ -330,6 +428,8 @@ static inline __attribute__((always_inline)) co_g_t *runq_next_fast(co_p_t *p) {
         if (CO_UNLIKELY(__atomic_load_n(&m->affq, __ATOMIC_RELAXED) != NULL) &&
             (g = co__affq_take(m)))
             return g;
+        /* the ring before the fresh deque, this once (runq.c) */
+        if (p->flbot != __atomic_load_n(&p->fltop, __ATOMIC_RELAXED)) return co__fair_next(p);
     }
     /* The global queue's front list (a late timer's coroutine, one back
      * from co_blocking) is looked at every time, the rest 1 in 61. */

@@ -67,8 +67,9 @@ static inline __attribute__((always_inline)) void g_init(co_p_t *p, co_g_t *g,
 
 /* ---- spawning ----------------------------------------------------------- */
 
-/* A new coroutine (a G, or a token) is queued: on p (in runnext if next
- * and runnext is empty), counted live there; or, a token from a plain
+/* A new coroutine (a G, or a token) is queued: on p (next: in runnext if
+ * it is empty, else on the fresh deque if it has room), counted
+ * live there; or, a token from a plain
  * thread, on the injection stack, counted when the stack is moved
  * (inject_append_locked; a plain thread's G goes through plain_push). An
  * M is woken if one may be needed. */
@@ -82,7 +83,7 @@ static inline __attribute__((always_inline)) void queue_new(co_p_t *p, co_g_t *e
          * of spawns then queues in order behind its first. */
         if (next && !__atomic_load_n(&p->runnext, __ATOMIC_RELAXED))
             __atomic_store_n(&p->runnext, e, __ATOMIC_RELEASE); /* pairs with thieves' acquire */
-        else
+        else if (!next || !flifo_push(p, e)) /* work-first: sched_impl.h */
             runqput(p, e, false);
     } else {
         co__globrunq_inject(e);
@@ -156,7 +157,7 @@ int co__spawn(void (*fn)(void *), void *arg, size_t stack_size, const char *name
 /* Spawn back-pressure's test (co__spawn_backpressure): p's queue is full,
  * or the global queue holds a full queue's worth per P. */
 static inline bool spawn_queue_full(co_p_t *p) {
-    return runq_len(p) >= CO_RUNQ_SIZE ||
+    return runq_backlog(p) >= CO_RUNQ_SIZE ||
            __atomic_load_n(&co__sched.runqsize, __ATOMIC_RELAXED) >=
                (int64_t)CO_RUNQ_SIZE * co__sched.nprocs;
 }
@@ -193,7 +194,7 @@ static void post_yield_global(co_g_t *g, void *arg) {
 static __attribute__((noinline)) void spawn_yield(co_m_t *m) {
     co_p_t *p = m->p;
     if (co__sched.nprocs == 1 || __atomic_load_n(&co__sched.npidle, __ATOMIC_RELAXED) != 0 ||
-        runq_len(p) < CO_RUNQ_SIZE) {
+        runq_backlog(p) < CO_RUNQ_SIZE) {
         co_yield();
         return;
     }
@@ -345,7 +346,9 @@ static inline bool take_accepts(bool (*accept)(void *arg, void *ctx), void *arg,
  * runnext (as a G), which is empty, so it still runs next. NULL when
  * nothing was taken. Each take counts as a schedule (schedtick), and every
  * 61st is refused so that the scheduler's global-queue check, timers and
- * sysmon see a switch. */
+ * sysmon see a switch. Entries on the fresh deque, which would run before
+ * the ring's head, are passed over: they are spawns too, and taking the
+ * ring's first only delays them, as a fairness tick does. */
 void *co__take_unstarted(void (*fn)(void *), bool (*accept)(void *arg, void *ctx), void *ctx) {
     co_m_t *m = getm();
     co_p_t *p = m ? m->p : NULL;

@@ -238,6 +238,7 @@ static bool lend_spare(co_p_t *p, int i, int64_t now) {
      * moving them too: both move p -> np under both heap locks. */
     co__timers_move(p, np, false);
     runnext_to_front(p);
+    co__flifo_move(p, np); /* before the drain: in order, not to the global queue */
     co__runq_drain_global(p);
     drain_yslot(p);
     co__handoffp(np);
