@@ -88,6 +88,11 @@ static uint64_t n_compactions, n_restores;
  * head); co__compact_g_released moves it off a G that leaves allg. */
 static co_g_t *cursor;
 static int64_t next_scan; /* sysmon only */
+/* The scan's own cost, for co__test_compact_scan_stats: written by sysmon
+ * alone, relaxed atomics (read from any thread). A pass: every offered G
+ * looked at once; its time is the sum of its rounds'. */
+static uint64_t st_passes, st_pass_ns, st_round_max_ns;
+static uint64_t cur_pass_ns; /* sysmon only: the pass under way so far */
 
 static void env_once(void) {
     if (__atomic_load_n(&env_done, __ATOMIC_ACQUIRE)) return;
@@ -149,6 +154,16 @@ CO_HIDDEN void co__test_compact_counts(uint64_t *compactions, uint64_t *restores
 void co__test_compact_counts(uint64_t *compactions, uint64_t *restores) {
     *compactions = __atomic_load_n(&n_compactions, __ATOMIC_RELAXED);
     *restores = __atomic_load_n(&n_restores, __ATOMIC_RELAXED);
+}
+
+/* Benchmarks: completed scan passes, their total time, and the longest
+ * single round (a lock hold) since the process started. */
+CO_HIDDEN void co__test_compact_scan_stats(uint64_t *passes, uint64_t *pass_ns,
+                                           uint64_t *round_max_ns);
+void co__test_compact_scan_stats(uint64_t *passes, uint64_t *pass_ns, uint64_t *round_max_ns) {
+    *passes = __atomic_load_n(&st_passes, __ATOMIC_RELAXED);
+    *pass_ns = __atomic_load_n(&st_pass_ns, __ATOMIC_RELAXED);
+    *round_max_ns = __atomic_load_n(&st_round_max_ns, __ATOMIC_RELAXED);
 }
 
 /* Tests: the threshold in ms (0: the next sysmon round). */
@@ -329,6 +344,7 @@ int co__compact_scan(int64_t now) {
      * record waits for it), compacted after it. */
     co_g_t *batch[SCAN_COMPACT_MAX];
     int n = 0, visited = 0;
+    int64_t t0 = co_now();
     co__lock(&s->allg_lock);
     co_g_t *g = cursor ? cursor : s->allg;
     for (; g && visited < SCAN_VISIT_MAX && n < SCAN_COMPACT_MAX; g = g->alllink_next, visited++)
@@ -350,9 +366,15 @@ int co__compact_scan(int64_t now) {
         for (int i = 0; i < done; i++)
             __atomic_store_n(&batch[i]->cstate, CO__CS_COMPACTED, __ATOMIC_RELEASE);
     }
+    uint64_t round_ns = (uint64_t)(co_now() - t0);
+    cur_pass_ns += round_ns;
+    if (round_ns > st_round_max_ns) __atomic_store_n(&st_round_max_ns, round_ns, __ATOMIC_RELAXED);
     /* Through the list: look again after a quarter of the threshold (at
      * least 1 ms, at most 250 ms); else go on at the next round. */
     if (!g) {
+        __atomic_store_n(&st_pass_ns, st_pass_ns + cur_pass_ns, __ATOMIC_RELAXED);
+        __atomic_store_n(&st_passes, st_passes + 1, __ATOMIC_RELAXED);
+        cur_pass_ns = 0;
         int64_t period = (int64_t)ms * 250000;
         if (period < 1000000) period = 1000000;
         if (period > 250000000) period = 250000000;
