@@ -35,6 +35,9 @@ CO_HIDDEN int64_t co__test_timers_listed(void);         /* runtime/timer.c */
  * sysmon round), and its compactions and restores since the start. */
 CO_HIDDEN void co__test_compact_set_ms(uint32_t ms);
 CO_HIDDEN void co__test_compact_counts(uint64_t *compactions, uint64_t *restores);
+/* The waits offered for compaction now (-1: the offer lists are not
+ * consistent). */
+CO_HIDDEN int64_t co__test_compact_offered(void);
 /* A forked child forgets its parent's runtime and may start a fresh one
  * (runtime/lifecycle.c). */
 CO_HIDDEN int co__test_reset_after_fork(void);
