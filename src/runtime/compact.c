@@ -112,26 +112,39 @@ typedef struct {
  * that sysmon looks at those alone (not at every G) and an offer or a
  * withdrawal takes one shard's lock, not a lock all of them share. A
  * shard's entries are an unordered array (a withdrawal moves the last
- * entry into the hole): its address range is reserved at the shard's
- * first offer and never moves; only the pages its entries touched are
- * committed, and sysmon releases those past the entries in use once they
- * have shrunk to a quarter (shard_trim). */
+ * entry into the hole), in chunks of CHUNK entries: chunk k of shard s is
+ * chunk k * NSHARD + s of one range reserved at the first offer, which
+ * never moves (no copy under a lock), and whose first chunks lie side by
+ * side (a few offers cost a page each and one page table, not sixteen).
+ * Only touched pages are committed; sysmon releases those past the
+ * entries in use once they are fewer than a quarter of the most since
+ * the last release (shard_trim). */
 #define NSHARD 16
 #define SHARD_MAX ((uint32_t)1 << 20) /* entries a shard holds: 16M offers at once in all */
-#define SHARD_KEEP 4096               /* entries whose pages a trim keeps */
+#define CHUNK 4096u                   /* entries: 128 KiB, a whole number of pages */
+_Static_assert(SHARD_MAX % CHUNK == 0 && CHUNK * sizeof(offer_t) % 65536 == 0,
+               "a shard is whole chunks, and a chunk whole pages");
 typedef struct {
-    /* Protects the fields below, the entries, and cq_slot and cstate's
-     * NONE <-> OFFERED <-> BUSY changes of the Gs in this shard. */
+    /* Protects the fields below, the shard's entries, and the cq_slot and
+     * the changes to or from OFFERED of the Gs in this shard. */
     _Alignas(64) co__lock_t lock;
     uint32_t n;     /* entries in use */
-    uint32_t hiwat; /* a[0, hiwat) may hold committed pages (the most in use since the last trim) */
+    uint32_t hiwat; /* entries [0, hiwat) may have committed pages */
     /* (n and hiwat: relaxed atomics, which sysmon also reads unlocked, a
      * hint of whether the shard needs a look) */
-    offer_t *a;     /* SHARD_MAX entries reserved, or NULL before the first offer */
 } shard_t;
 static shard_t shards[NSHARD];
+/* The reserved range, or NULL: set once, by CAS (acquire/release: the
+ * first offer of two shards may race to map it). */
+static char *offers;
 
 static inline shard_t *shard_of(const co_g_t *g) { return &shards[g->id % NSHARD]; }
+
+/* Entry i of sh (offers mapped). */
+static inline offer_t *entry(const shard_t *sh, uint32_t i) {
+    size_t chunk = (size_t)(i / CHUNK) * NSHARD + (size_t)(sh - shards);
+    return (offer_t *)(void *)(offers + (chunk * CHUNK + i % CHUNK) * sizeof(offer_t));
+}
 
 /* sysmon only: where the scan goes on (a shard, an index in it: an entry
  * moved below it by a withdrawal waits for the next pass), and when the
@@ -227,7 +240,7 @@ int64_t co__test_compact_offered(void) {
         shard_t *sh = &shards[s];
         co__lock(&sh->lock);
         for (uint32_t i = 0; i < sh->n; i++) {
-            co_g_t *g = sh->a[i].g;
+            co_g_t *g = entry(sh, i)->g;
             if (__atomic_load_n(&g->cstate, __ATOMIC_RELAXED) != CO__CS_OFFERED ||
                 g->cq_slot != i || shard_of(g) != sh)
                 n = INT64_MIN / 2;
@@ -245,18 +258,26 @@ void co__test_compact_set_ms(uint32_t ms) {
     __atomic_store_n(&compact_ms, ms, __ATOMIC_RELAXED);
 }
 
-/* sh->lock held: o appended, its G OFFERED. False (the shard cannot be
- * mapped, or is full): nothing changed. */
+/* The range reserved for every shard's entries: false if it cannot be. */
+static bool offers_map(void) {
+    if (CO_LIKELY(__atomic_load_n(&offers, __ATOMIC_ACQUIRE) != NULL)) return true;
+    size_t len = (size_t)NSHARD * SHARD_MAX * sizeof(offer_t);
+    void *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                   -1, 0);
+    if (m == MAP_FAILED) return false;
+    char *none = NULL;
+    if (!__atomic_compare_exchange_n(&offers, &none, (char *)m, false, __ATOMIC_ACQ_REL,
+                                     __ATOMIC_ACQUIRE))
+        munmap(m, len); /* another shard's first offer mapped it */
+    return true;
+}
+
+/* sh->lock held: o appended, its G OFFERED. False (no range, or the shard
+ * is full): nothing changed. */
 static bool shard_add(shard_t *sh, const offer_t *o) {
-    if (CO_UNLIKELY(!sh->a)) { /* once per shard in the process's life */
-        void *a = mmap(NULL, (size_t)SHARD_MAX * sizeof(offer_t), PROT_READ | PROT_WRITE,
-                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-        if (a == MAP_FAILED) return false;
-        sh->a = a;
-    }
     uint32_t i = sh->n;
-    if (CO_UNLIKELY(i == SHARD_MAX)) return false;
-    sh->a[i] = *o;
+    if (CO_UNLIKELY(i == SHARD_MAX) || CO_UNLIKELY(!offers_map())) return false;
+    *entry(sh, i) = *o;
     o->g->cq_slot = i;
     __atomic_store_n(&sh->n, i + 1, __ATOMIC_RELAXED);
     if (i + 1 > sh->hiwat) __atomic_store_n(&sh->hiwat, i + 1, __ATOMIC_RELAXED);
@@ -270,25 +291,31 @@ static bool shard_add(shard_t *sh, const offer_t *o) {
 static void shard_del(shard_t *sh, uint32_t i) {
     uint32_t last = sh->n - 1;
     if (i != last) {
-        sh->a[i] = sh->a[last];
-        sh->a[i].g->cq_slot = i;
+        offer_t *e = entry(sh, i);
+        *e = *entry(sh, last);
+        e->g->cq_slot = i;
     }
     __atomic_store_n(&sh->n, last, __ATOMIC_RELAXED);
 }
 
-/* sysmon, sh->lock held, after a walk through the shard: the pages of
- * entries long unused, released once those in use are a quarter of the
- * most since the last trim (SHARD_KEEP entries' pages stay). */
+/* sysmon, sh->lock held, after a walk through the shard: once the
+ * entries in use are fewer than a quarter of hiwat (or none), the pages
+ * past them released, chunk by chunk. */
 static size_t page_bytes; /* sysmon only */
 static void shard_trim(shard_t *sh) {
-    if (sh->hiwat <= SHARD_KEEP || sh->n >= sh->hiwat / 4) return;
+    uint32_t n = sh->n, hi = sh->hiwat;
+    if (n != 0 && n >= hi / 4) return;
     if (!page_bytes) page_bytes = (size_t)sysconf(_SC_PAGESIZE);
-    size_t keep = (sh->n > SHARD_KEEP ? sh->n : SHARD_KEEP) * sizeof(offer_t);
-    size_t used = (size_t)sh->hiwat * sizeof(offer_t);
-    keep = (keep + page_bytes - 1) / page_bytes * page_bytes;
-    used = (used + page_bytes - 1) / page_bytes * page_bytes;
-    if (used > keep) (void)madvise((char *)sh->a + keep, used - keep, MADV_DONTNEED);
-    __atomic_store_n(&sh->hiwat, (uint32_t)(keep / sizeof(offer_t)), __ATOMIC_RELAXED);
+    uint32_t per_page = (uint32_t)(page_bytes / sizeof(offer_t));
+    uint32_t from = (n + per_page - 1) / per_page * per_page; /* page-aligned in its chunk */
+    if (from >= hi) return;
+    for (uint32_t i = from; i < hi; i = (i / CHUNK + 1) * CHUNK) {
+        uint32_t end = (i / CHUNK + 1) * CHUNK;
+        if (end > hi) end = hi;
+        size_t len = ((size_t)(end - i) * sizeof(offer_t) + page_bytes - 1) / page_bytes * page_bytes;
+        (void)madvise(entry(sh, i), len, MADV_DONTNEED);
+    }
+    __atomic_store_n(&sh->hiwat, from, __ATOMIC_RELAXED);
 }
 
 void co__compact_offer(co_g_t *g, co__lock_t *l, co__waiter_t *w) {
@@ -465,13 +492,13 @@ int co__compact_scan(int64_t now) {
     while (n < SCAN_COMPACT_MAX && visited < SCAN_VISIT_MAX) {
         shard_t *sh = &shards[cur_shard];
         if (__atomic_load_n(&sh->n, __ATOMIC_RELAXED) ||
-            __atomic_load_n(&sh->hiwat, __ATOMIC_RELAXED) > SHARD_KEEP) {
+            __atomic_load_n(&sh->hiwat, __ATOMIC_RELAXED)) {
             co__lock(&sh->lock);
             uint32_t i = cur_pos;
             for (int held = 0; i < sh->n && n < SCAN_COMPACT_MAX && held < SCAN_HOLD_MAX &&
                                visited < SCAN_VISIT_MAX;
                  held++, visited++) {
-                offer_t *o = &sh->a[i];
+                offer_t *o = entry(sh, i);
                 if (now_units - o->since < thr_units) {
                     i++;
                     continue;
@@ -548,7 +575,7 @@ void co__compact_resume(co_g_t *g) {
             co__lock(&sh->lock);
             bool mine = __atomic_load_n(&g->cstate, __ATOMIC_RELAXED) == CO__CS_OFFERED;
             if (mine) {
-                if (CO_UNLIKELY(g->cq_slot >= sh->n || sh->a[g->cq_slot].g != g))
+                if (CO_UNLIKELY(g->cq_slot >= sh->n || entry(sh, g->cq_slot)->g != g))
                     co__fatal("compaction: coroutine %llu offered but not listed",
                               (unsigned long long)g->id);
                 shard_del(sh, g->cq_slot);
