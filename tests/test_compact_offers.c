@@ -5,7 +5,8 @@
  * by data, EOF or co_close on a socket, then exiting and their records
  * reused), offers woken while sysmon scans and compacts them, and a few
  * opted-in coroutines among many that did not opt in (the few are
- * compacted, and counted). co__test_compact_offered() counts the lists'
+ * compacted, and counted), and waits too deep to compact, put back at
+ * every try, next to a few that are not. co__test_compact_offered() counts the lists'
  * entries under their locks and checks each one. No timing is asserted:
  * waits for the runtime are bounded only so a broken build fails instead
  * of hanging. */
@@ -299,11 +300,71 @@ static void test_few_offered_among_many(void) {
     co_chan_free(timed_ch);
 }
 
+/* ---- waits that cannot be compacted are put back, and starve no one --- */
+
+/* More than a round's claims (64) in every shard: each coroutine's live
+ * part is over the 64 KiB that compaction takes, so every claim of it
+ * fails and puts its offer back. The small ones spawned after them must
+ * still be reached and compacted. */
+enum { NBIG = 16 * 70, NSMALL = 32 };
+static co_chan_t *big_ch, *small_ch;
+
+static __attribute__((noinline)) void big_wait(int i) {
+    volatile char frame[66 * 1024];
+    frame[0] = (char)i;
+    frame[sizeof frame - 1] = (char)(i + 1);
+    int v;
+    if (co_chan_recv(big_ch, &v, CO_FOREVER) != CO_ECLOSED) fail();
+    if (frame[0] != (char)i || frame[sizeof frame - 1] != (char)(i + 1)) fail();
+}
+static void big_rx(void *arg) {
+    CHECK_EQ(co_stack_compactable(1), 0);
+    big_wait((int)(intptr_t)arg);
+    co_waitgroup_done(&wg);
+}
+static void small_rx(void *arg) {
+    (void)arg;
+    CHECK_EQ(co_stack_compactable(1), 0);
+    int v = -1;
+    if (co_chan_recv(small_ch, &v, CO_FOREVER) != 0 || v != 8) fail();
+    co_waitgroup_done(&wg);
+}
+
+static void test_put_back_starves_none(void) {
+    if (t_sanitized()) { /* 74 MB of stack frames, times the sanitizer's shadow */
+        fprintf(stderr, "  (skipped under a sanitizer: %d frames of 66 KiB)\n", NBIG);
+        return;
+    }
+    co__test_compact_set_ms(0);
+    CHECK_EQ(co_chan_new(&big_ch, sizeof(int), 0), 0);
+    CHECK_EQ(co_chan_new(&small_ch, sizeof(int), 0), 0);
+    uint64_t c0 = compactions();
+    co_waitgroup_add(&wg, NBIG + NSMALL);
+    for (int i = 0; i < NBIG; i++) CHECK_EQ(co_go(big_rx, (void *)(intptr_t)i), 0);
+    CHECK(wait_offered(NBIG)); /* all parked first: the passes are busy with them */
+    for (int i = 0; i < NSMALL; i++) CHECK_EQ(co_go(small_rx, NULL), 0);
+    CHECK(wait_compacted(NSMALL));
+    co_sleep(20 * CO_MILLISECOND);
+    CHECK_EQ(co_stack_compacted(), NSMALL);
+    CHECK_EQ(compactions() - c0, NSMALL);
+    CHECK_EQ(co__test_compact_offered(), NBIG); /* put back each time */
+    int eight = 8;
+    for (int i = 0; i < NSMALL; i++) CHECK_EQ(co_chan_send(small_ch, &eight, CO_FOREVER), 0);
+    CHECK_EQ(co_chan_close(big_ch), 0);
+    co_waitgroup_wait(&wg);
+    CHECK_EQ(__atomic_load_n(&bad, __ATOMIC_RELAXED), 0);
+    CHECK_EQ(co__test_compact_offered(), 0);
+    CHECK_EQ(co_stack_compacted(), 0);
+    co_chan_free(big_ch);
+    co_chan_free(small_ch);
+}
+
 static int run(void *arg) {
     (void)arg;
     T_RUN(test_withdrawn_before_threshold);
     T_RUN(test_woken_during_scans);
     T_RUN(test_few_offered_among_many);
+    T_RUN(test_put_back_starves_none);
     return 0;
 }
 

@@ -35,7 +35,9 @@
  * of OFFERED removes it, both under the shard's lock. sysmon looks only at
  * those lists, so a pass costs in proportion to the waits offered now, not
  * to the coroutines alive; a claim takes the entry (OFFERED -> BUSY) under
- * the shard's lock, and a G it leaves as it was gets its entry back. The M
+ * the shard's lock, and a G it leaves as it was gets its entry back, to be
+ * tried again in the next pass (not in this one: a list of waits too deep
+ * to compact would hold a pass in one shard for ever). The M
  * about to run an OFFERED G withdraws it under that lock too (OFFERED ->
  * NONE), so a wake-up before the threshold, or during a pass, costs the
  * waker nothing and the resuming M one lock (shared with the Gs of one
@@ -106,6 +108,7 @@ typedef struct {
     co__lock_t *lock; /* the lock of the queue w is linked in */
     co__waiter_t *w;  /* g's waiter, on g's stack */
     uint32_t since;   /* co__sched.coarse_ms when offered */
+    uint32_t tried;   /* the scan pass that last put it back (pass_seq), or 0 */
 } offer_t;
 
 /* The offers: exactly the Gs in OFFERED, each in the shard of its id, so
@@ -151,6 +154,9 @@ static inline offer_t *entry(const shard_t *sh, uint32_t i) {
  * next pass may start. */
 static unsigned cur_shard;
 static uint32_t cur_pos;
+/* sysmon only: the pass under way, counted from 1. An entry it put back
+ * (its G left as it was) is not looked at again in that pass. */
+static uint32_t pass_seq = 1;
 static int64_t next_scan;
 /* The scan's own cost, for co__test_compact_scan_stats: written by sysmon
  * alone, relaxed atomics (read from any thread). A pass: every offered G
@@ -320,7 +326,7 @@ static void shard_trim(shard_t *sh) {
 
 void co__compact_offer(co_g_t *g, co__lock_t *l, co__waiter_t *w) {
     shard_t *sh = shard_of(g);
-    offer_t o = {g, l, w, __atomic_load_n(&co__sched.coarse_ms, __ATOMIC_RELAXED)};
+    offer_t o = {g, l, w, __atomic_load_n(&co__sched.coarse_ms, __ATOMIC_RELAXED), 0};
     co__lock(&sh->lock);
     (void)shard_add(sh, &o); /* false: not offered (stays NONE), so not compacted */
     co__unlock(&sh->lock);
@@ -450,7 +456,7 @@ static void release_pages(const offer_t *os, int n) {
  * copied out and its waiter's copy relinked (true; it stays BUSY until
  * its pages are released), or o put back (OFFERED again, or NONE where
  * its shard has no room: then it is not compacted in this wait). */
-static bool compact_one(const offer_t *o) {
+static bool compact_one(offer_t *o) {
     co_g_t *g = o->g;
     bool done = false;
     /* g may not be off its stack yet (it offers before it parks), or its
@@ -464,6 +470,7 @@ static bool compact_one(const offer_t *o) {
     }
     if (!done) {
         shard_t *sh = shard_of(g);
+        o->tried = pass_seq;
         co__lock(&sh->lock);
         if (!shard_add(sh, o)) __atomic_store_n(&g->cstate, CO__CS_NONE, __ATOMIC_RELAXED);
         co__unlock(&sh->lock);
@@ -499,7 +506,7 @@ int co__compact_scan(int64_t now) {
                                visited < SCAN_VISIT_MAX;
                  held++, visited++) {
                 offer_t *o = entry(sh, i);
-                if (now_units - o->since < thr_units) {
+                if (now_units - o->since < thr_units || o->tried == pass_seq) {
                     i++;
                     continue;
                 }
@@ -546,6 +553,7 @@ int co__compact_scan(int64_t now) {
         __atomic_store_n(&st_pass_ns, st_pass_ns + cur_pass_ns, __ATOMIC_RELAXED);
         __atomic_store_n(&st_passes, st_passes + 1, __ATOMIC_RELAXED);
         cur_pass_ns = 0;
+        if (++pass_seq == 0) pass_seq = 1;
         int64_t period = (int64_t)ms * 250000;
         if (period < 1000000) period = 1000000;
         if (period > 250000000) period = 250000000;
