@@ -118,7 +118,8 @@ typedef struct {
  * entry into the hole), in chunks of CHUNK entries: chunk k of shard s is
  * chunk k * NSHARD + s of one range reserved at the first offer, which
  * never moves (no copy under a lock), and whose first chunks lie side by
- * side (a few offers cost a page each and one page table, not sixteen).
+ * side (a few offers cost a page a shard and a page table or two, not
+ * sixteen).
  * Only touched pages are committed; sysmon releases those past the
  * entries in use once they are fewer than a quarter of the most since
  * the last release (shard_trim). */

@@ -57,8 +57,8 @@ typedef struct co_g {
     int8_t wait_reason;        /* CO__WR_*, written by the G itself before parking;
                                 * relaxed atomic (co_dump reads it) */
     uint8_t compact_on;        /* co_stack_compactable (compact.c): relaxed atomic, written
-                                * by the G itself (and 0 by its spawn), read by sysmon and,
-                                * in the first line, by whoever switches to the G */
+                                * by the G itself (and 0 by its spawn), read by the G's
+                                * wait sites and by whoever switches to the G */
     bool is_g0;
     bool named;                /* name[] holds a name (else name[0] == 0) */
     void (*fn)(void *);
