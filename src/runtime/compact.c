@@ -258,6 +258,17 @@ int64_t co__test_compact_offered(void) {
     return n < 0 ? -1 : n;
 }
 
+/* A forked child that starts a runtime of its own (co__test_reset_after_fork):
+ * the parent's offers name Gs it does not own, and a parent's thread may
+ * have held a shard's lock. Plain stores; the range stays mapped. */
+void co__compact_forget(void) {
+    memset(shards, 0, sizeof shards);
+    n_compacted_now = 0;
+    cur_shard = 0;
+    cur_pos = 0;
+    next_scan = 0;
+}
+
 /* Tests: the threshold in ms (0: the next sysmon round). */
 CO_HIDDEN void co__test_compact_set_ms(uint32_t ms);
 void co__test_compact_set_ms(uint32_t ms) {

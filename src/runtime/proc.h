@@ -149,6 +149,7 @@ _Static_assert(offsetof(co_g_t, compact_on) == CO__G_COMPACT_OFFSET &&
 enum { CO__CS_NONE = 0, CO__CS_OFFERED, CO__CS_BUSY, CO__CS_COMPACTED };
 CO_HIDDEN void co__compact_resume(co_g_t *g);     /* g about to run, compact_on set */
 CO_HIDDEN int co__compact_scan(int64_t now);       /* sysmon, each round: how many compacted */
+CO_HIDDEN void co__compact_forget(void);           /* a forked child's fresh start */
 
 /* A global cache of free items (gcache.c): an array, so moving a batch in
  * or out under sched.gcache_lock copies pointers and never touches a cold G.
