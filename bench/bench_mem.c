@@ -28,6 +28,14 @@
  * 1,000 of them one at a time (a send with the time, to a coroutine that
  * reads the clock as it runs): wake_us is the median, so a run with and
  * one without $BENCH_COMPACT give the wake-up's cost of a compacted stack.
+ *   bench_mem scan [procs=2] [n=1000000] [offered=1000] [secs=3]
+ *       the compactor's search for candidates: n coroutines parked in a
+ *       receive without opting in, and `offered` more that opted in parked
+ *       in another, below the threshold ($COLONY_COMPACT_MS, one hour
+ *       unless set: none is compacted, all stay offered). Over secs
+ *       seconds, sysmon's scan passes (each looks at every offered
+ *       coroutine once): pass_us is their mean time, round_max_us the
+ *       longest single round (one lock hold), passes how many completed.
  */
 #include "bench_util.h"
 
@@ -181,6 +189,77 @@ static int run_parked(int argc, char **argv) {
                  (double)g_start_ns / 1e6, (double)g_compact_ns / 1e6,
                  (double)(g_rss1 - g_rss0) * 1024.0 / n, (double)(g_pte1 - g_pte0) * 1024.0 / n,
                  (double)(g_rss1 - g_rss0 + g_pte1 - g_pte0) * 1024.0 / n, g_wake_us);
+    return 0;
+}
+
+/* ---- the compactor's scan ---------------------------------------------------- */
+
+/* compact.c's counters (a hidden symbol of the static library). */
+void co__test_compact_scan_stats(uint64_t *passes, uint64_t *pass_ns, uint64_t *round_max_ns);
+
+static int64_t g_offered, g_secs;
+static co_chan_t *g_plain_ch, *g_offer_ch;
+static uint64_t g_passes, g_pass_ns, g_round_max_ns;
+
+static void scan_parked(void *arg) {
+    co_chan_t *ch = arg;
+    if (ch == g_offer_ch) BENCH_CHECK(co_stack_compactable(1));
+    char x;
+    if (__atomic_add_fetch(&g_started, 1, __ATOMIC_ACQ_REL) == g_n + g_offered) {
+        char one = 1;
+        BENCH_CHECK(co_chan_send(g_done, &one, CO_FOREVER));
+    }
+    if (co_chan_recv(ch, &x, CO_FOREVER) != CO_ECLOSED) {
+        fprintf(stderr, "scan: receive did not return CO_ECLOSED\n");
+        exit(1);
+    }
+    co_waitgroup_done(&g_wg);
+}
+
+static int scan_main(void *arg) {
+    (void)arg;
+    BENCH_CHECK(co_chan_new(&g_plain_ch, 1, 0));
+    BENCH_CHECK(co_chan_new(&g_offer_ch, 1, 0));
+    BENCH_CHECK(co_chan_new(&g_done, 1, 1));
+    co_waitgroup_add(&g_wg, (int)(g_n + g_offered));
+    for (int64_t i = 0; i < g_n; i++) BENCH_CHECK(co_go(scan_parked, g_plain_ch));
+    for (int64_t i = 0; i < g_offered; i++) BENCH_CHECK(co_go(scan_parked, g_offer_ch));
+    char one;
+    BENCH_CHECK(co_chan_recv(g_done, &one, CO_FOREVER));
+    co_sleep(300 * 1000000); /* a pass or more under way */
+    uint64_t p0, ns0, mx;
+    co__test_compact_scan_stats(&p0, &ns0, &mx);
+    co_sleep(g_secs * 1000000000);
+    co__test_compact_scan_stats(&g_passes, &g_pass_ns, &g_round_max_ns);
+    g_passes -= p0;
+    g_pass_ns -= ns0;
+    if (co_stack_compacted() != 0) {
+        fprintf(stderr, "scan: %lld compacted: raise COLONY_COMPACT_MS\n",
+                (long long)co_stack_compacted());
+        exit(1);
+    }
+    BENCH_CHECK(co_chan_close(g_plain_ch));
+    BENCH_CHECK(co_chan_close(g_offer_ch));
+    co_waitgroup_wait(&g_wg);
+    co_chan_free(g_plain_ch);
+    co_chan_free(g_offer_ch);
+    co_chan_free(g_done);
+    return 0;
+}
+
+static int run_scan(int argc, char **argv) {
+    int procs = (int)bench_arg(argc, argv, 0, 2);
+    g_n = bench_arg(argc, argv, 1, 1000000);
+    g_offered = bench_arg(argc, argv, 2, 1000);
+    g_secs = bench_arg(argc, argv, 3, 3);
+    setenv("COLONY_COMPACT_MS", "3600000", 0); /* unless the caller chose one */
+    mem_init(procs);
+    co_main(scan_main, NULL);
+    double pass_us = g_passes ? (double)g_pass_ns / (double)g_passes / 1e3 : 0;
+    bench_report("mem_scan", procs, pass_us * 1e3, (int64_t)g_passes,
+                 " n=%lld offered=%lld secs=%lld passes=%llu pass_us=%.1f round_max_us=%.1f",
+                 (long long)g_n, (long long)g_offered, (long long)g_secs,
+                 (unsigned long long)g_passes, pass_us, (double)g_round_max_ns / 1e3);
     return 0;
 }
 
@@ -359,6 +438,8 @@ static int run_idle(int argc, char **argv) {
 static const bench_cmd_t cmds[] = {
     {"parked", "[procs=2] [n=1000000]: n coroutines parked in a receive", run_parked},
     {"idle", "[procs=2] [n=10000] [port=0]: n idle echo connections", run_idle},
+    {"scan", "[procs=2] [n=1000000] [offered=1000] [secs=3]: the compactor's scan per pass",
+     run_scan},
     {"client", "<port> <n>: the idle benchmark's client (run by the server side)", run_client},
     {NULL, NULL, NULL},
 };

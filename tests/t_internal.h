@@ -42,6 +42,9 @@ CO_HIDDEN extern uint64_t co__preempt_yields;
 CO_HIDDEN bool co__test_flifo_push(co_p_t *p, co_g_t *g);
 CO_HIDDEN co_g_t *co__test_flifo_pop(co_p_t *p);
 CO_HIDDEN co_g_t *co__flifo_steal(co_p_t *p);
+/* The waits offered for compaction now (-1: the offer lists are not
+ * consistent). */
+CO_HIDDEN int64_t co__test_compact_offered(void);
 /* A forked child forgets its parent's runtime and may start a fresh one
  * (runtime/lifecycle.c). */
 CO_HIDDEN int co__test_reset_after_fork(void);

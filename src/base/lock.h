@@ -128,7 +128,14 @@ CO_HIDDEN void co__futex_wake(uint32_t *addr, int n);
  *                   stack caches, stackwait, tokwait. Under: [park] locks.
  * 16 allg_lock      co_sched_t.allg_lock (proc.h): the all-G list. Under:
  *                   [park] locks, init_lock, shutdown_mu.
- * Ranks 13 to 16 take no lock while held (timers_lock only its one pair).
+ * 17 offer lock     a compaction shard's lock (compact.c): its offered
+ *                   waits. Under: chan and pd locks (an offer is made
+ *                   holding its queue's lock); [park] locks (the M that
+ *                   withdraws a G's offer, about to run it, may still hold
+ *                   the lock its previous G parked with). sysmon takes it
+ *                   holding no lock, and tries a queue's lock only after
+ *                   releasing it.
+ * Ranks 13 to 17 take no lock while held (timers_lock only its one pair).
  */
 
 #endif

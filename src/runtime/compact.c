@@ -29,14 +29,30 @@
  * On resume the records' pointers that lead into the copy are turned back
  * into stack addresses: the wait code returns as if nothing happened.
  *
- * Ordering: the coroutine publishes its offer (release) after its records;
- * the compactor's CAS to BUSY (acquire) reads them. It copies and relinks
- * under the queue's lock, releases the pages of a batch of stacks after
- * (one call), and only then stores COMPACTED (release). A waker may pop the
- * waiter's copy as soon as the lock is free and ready the coroutine; the M
- * that takes it waits while it is BUSY (a batch: ~100 us; the compactor
- * never blocks meanwhile), and on COMPACTED (acquire) copies back and frees
- * the copy.
+ * Finding them: an offer is an entry (the G, the lock, the waiter, when)
+ * in one of NSHARD lists, by the G's id, and a G is OFFERED exactly while
+ * its entry is in its list: the offer adds it, and whoever moves the G out
+ * of OFFERED removes it, both under the shard's lock. sysmon looks only at
+ * those lists, so a pass costs in proportion to the waits offered now, not
+ * to the coroutines alive; a claim takes the entry (OFFERED -> BUSY) under
+ * the shard's lock, and a G it leaves as it was gets its entry back, to be
+ * tried again in the next pass (not in this one: a list of waits too deep
+ * to compact would hold a pass in one shard for ever). The M
+ * about to run an OFFERED G withdraws it under that lock too (OFFERED ->
+ * NONE), so a wake-up before the threshold, or during a pass, costs the
+ * waker nothing and the resuming M one lock (shared with the Gs of one
+ * shard in sixteen). co_dump, which unwinds a parked G's stack, may see
+ * it claimed during its walk: it checks the state after the walk
+ * (debug.c).
+ *
+ * Ordering: the coroutine adds its offer, the records' addresses in it,
+ * under the shard's lock; the compactor claims under that lock, so reads
+ * them after. It copies and relinks under the queue's lock, releases the
+ * pages of a batch of stacks after (one call), and only then stores
+ * COMPACTED (release). A waker may pop the waiter's copy as soon as the
+ * queue's lock is free and ready the coroutine; the M that takes it waits
+ * while it is BUSY (a batch: ~100 us; the compactor never blocks
+ * meanwhile), and on COMPACTED (acquire) copies back and frees the copy.
  *
  * Under TSan the copies, the copy's allocation and its free are not
  * recorded: the stack's contents are the same before and after, and the
@@ -61,33 +77,93 @@
 
 /* The live part of a compacted stack: its copy and where it goes back. */
 typedef struct co__cbuf {
-    char *sp;   /* the saved stack pointer: the copy is [sp, sp + len) */
-    size_t len;
+    char *sp;       /* the saved stack pointer: the copy is [sp, sp + len) */
+    uint32_t len;   /* at most COMPACT_MAX_LIVE */
+    uint32_t w_off; /* the offered waiter, at sp + w_off (in the live part) */
     _Alignas(16) char bytes[];
 } cbuf_t;
 
 #define COMPACT_DEFAULT_MS 1000
 /* A live part larger than this is left alone: it saves little. */
 #define COMPACT_MAX_LIVE (64 * 1024)
-/* Per sysmon round: at most this many Gs looked at (under allg_lock, which
- * a spawn needing a new record takes) and claimed (a claimed G woken
- * meanwhile waits for the batch to be done: ~100 us). */
+/* Per sysmon round: at most this many offers looked at, at most
+ * SCAN_HOLD_MAX of them per hold of a shard's lock (an offer or a wake-up
+ * of that shard waits meanwhile), and at most SCAN_COMPACT_MAX claimed (a
+ * claimed G woken meanwhile waits for the batch to be done: ~100 us). */
 #define SCAN_VISIT_MAX 16384
+#define SCAN_HOLD_MAX 4096
 #define SCAN_COMPACT_MAX 64
 
 /* The threshold, in ms: relaxed atomic, set from COLONY_COMPACT_MS once
  * (env_once), or by a test. */
 static uint32_t compact_ms = COMPACT_DEFAULT_MS;
 static uint32_t env_done; /* atomic: COLONY_COMPACT_MS was read */
-/* Gs in OFFERED (a relaxed counter): sysmon scans only while there are. */
-static int64_t n_offered;
-/* Counts for co_stack_compact_stats and the tests: relaxed atomics. */
+/* Counts for co_stack_compacted and the tests: relaxed atomics. */
 static int64_t n_compacted_now;
 static uint64_t n_compactions, n_restores;
-/* sysmon only, under allg_lock: where the next scan goes on (NULL: allg's
- * head); co__compact_g_released moves it off a G that leaves allg. */
-static co_g_t *cursor;
-static int64_t next_scan; /* sysmon only */
+
+/* An offered wait: what the compactor needs to claim it. */
+typedef struct {
+    co_g_t *g;
+    co__lock_t *lock; /* the lock of the queue w is linked in */
+    co__waiter_t *w;  /* g's waiter, on g's stack */
+    uint32_t since;   /* co__sched.coarse_ms when offered */
+    uint32_t tried;   /* the scan pass that last put it back (pass_seq), or 0 */
+} offer_t;
+
+/* The offers: exactly the Gs in OFFERED, each in the shard of its id, so
+ * that sysmon looks at those alone (not at every G) and an offer or a
+ * withdrawal takes one shard's lock, not a lock all of them share. A
+ * shard's entries are an unordered array (a withdrawal moves the last
+ * entry into the hole), in chunks of CHUNK entries: chunk k of shard s is
+ * chunk k * NSHARD + s of one range reserved at the first offer, which
+ * never moves (no copy under a lock), and whose first chunks lie side by
+ * side (a few offers cost a page a shard and a page table or two, not
+ * sixteen).
+ * Only touched pages are committed; sysmon releases those past the
+ * entries in use once they are fewer than a quarter of the most since
+ * the last release (shard_trim). */
+#define NSHARD 16
+#define SHARD_MAX ((uint32_t)1 << 20) /* entries a shard holds: 16M offers at once in all */
+#define CHUNK 4096u                   /* entries: 128 KiB, a whole number of pages */
+_Static_assert(SHARD_MAX % CHUNK == 0 && CHUNK * sizeof(offer_t) % 65536 == 0,
+               "a shard is whole chunks, and a chunk whole pages");
+typedef struct {
+    /* Protects the fields below, the shard's entries, and the cq_slot and
+     * the changes to or from OFFERED of the Gs in this shard. */
+    _Alignas(64) co__lock_t lock;
+    uint32_t n;     /* entries in use */
+    uint32_t hiwat; /* entries [0, hiwat) may have committed pages */
+    /* (n and hiwat: relaxed atomics, which sysmon also reads unlocked, a
+     * hint of whether the shard needs a look) */
+} shard_t;
+static shard_t shards[NSHARD];
+/* The reserved range, or NULL: set once, by CAS (acquire/release: the
+ * first offer of two shards may race to map it). */
+static char *offers;
+
+static inline shard_t *shard_of(const co_g_t *g) { return &shards[g->id % NSHARD]; }
+
+/* Entry i of sh (offers mapped). */
+static inline offer_t *entry(const shard_t *sh, uint32_t i) {
+    size_t chunk = (size_t)(i / CHUNK) * NSHARD + (size_t)(sh - shards);
+    return (offer_t *)(void *)(offers + (chunk * CHUNK + i % CHUNK) * sizeof(offer_t));
+}
+
+/* sysmon only: where the scan goes on (a shard, an index in it: an entry
+ * moved below it by a withdrawal waits for the next pass), and when the
+ * next pass may start. */
+static unsigned cur_shard;
+static uint32_t cur_pos;
+/* sysmon only: the pass under way, counted from 1. An entry it put back
+ * (its G left as it was) is not looked at again in that pass. */
+static uint32_t pass_seq = 1;
+static int64_t next_scan;
+/* The scan's own cost, for co__test_compact_scan_stats: written by sysmon
+ * alone, relaxed atomics (read from any thread). A pass: every offered G
+ * looked at once; its time is the sum of its rounds'. */
+static uint64_t st_passes, st_pass_ns, st_round_max_ns;
+static uint64_t cur_pass_ns; /* sysmon only: the pass under way so far */
 
 static void env_once(void) {
     if (__atomic_load_n(&env_done, __ATOMIC_ACQUIRE)) return;
@@ -151,6 +227,48 @@ void co__test_compact_counts(uint64_t *compactions, uint64_t *restores) {
     *restores = __atomic_load_n(&n_restores, __ATOMIC_RELAXED);
 }
 
+/* Benchmarks: completed scan passes, their total time, and the longest
+ * single round (a lock hold) since the process started. */
+CO_HIDDEN void co__test_compact_scan_stats(uint64_t *passes, uint64_t *pass_ns,
+                                           uint64_t *round_max_ns);
+void co__test_compact_scan_stats(uint64_t *passes, uint64_t *pass_ns, uint64_t *round_max_ns) {
+    *passes = __atomic_load_n(&st_passes, __ATOMIC_RELAXED);
+    *pass_ns = __atomic_load_n(&st_pass_ns, __ATOMIC_RELAXED);
+    *round_max_ns = __atomic_load_n(&st_round_max_ns, __ATOMIC_RELAXED);
+}
+
+/* Tests: how many waits are offered now, every shard looked at under its
+ * lock; -1 if an entry is not what the lists promise (its G OFFERED, its
+ * slot its index). */
+CO_HIDDEN int64_t co__test_compact_offered(void);
+int64_t co__test_compact_offered(void) {
+    int64_t n = 0;
+    for (int s = 0; s < NSHARD; s++) {
+        shard_t *sh = &shards[s];
+        co__lock(&sh->lock);
+        for (uint32_t i = 0; i < sh->n; i++) {
+            co_g_t *g = entry(sh, i)->g;
+            if (__atomic_load_n(&g->cstate, __ATOMIC_RELAXED) != CO__CS_OFFERED ||
+                g->cq_slot != i || shard_of(g) != sh)
+                n = INT64_MIN / 2;
+        }
+        n += sh->n;
+        co__unlock(&sh->lock);
+    }
+    return n < 0 ? -1 : n;
+}
+
+/* A forked child that starts a runtime of its own (co__test_reset_after_fork):
+ * the parent's offers name Gs it does not own, and a parent's thread may
+ * have held a shard's lock. Plain stores; the range stays mapped. */
+void co__compact_forget(void) {
+    memset(shards, 0, sizeof shards);
+    n_compacted_now = 0;
+    cur_shard = 0;
+    cur_pos = 0;
+    next_scan = 0;
+}
+
 /* Tests: the threshold in ms (0: the next sysmon round). */
 CO_HIDDEN void co__test_compact_set_ms(uint32_t ms);
 void co__test_compact_set_ms(uint32_t ms) {
@@ -158,12 +276,72 @@ void co__test_compact_set_ms(uint32_t ms) {
     __atomic_store_n(&compact_ms, ms, __ATOMIC_RELAXED);
 }
 
+/* The range reserved for every shard's entries: false if it cannot be. */
+static bool offers_map(void) {
+    if (CO_LIKELY(__atomic_load_n(&offers, __ATOMIC_ACQUIRE) != NULL)) return true;
+    size_t len = (size_t)NSHARD * SHARD_MAX * sizeof(offer_t);
+    void *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                   -1, 0);
+    if (m == MAP_FAILED) return false;
+    char *none = NULL;
+    if (!__atomic_compare_exchange_n(&offers, &none, (char *)m, false, __ATOMIC_ACQ_REL,
+                                     __ATOMIC_ACQUIRE))
+        munmap(m, len); /* another shard's first offer mapped it */
+    return true;
+}
+
+/* sh->lock held: o appended, its G OFFERED. False (no range, or the shard
+ * is full): nothing changed. */
+static bool shard_add(shard_t *sh, const offer_t *o) {
+    uint32_t i = sh->n;
+    if (CO_UNLIKELY(i == SHARD_MAX) || CO_UNLIKELY(!offers_map())) return false;
+    *entry(sh, i) = *o;
+    o->g->cq_slot = i;
+    __atomic_store_n(&sh->n, i + 1, __ATOMIC_RELAXED);
+    if (i + 1 > sh->hiwat) __atomic_store_n(&sh->hiwat, i + 1, __ATOMIC_RELAXED);
+    /* under sh->lock, as every reader that acts on OFFERED reads it */
+    __atomic_store_n(&o->g->cstate, CO__CS_OFFERED, __ATOMIC_RELAXED);
+    return true;
+}
+
+/* sh->lock held: entry i removed (the last one moves into its place). The
+ * caller sets its G's new state. */
+static void shard_del(shard_t *sh, uint32_t i) {
+    uint32_t last = sh->n - 1;
+    if (i != last) {
+        offer_t *e = entry(sh, i);
+        *e = *entry(sh, last);
+        e->g->cq_slot = i;
+    }
+    __atomic_store_n(&sh->n, last, __ATOMIC_RELAXED);
+}
+
+/* sysmon, sh->lock held, after a walk through the shard: once the
+ * entries in use are fewer than a quarter of hiwat (or none), the pages
+ * past them released, chunk by chunk. */
+static size_t page_bytes; /* sysmon only */
+static void shard_trim(shard_t *sh) {
+    uint32_t n = sh->n, hi = sh->hiwat;
+    if (n != 0 && n >= hi / 4) return;
+    if (!page_bytes) page_bytes = (size_t)sysconf(_SC_PAGESIZE);
+    uint32_t per_page = (uint32_t)(page_bytes / sizeof(offer_t));
+    uint32_t from = (n + per_page - 1) / per_page * per_page; /* page-aligned in its chunk */
+    if (from >= hi) return;
+    for (uint32_t i = from; i < hi; i = (i / CHUNK + 1) * CHUNK) {
+        uint32_t end = (i / CHUNK + 1) * CHUNK;
+        if (end > hi) end = hi;
+        size_t len = ((size_t)(end - i) * sizeof(offer_t) + page_bytes - 1) / page_bytes * page_bytes;
+        (void)madvise(entry(sh, i), len, MADV_DONTNEED);
+    }
+    __atomic_store_n(&sh->hiwat, from, __ATOMIC_RELAXED);
+}
+
 void co__compact_offer(co_g_t *g, co__lock_t *l, co__waiter_t *w) {
-    g->cw_lock = l;
-    g->cw_w = w;
-    __atomic_add_fetch(&n_offered, 1, __ATOMIC_RELAXED);
-    /* release: the records above, for the compactor's CAS (acquire) */
-    __atomic_store_n(&g->cstate, CO__CS_OFFERED, __ATOMIC_RELEASE);
+    shard_t *sh = shard_of(g);
+    offer_t o = {g, l, w, __atomic_load_n(&co__sched.coarse_ms, __ATOMIC_RELAXED), 0};
+    co__lock(&sh->lock);
+    (void)shard_add(sh, &o); /* false: not offered (stays NONE), so not compacted */
+    co__unlock(&sh->lock);
 }
 
 /* ---- copies that neither sanitizer may see -------------------------------- */
@@ -240,7 +418,8 @@ static bool compact_locked(co_g_t *g, co__waiter_t *w) {
     hide_end();
     if (!b) return false;
     b->sp = sp;
-    b->len = len;
+    b->len = (uint32_t)len;
+    b->w_off = (uint32_t)(cw - sp);
     co__waiter_t *hw = (co__waiter_t *)(void *)(b->bytes + (cw - sp));
     hw->pk = (co__parker_t *)(void *)(b->bytes + (cpk - sp));
     if (data_in) hw->data = b->bytes + (data - sp);
@@ -265,13 +444,13 @@ static bool compact_locked(co_g_t *g, co__waiter_t *w) {
  * each. (A failure only keeps the pages: the copies are in use either
  * way.) */
 static int many_dontneed = 1; /* sysmon only: 0 once the batch call was refused */
-static void release_pages(co_g_t **gs, int n) {
+static void release_pages(const offer_t *os, int n) {
     struct iovec iov[SCAN_COMPACT_MAX];
     size_t total = 0;
     for (int i = 0; i < n; i++) {
-        iov[i].iov_base = gs[i]->stack.lo;
-        iov[i].iov_len = gs[i]->stack.size;
-        total += gs[i]->stack.size;
+        iov[i].iov_base = os[i].g->stack.lo;
+        iov[i].iov_len = os[i].g->stack.size;
+        total += os[i].g->stack.size;
     }
 #ifdef SYS_process_madvise
     if (many_dontneed && n > 1) {
@@ -285,84 +464,114 @@ static void release_pages(co_g_t **gs, int n) {
     for (int i = 0; i < n; i++) (void)madvise(iov[i].iov_base, iov[i].iov_len, MADV_DONTNEED);
 }
 
-/* The compactor, allg_lock held: claim g (BUSY) if it is OFFERED and has
- * been parked long enough. A BUSY G cannot run, so cannot exit: its record
- * stays valid after the unlock. */
-static bool claim(co_g_t *g, uint32_t now_units, uint32_t thr_units) {
-    if (__atomic_load_n(&g->cstate, __ATOMIC_RELAXED) != CO__CS_OFFERED) return false;
-    if (now_units - __atomic_load_n(&g->waitsince, __ATOMIC_RELAXED) < thr_units) return false;
-    uint8_t cs = CO__CS_OFFERED;
-    /* acquire: pairs with co__compact_offer's release (cw_lock, cw_w) */
-    return __atomic_compare_exchange_n(&g->cstate, &cs, CO__CS_BUSY, false, __ATOMIC_ACQUIRE,
-                                       __ATOMIC_RELAXED);
-}
-
-/* The compactor, g claimed: its live part copied out and its waiter's
- * copy relinked (true; g stays BUSY until its pages are released), or g
- * left OFFERED. */
-static bool compact_one(co_g_t *g) {
-    co__waiter_t *w = g->cw_w;
-    co__lock_t *l = g->cw_lock;
+/* The compactor, o's G claimed (BUSY, its entry removed): its live part
+ * copied out and its waiter's copy relinked (true; it stays BUSY until
+ * its pages are released), or o put back (OFFERED again, or NONE where
+ * its shard has no room: then it is not compacted in this wait). */
+static bool compact_one(offer_t *o) {
+    co_g_t *g = o->g;
     bool done = false;
     /* g may not be off its stack yet (it offers before it parks), or its
-     * waker may be at work: either holds l. */
-    if (co__trylock(l)) {
+     * waker may be at work: either holds o->lock. */
+    if (co__trylock(o->lock)) {
         /* linked: no waker popped (claimed) w, so g is parked and stays so
-         * while l is held; once l is released, a waker may pop w's copy
-         * and ready g, whose M then waits for BUSY to end */
-        if (w->q) done = compact_locked(g, w);
-        co__unlock(l);
+         * while the lock is held; once it is released, a waker may pop
+         * w's copy and ready g, whose M then waits for BUSY to end */
+        if (o->w->q) done = compact_locked(g, o->w);
+        co__unlock(o->lock);
     }
-    if (!done) __atomic_store_n(&g->cstate, CO__CS_OFFERED, __ATOMIC_RELEASE);
+    if (!done) {
+        shard_t *sh = shard_of(g);
+        o->tried = pass_seq;
+        co__lock(&sh->lock);
+        if (!shard_add(sh, o)) __atomic_store_n(&g->cstate, CO__CS_NONE, __ATOMIC_RELAXED);
+        co__unlock(&sh->lock);
+    }
     return done;
 }
 
+static bool any_offered(void) {
+    for (int i = 0; i < NSHARD; i++)
+        if (__atomic_load_n(&shards[i].n, __ATOMIC_RELAXED)) return true;
+    return false;
+}
+
 int co__compact_scan(int64_t now) {
-    if (__atomic_load_n(&n_offered, __ATOMIC_RELAXED) <= 0) return 0;
-    if (now < next_scan) return 0;
-    co_sched_t *s = &co__sched;
+    if (now < next_scan || !any_offered()) return 0;
+    int64_t t0 = co_now();
     uint32_t ms = __atomic_load_n(&compact_ms, __ATOMIC_RELAXED);
     /* coarse_ms ticks are 2^20 ns; round the threshold up to whole ticks */
     uint32_t thr_units = (uint32_t)(((uint64_t)ms * 1000000 + (1u << 20) - 1) >> 20);
     uint32_t now_units = (uint32_t)((uint64_t)now >> 20);
-    /* Claimed under allg_lock (only a walk: a spawn that needs a new
-     * record waits for it), compacted after it. */
-    co_g_t *batch[SCAN_COMPACT_MAX];
+    /* Claimed under their shard's lock (each claim removes the entry),
+     * compacted after it. */
+    offer_t batch[SCAN_COMPACT_MAX];
     int n = 0, visited = 0;
-    co__lock(&s->allg_lock);
-    co_g_t *g = cursor ? cursor : s->allg;
-    for (; g && visited < SCAN_VISIT_MAX && n < SCAN_COMPACT_MAX; g = g->alllink_next, visited++)
-        if (__atomic_load_n(&g->compact_on, __ATOMIC_RELAXED) && claim(g, now_units, thr_units))
-            batch[n++] = g;
-    cursor = g;
-    co__unlock(&s->allg_lock);
+    bool pass_done = false;
+    while (n < SCAN_COMPACT_MAX && visited < SCAN_VISIT_MAX) {
+        shard_t *sh = &shards[cur_shard];
+        if (__atomic_load_n(&sh->n, __ATOMIC_RELAXED) ||
+            __atomic_load_n(&sh->hiwat, __ATOMIC_RELAXED)) {
+            co__lock(&sh->lock);
+            uint32_t i = cur_pos;
+            for (int held = 0; i < sh->n && n < SCAN_COMPACT_MAX && held < SCAN_HOLD_MAX &&
+                               visited < SCAN_VISIT_MAX;
+                 held++, visited++) {
+                offer_t *o = entry(sh, i);
+                if (now_units - o->since < thr_units || o->tried == pass_seq) {
+                    i++;
+                    continue;
+                }
+                /* OFFERED, as every entry is: BUSY, it alone reads o now
+                 * (and the M that would run its G waits) */
+                batch[n++] = *o;
+                __atomic_store_n(&o->g->cstate, CO__CS_BUSY, __ATOMIC_RELAXED);
+                shard_del(sh, i); /* the last entry moved to i: looked at next */
+            }
+            bool end = i >= sh->n;
+            if (end) shard_trim(sh);
+            co__unlock(&sh->lock);
+            if (!end) {
+                cur_pos = i;
+                continue; /* the next hold, or the next round if a limit was hit */
+            }
+        }
+        cur_pos = 0;
+        if (++cur_shard == NSHARD) {
+            cur_shard = 0;
+            pass_done = true;
+            break;
+        }
+    }
     int done = 0;
     for (int i = 0; i < n; i++)
-        if (compact_one(batch[i])) batch[done++] = batch[i];
+        if (compact_one(&batch[i])) batch[done++] = batch[i];
     if (done) {
         release_pages(batch, done);
-        __atomic_sub_fetch(&n_offered, done, __ATOMIC_RELAXED);
         __atomic_add_fetch(&n_compacted_now, done, __ATOMIC_RELAXED);
         __atomic_add_fetch(&n_compactions, (uint64_t)done, __ATOMIC_RELAXED);
         /* release: the copy and the relinked waiter, for the M that runs
          * the G (it acquires cstate); only now may it copy back, the
          * pages released */
         for (int i = 0; i < done; i++)
-            __atomic_store_n(&batch[i]->cstate, CO__CS_COMPACTED, __ATOMIC_RELEASE);
+            __atomic_store_n(&batch[i].g->cstate, CO__CS_COMPACTED, __ATOMIC_RELEASE);
     }
-    /* Through the list: look again after a quarter of the threshold (at
-     * least 1 ms, at most 250 ms); else go on at the next round. */
-    if (!g) {
+    uint64_t round_ns = (uint64_t)(co_now() - t0);
+    cur_pass_ns += round_ns;
+    if (round_ns > st_round_max_ns) __atomic_store_n(&st_round_max_ns, round_ns, __ATOMIC_RELAXED);
+    /* Through every shard: look again after a quarter of the threshold
+     * (at least 1 ms, at most 250 ms); else go on at the next round. */
+    if (pass_done) {
+        __atomic_store_n(&st_pass_ns, st_pass_ns + cur_pass_ns, __ATOMIC_RELAXED);
+        __atomic_store_n(&st_passes, st_passes + 1, __ATOMIC_RELAXED);
+        cur_pass_ns = 0;
+        if (++pass_seq == 0) pass_seq = 1;
         int64_t period = (int64_t)ms * 250000;
         if (period < 1000000) period = 1000000;
         if (period > 250000000) period = 250000000;
         next_scan = now + period;
     }
     return done;
-}
-
-void co__compact_g_released(co_g_t *g) {
-    if (cursor == g) cursor = g->alllink_next;
 }
 
 /* A pointer of g's records that leads into the copy, back to the stack. */
@@ -380,11 +589,20 @@ void co__compact_resume(co_g_t *g) {
         if (CO_LIKELY(cs == CO__CS_NONE)) return;
         if (cs == CO__CS_COMPACTED) break;
         if (cs == CO__CS_OFFERED) {
-            if (__atomic_compare_exchange_n(&g->cstate, &cs, CO__CS_NONE, false, __ATOMIC_ACQUIRE,
-                                            __ATOMIC_RELAXED)) {
-                __atomic_sub_fetch(&n_offered, 1, __ATOMIC_RELAXED);
-                return;
+            /* withdrawn under its shard's lock, unless sysmon claimed it
+             * first (BUSY: then wait, as below) */
+            shard_t *sh = shard_of(g);
+            co__lock(&sh->lock);
+            bool mine = __atomic_load_n(&g->cstate, __ATOMIC_RELAXED) == CO__CS_OFFERED;
+            if (mine) {
+                if (CO_UNLIKELY(g->cq_slot >= sh->n || entry(sh, g->cq_slot)->g != g))
+                    co__fatal("compaction: coroutine %llu offered but not listed",
+                              (unsigned long long)g->id);
+                shard_del(sh, g->cq_slot);
+                __atomic_store_n(&g->cstate, CO__CS_NONE, __ATOMIC_RELAXED);
             }
+            co__unlock(&sh->lock);
+            if (mine) return;
             continue;
         }
         /* BUSY: the compactor is at it, for a few microseconds */
@@ -399,7 +617,7 @@ void co__compact_resume(co_g_t *g) {
     hide_end();
     /* The records as the wait code left them, with stack addresses: the
      * copy's waiter and parker pointed into the copy. */
-    co__waiter_t *w = g->cw_w;
+    co__waiter_t *w = (co__waiter_t *)(void *)(b->sp + b->w_off);
     w->pk = unmove(b, w->pk);
     w->data = unmove(b, w->data);
     w->next = unmove(b, w->next);

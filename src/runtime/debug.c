@@ -207,10 +207,13 @@ static void dump_frames(FILE *out, co_g_t *g, uint32_t status, co_g_t *self) {
                 status == CO_G_RUNNING ? "running" : "runnable");
         return;
     }
-    if (n == 0 && status == CO_G_WAITING && g != self &&
-        __atomic_load_n(&g->cstate, __ATOMIC_ACQUIRE) >= CO__CS_BUSY)
+    /* Looked at after the walk: sysmon may have claimed it meanwhile (the
+     * walk then read pages being released), and those frames are dropped. */
+    if (status == CO_G_WAITING && g != self &&
+        __atomic_load_n(&g->cstate, __ATOMIC_ACQUIRE) >= CO__CS_BUSY) {
         fprintf(out, "  (stack compacted while parked: frames not shown)\n");
-    else if (n == 0)
+        n = 0;
+    } else if (n == 0)
         fprintf(out, "  (no frames: unwinder %s)\n", co__unwinder());
     for (int i = 0; i < n; i++) fprintf(out, "  %s\n", sym_of(pcs[i]));
 }

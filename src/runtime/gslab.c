@@ -207,7 +207,6 @@ void co__gslab_put(co_g_t *g) {
     co_sched_t *s = &co__sched;
     gslab_t *drop = NULL;
     co__lock(&s->allg_lock);
-    co__compact_g_released(g); /* the compactor's cursor moves off g */
     if (g->alllink_prev)
         g->alllink_prev->alllink_next = g->alllink_next;
     else

@@ -295,6 +295,7 @@ CO_HIDDEN int co__test_reset_after_fork(void);
 int co__test_reset_after_fork(void) {
     forget_locks_and_counts();
     memset(&co__sched, 0, sizeof co__sched);
+    co__compact_forget();
     live_global = 0; /* the parent's coroutines and pools are not ours */
     rt_holds = 0;
     memset(holds_by_kind, 0, sizeof holds_by_kind);

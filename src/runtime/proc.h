@@ -58,8 +58,8 @@ typedef struct co_g {
     int8_t wait_reason;        /* CO__WR_*, written by the G itself before parking;
                                 * relaxed atomic (co_dump reads it) */
     uint8_t compact_on;        /* co_stack_compactable (compact.c): relaxed atomic, written
-                                * by the G itself (and 0 by its spawn), read by sysmon and,
-                                * in the first line, by whoever switches to the G */
+                                * by the G itself (and 0 by its spawn), read by the G's
+                                * wait sites and by whoever switches to the G */
     bool is_g0;
     bool named;                /* name[] holds a name (else name[0] == 0) */
     void (*fn)(void *);
@@ -93,12 +93,13 @@ typedef struct co_g {
      * a page each. The G's own while it waits; the waitgroup's lock
      * protects the links. */
     co__pkw_t wgwait;
-    /* Its compactable wait (compact.c): the lock and the waiter it offered,
-     * valid while cstate is OFFERED, BUSY or COMPACTED; the copy of its
-     * stack's live part while COMPACTED. */
-    co__lock_t *cw_lock;
-    co__waiter_t *cw_w;
-    struct co__cbuf *cbuf;
+    /* Its compaction (compact.c): while cstate is OFFERED, where its offer
+     * is in its shard (under the shard's lock); while COMPACTED, the copy
+     * of its stack's live part. */
+    union {
+        uint32_t cq_slot;
+        struct co__cbuf *cbuf;
+    };
     /* The stamp of the last trace event about it (trace.c): an event about
      * it is stamped after this one. A relaxed atomic, read and written only
      * while a trace is on, by whoever records an event about it. */
@@ -134,19 +135,22 @@ _Static_assert(offsetof(co_g_t, compact_on) == CO__G_COMPACT_OFFSET &&
                "runtime.h's co__g_compact_on knows where a G's compact_on is; gogo reads "
                "it with is_g0 in one load");
 
-/* cstate: a G's compaction (compact.c).
+/* cstate: a G's compaction (compact.c). A G is OFFERED exactly while its
+ * offer is in its shard's list; every change to or from OFFERED is made
+ * under that shard's lock, with the entry's addition or removal.
  *  NONE -> OFFERED     : the G itself, parking in a compactable wait (co__compact_offer).
- *  OFFERED -> BUSY     : the compactor (sysmon), by CAS; it alone then reads cw_*.
+ *  OFFERED -> BUSY     : the compactor (sysmon), taking the entry; it alone then reads it.
  *  BUSY -> COMPACTED   : the compactor, its stack copied out and released.
- *  BUSY -> OFFERED     : the compactor, which left it as it was.
- *  OFFERED -> NONE     : the M about to run the G, by CAS (co__compact_resume).
+ *  BUSY -> OFFERED     : the compactor, which left it as it was (its entry put back;
+ *                        BUSY -> NONE where the shard has no room).
+ *  OFFERED -> NONE     : the M about to run the G (co__compact_resume).
  *  COMPACTED -> NONE   : the M about to run the G, once the stack is back.
  * BUSY lasts a trylock, a copy and a madvise: the M that would run the G
  * waits it out. */
 enum { CO__CS_NONE = 0, CO__CS_OFFERED, CO__CS_BUSY, CO__CS_COMPACTED };
 CO_HIDDEN void co__compact_resume(co_g_t *g);     /* g about to run, compact_on set */
 CO_HIDDEN int co__compact_scan(int64_t now);       /* sysmon, each round: how many compacted */
-CO_HIDDEN void co__compact_g_released(co_g_t *g);  /* allg_lock held: g leaves allg */
+CO_HIDDEN void co__compact_forget(void);           /* a forked child's fresh start */
 
 /* A global cache of free items (gcache.c): an array, so moving a batch in
  * or out under sched.gcache_lock copies pointers and never touches a cold G.
