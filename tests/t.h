@@ -60,6 +60,19 @@ static int t_end(void) {
     return t_failed ? 1 : 0;
 }
 
+/* co_init with procs Ps, checked; and co_shutdown once the coroutines
+ * counted done have exited too (tests that start and stop the runtime). */
+__attribute__((unused)) static void t_start(int procs) {
+    co_config_t cfg = {.procs = procs};
+    CHECK_EQ(co_init(&cfg), 0);
+    CHECK_EQ(co_procs(), procs);
+}
+__attribute__((unused)) static void t_stop(void) {
+    int rc;
+    for (int i = 0; (rc = co_shutdown()) == CO_EBUSY && i < 5000; i++) usleep(1000);
+    CHECK_EQ(rc, 0);
+}
+
 /* How many times needle occurs in hay (overlapping ones too). */
 __attribute__((unused)) static int t_count(const char *hay, const char *needle) {
     int n = 0;

@@ -35,6 +35,16 @@ CO_HIDDEN int64_t co__test_timers_listed(void);         /* runtime/timer.c */
  * sysmon round), and its compactions and restores since the start. */
 CO_HIDDEN void co__test_compact_set_ms(uint32_t ms);
 CO_HIDDEN void co__test_compact_counts(uint64_t *compactions, uint64_t *restores);
+static inline uint64_t t_compactions(void) {
+    uint64_t c, r;
+    co__test_compact_counts(&c, &r);
+    return c;
+}
+static inline uint64_t t_restores(void) {
+    uint64_t c, r;
+    co__test_compact_counts(&c, &r);
+    return r;
+}
 /* Yields at I/O safe points that sysmon asked for (runtime/sysmon.c). */
 CO_HIDDEN extern uint64_t co__preempt_yields;
 /* The per-P fresh deque (runtime/runq.c): the owner's push (false: full)

@@ -17,39 +17,12 @@
 #include <unistd.h>
 
 #include "t.h"
+#include "t_compact.h"
 #include "t_internal.h"
 
-static uint64_t compactions(void) {
-    uint64_t c, r;
-    co__test_compact_counts(&c, &r);
-    return c;
-}
-static uint64_t restores(void) {
-    uint64_t c, r;
-    co__test_compact_counts(&c, &r);
-    return r;
-}
-
-/* Until co_stack_compacted() reaches n: true, or false after ~20 s. */
-static bool wait_compacted(int64_t n) {
-    for (int i = 0; i < 20000; i++) {
-        if (co_stack_compacted() >= n) return true;
-        co_sleep(CO_MILLISECOND);
-    }
-    fprintf(stderr, "compacted: %lld of %lld\n", (long long)co_stack_compacted(), (long long)n);
-    return false;
-}
 
 /* A frame of locals with a known pattern, live across the wait. */
 #define PAT 96
-static void pattern_fill(volatile uint64_t *a, uint64_t seed) {
-    for (int i = 0; i < PAT; i++) a[i] = seed * 0x9e3779b97f4a7c15ull + (uint64_t)i;
-}
-static int pattern_bad(volatile uint64_t *a, uint64_t seed) {
-    int bad = 0;
-    for (int i = 0; i < PAT; i++) bad += a[i] != seed * 0x9e3779b97f4a7c15ull + (uint64_t)i;
-    return bad;
-}
 
 typedef struct {
     uint64_t a, b, c, d, e; /* 40 bytes: not a register-sized element */
@@ -67,7 +40,7 @@ static uint8_t seen[NRECV];
 static void receiver(void *arg) {
     uint64_t seed = (uint64_t)(uintptr_t)arg;
     volatile uint64_t pat[PAT];
-    pattern_fill(pat, seed);
+    t_pattern_fill(pat, PAT, seed);
     CHECK_EQ(co_stack_compactable(1), 0);
     elem_t e;
     memset(&e, 0, sizeof e);
@@ -77,13 +50,13 @@ static void receiver(void *arg) {
         CHECK(e.a < NRECV && e.b == e.a * 3 && e.c == ~e.a && e.d == 7 && e.e == e.a + 11);
         if (e.a < NRECV) __atomic_add_fetch(&seen[e.a], 1, __ATOMIC_RELAXED);
     }
-    if (pattern_bad(pat, seed)) __atomic_add_fetch(&failures, 1, __ATOMIC_RELAXED);
+    if (t_pattern_bad(pat, PAT, seed)) __atomic_add_fetch(&failures, 1, __ATOMIC_RELAXED);
     co_waitgroup_done(&wg);
 }
 
 static void test_recv_values(void) {
     CHECK_EQ(co_chan_new(&shared_ch, sizeof(elem_t), 0), 0);
-    uint64_t c0 = compactions(), r0 = restores();
+    uint64_t c0 = t_compactions(), r0 = t_restores();
     co_waitgroup_add(&wg, NRECV);
     for (int i = 0; i < NRECV; i++) CHECK_EQ(co_go(receiver, (void *)(uintptr_t)(i + 1)), 0);
     CHECK(wait_compacted(NRECV));
@@ -107,9 +80,9 @@ static void test_recv_values(void) {
     co_waitgroup_wait(&wg);
     for (int i = 0; i < NRECV; i++) CHECK_EQ(seen[i], 1);
     CHECK_EQ(__atomic_load_n(&failures, __ATOMIC_RELAXED), 0);
-    CHECK(compactions() - c0 >= NRECV);
+    CHECK(t_compactions() - c0 >= NRECV);
     CHECK_EQ(co_stack_compacted(), 0);
-    CHECK_EQ(restores() - r0, compactions() - c0);
+    CHECK_EQ(t_restores() - r0, t_compactions() - c0);
     co_chan_free(shared_ch);
 }
 
@@ -119,11 +92,11 @@ enum { NSEND = 100 };
 static void sender(void *arg) {
     uint64_t i = (uint64_t)(uintptr_t)arg;
     volatile uint64_t pat[PAT];
-    pattern_fill(pat, i + 1000);
+    t_pattern_fill(pat, PAT, i + 1000);
     CHECK_EQ(co_stack_compactable(1), 0);
     elem_t e = {i, i * 3, ~i, 7, i + 11};
     CHECK_EQ(co_chan_send(shared_ch, &e, CO_FOREVER), 0);
-    if (pattern_bad(pat, i + 1000)) __atomic_add_fetch(&failures, 1, __ATOMIC_RELAXED);
+    if (t_pattern_bad(pat, PAT, i + 1000)) __atomic_add_fetch(&failures, 1, __ATOMIC_RELAXED);
     co_waitgroup_done(&wg);
 }
 
@@ -174,7 +147,7 @@ static int socks[NREAD][2];
 static void reader(void *arg) {
     int i = (int)(intptr_t)arg;
     volatile uint64_t pat[PAT];
-    pattern_fill(pat, (uint64_t)i + 77);
+    t_pattern_fill(pat, PAT, (uint64_t)i + 77);
     CHECK_EQ(co_stack_compactable(1), 0);
     char buf[64];
     memset(buf, 0, sizeof buf);
@@ -183,7 +156,7 @@ static void reader(void *arg) {
     int wn = snprintf(want, sizeof want, "message %d for reader %d", i * 7, i);
     CHECK_EQ(n, wn);
     CHECK(n == wn && memcmp(buf, want, (size_t)wn) == 0);
-    if (pattern_bad(pat, (uint64_t)i + 77)) __atomic_add_fetch(&failures, 1, __ATOMIC_RELAXED);
+    if (t_pattern_bad(pat, PAT, (uint64_t)i + 77)) __atomic_add_fetch(&failures, 1, __ATOMIC_RELAXED);
     co_waitgroup_done(&wg);
 }
 
@@ -286,7 +259,7 @@ static void test_other_waits_refused(void) {
     CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, kind_sock), 0);
     co_waitgroup_add(&gate, 1);
     co_mutex_lock(&mu); /* K_MUTEX waits for it */
-    uint64_t c0 = compactions();
+    uint64_t c0 = t_compactions();
     co_waitgroup_add(&wg, K_COUNT);
     for (int k = 0; k < K_COUNT; k++) CHECK_EQ(co_go(refuser, (void *)(intptr_t)k), 0);
     /* all of them parked before the control: its compaction comes after
@@ -297,7 +270,7 @@ static void test_other_waits_refused(void) {
     CHECK(wait_compacted(1));
     co_sleep(50 * CO_MILLISECOND); /* more rounds */
     CHECK_EQ(co_stack_compacted(), 1);
-    CHECK_EQ(compactions() - c0, 1);
+    CHECK_EQ(t_compactions() - c0, 1);
     /* release them all */
     co_mutex_unlock(&mu);
     co_mutex_lock(&mu2);
@@ -315,7 +288,7 @@ static void test_other_waits_refused(void) {
     v = 42;
     CHECK_EQ(co_chan_send(shared_ch, &v, CO_FOREVER), 0);
     co_waitgroup_wait(&wg);
-    CHECK_EQ(compactions() - c0, 1);
+    CHECK_EQ(t_compactions() - c0, 1);
     CHECK_EQ(co_stack_compacted(), 0);
     co_chan_free(kind_ch);
     co_chan_free(kind_ch2);
@@ -338,7 +311,7 @@ static int stress_bad; /* atomic */
 static void stress_rx(void *arg) {
     int i = (int)(intptr_t)arg;
     volatile uint64_t pat[PAT];
-    pattern_fill(pat, (uint64_t)i);
+    t_pattern_fill(pat, PAT, (uint64_t)i);
     CHECK_EQ(co_stack_compactable(1), 0);
     for (uint64_t r = 0; r < ROUNDS; r++) {
         elem_t e = {0};
@@ -351,7 +324,7 @@ static void stress_rx(void *arg) {
                 __atomic_add_fetch(&stress_bad, 1, __ATOMIC_RELAXED);
         }
     }
-    if (pattern_bad(pat, (uint64_t)i)) __atomic_add_fetch(&stress_bad, 1, __ATOMIC_RELAXED);
+    if (t_pattern_bad(pat, PAT, (uint64_t)i)) __atomic_add_fetch(&stress_bad, 1, __ATOMIC_RELAXED);
     co_waitgroup_done(&wg);
 }
 
@@ -378,7 +351,7 @@ static void stress_waker(void *arg) {
 }
 
 static void test_stress_wakes_race_compaction(void) {
-    uint64_t c0 = compactions();
+    uint64_t c0 = t_compactions();
     for (int i = 0; i < SR; i++) CHECK_EQ(co_chan_new(&sch[i], sizeof(elem_t), 0), 0);
     co_waitgroup_add(&wg, SR + SWAKERS);
     for (int i = 0; i < SR; i++) CHECK_EQ(co_go(stress_rx, (void *)(intptr_t)i), 0);
@@ -388,8 +361,8 @@ static void test_stress_wakes_race_compaction(void) {
     CHECK_EQ(__atomic_load_n(&stress_bad, __ATOMIC_RELAXED), 0);
     CHECK_EQ(co_stack_compacted(), 0);
     fprintf(stderr, "  %llu compactions during the stress\n",
-            (unsigned long long)(compactions() - c0));
-    CHECK(compactions() - c0 >= 1);
+            (unsigned long long)(t_compactions() - c0));
+    CHECK(t_compactions() - c0 >= 1);
     for (int i = 0; i < SR; i++) co_chan_free(sch[i]);
 }
 
@@ -415,7 +388,7 @@ static void test_pool_task_refused(void) {
     CHECK_EQ(co_pool_new(&pool, 1, NULL), 0);
     CHECK_EQ(co_chan_new(&pool_ch, sizeof(int), 0), 0);
     CHECK_EQ(co_chan_new(&shared_ch, sizeof(int), 0), 0);
-    uint64_t c0 = compactions();
+    uint64_t c0 = t_compactions();
     co_waitgroup_add(&wg, 2);
     CHECK_EQ(co_pool_submit(pool, task_opts_in, NULL), 0);
     CHECK_EQ(co_pool_submit(pool, task_parks, NULL), 0); /* the same worker (capacity 1) */
@@ -430,7 +403,7 @@ static void test_pool_task_refused(void) {
     v = 42;
     CHECK_EQ(co_chan_send(shared_ch, &v, CO_FOREVER), 0);
     co_waitgroup_wait(&wg);
-    CHECK_EQ(compactions() - c0, 1);
+    CHECK_EQ(t_compactions() - c0, 1);
     co_pool_release(pool);
     co_chan_free(pool_ch);
     co_chan_free(shared_ch);

@@ -19,20 +19,11 @@
 #include <unistd.h>
 
 #include "t.h"
+#include "t_compact.h"
 #include "t_internal.h"
 
 #define HIGH_MS 600000 /* a threshold no test waits out: offered, never compacted */
 
-static uint64_t compactions(void) {
-    uint64_t c, r;
-    co__test_compact_counts(&c, &r);
-    return c;
-}
-static uint64_t restores(void) {
-    uint64_t c, r;
-    co__test_compact_counts(&c, &r);
-    return r;
-}
 
 /* Until the lists hold exactly n offers: true, or false after ~20 s (the
  * last count is printed). */
@@ -47,25 +38,8 @@ static bool wait_offered(int64_t n) {
     return got == n;
 }
 
-static bool wait_compacted(int64_t n) {
-    for (int i = 0; i < 20000; i++) {
-        if (co_stack_compacted() >= n) return true;
-        co_sleep(CO_MILLISECOND);
-    }
-    fprintf(stderr, "compacted: %lld of %lld\n", (long long)co_stack_compacted(), (long long)n);
-    return false;
-}
-
 /* Locals with a known pattern, live across the waits. */
 #define PAT 32
-static void pattern_fill(volatile uint64_t *a, uint64_t seed) {
-    for (int i = 0; i < PAT; i++) a[i] = seed * 0x9e3779b97f4a7c15ull + (uint64_t)i;
-}
-static int pattern_bad(volatile uint64_t *a, uint64_t seed) {
-    int bad = 0;
-    for (int i = 0; i < PAT; i++) bad += a[i] != seed * 0x9e3779b97f4a7c15ull + (uint64_t)i;
-    return bad;
-}
 
 static co_waitgroup_t wg = CO_WAITGROUP_INIT;
 static int bad; /* atomic: wrong values, wrong results, broken locals */
@@ -81,7 +55,7 @@ static co_chan_t *wch[NW];
 static void early_rx(void *arg) {
     int i = (int)(intptr_t)arg;
     volatile uint64_t pat[PAT];
-    pattern_fill(pat, (uint64_t)i);
+    t_pattern_fill(pat, PAT, (uint64_t)i);
     CHECK_EQ(co_stack_compactable(1), 0);
     for (int r = 0; r <= WROUNDS; r++) {
         int v = -1;
@@ -92,7 +66,7 @@ static void early_rx(void *arg) {
             fail();
         }
     }
-    if (pattern_bad(pat, (uint64_t)i)) fail();
+    if (t_pattern_bad(pat, PAT, (uint64_t)i)) fail();
     co_waitgroup_done(&wg);
 }
 
@@ -120,7 +94,7 @@ static void early_reader(void *arg) {
 
 static void test_withdrawn_before_threshold(void) {
     co__test_compact_set_ms(HIGH_MS);
-    uint64_t c0 = compactions();
+    uint64_t c0 = t_compactions();
     CHECK_EQ(co__test_compact_offered(), 0);
     /* waves: each one's coroutines exit, and the next reuses their records */
     for (int wave = 0; wave < WAVES; wave++) {
@@ -167,7 +141,7 @@ static void test_withdrawn_before_threshold(void) {
         if (k % 3 != 1) close(ssock[k][1]);
     }
     CHECK_EQ(__atomic_load_n(&bad, __ATOMIC_RELAXED), 0);
-    CHECK_EQ(compactions() - c0, 0); /* none waited out the threshold */
+    CHECK_EQ(t_compactions() - c0, 0); /* none waited out the threshold */
     CHECK_EQ(co_stack_compacted(), 0);
 }
 
@@ -181,7 +155,7 @@ static co_chan_t *sch[NS];
 static void scan_rx(void *arg) {
     int i = (int)(intptr_t)arg;
     volatile uint64_t pat[PAT];
-    pattern_fill(pat, (uint64_t)i + 5);
+    t_pattern_fill(pat, PAT, (uint64_t)i + 5);
     CHECK_EQ(co_stack_compactable(1), 0);
     for (int r = 0; r < SROUNDS; r++) {
         int v = -1;
@@ -192,7 +166,7 @@ static void scan_rx(void *arg) {
             fail();
         }
     }
-    if (pattern_bad(pat, (uint64_t)i + 5)) fail();
+    if (t_pattern_bad(pat, PAT, (uint64_t)i + 5)) fail();
     co_waitgroup_done(&wg);
 }
 
@@ -218,7 +192,7 @@ static void scan_waker(void *arg) {
 
 static void test_woken_during_scans(void) {
     co__test_compact_set_ms(0);
-    uint64_t c0 = compactions(), r0 = restores();
+    uint64_t c0 = t_compactions(), r0 = t_restores();
     for (int i = 0; i < NS; i++) CHECK_EQ(co_chan_new(&sch[i], sizeof(int), 0), 0);
     co_waitgroup_add(&wg, NS + SWAKERS);
     for (int i = 0; i < NS; i++) CHECK_EQ(co_go(scan_rx, (void *)(intptr_t)i), 0);
@@ -228,8 +202,8 @@ static void test_woken_during_scans(void) {
     CHECK_EQ(__atomic_load_n(&bad, __ATOMIC_RELAXED), 0);
     CHECK_EQ(co__test_compact_offered(), 0);
     CHECK_EQ(co_stack_compacted(), 0);
-    CHECK_EQ(restores() - r0, compactions() - c0);
-    fprintf(stderr, "  %llu compactions\n", (unsigned long long)(compactions() - c0));
+    CHECK_EQ(t_restores() - r0, t_compactions() - c0);
+    fprintf(stderr, "  %llu compactions\n", (unsigned long long)(t_compactions() - c0));
     for (int i = 0; i < NS; i++) co_chan_free(sch[i]);
 }
 
@@ -258,12 +232,12 @@ static uint8_t few_seen[NFEW];
 static void few_rx(void *arg) {
     int i = (int)(intptr_t)arg;
     volatile uint64_t pat[PAT];
-    pattern_fill(pat, (uint64_t)i + 99);
+    t_pattern_fill(pat, PAT, (uint64_t)i + 99);
     CHECK_EQ(co_stack_compactable(1), 0);
     int v = -1;
     if (co_chan_recv(few_ch, &v, CO_FOREVER) != 0 || v < 0 || v >= NFEW) fail();
     else __atomic_add_fetch(&few_seen[v], 1, __ATOMIC_RELAXED);
-    if (pattern_bad(pat, (uint64_t)i + 99)) fail();
+    if (t_pattern_bad(pat, PAT, (uint64_t)i + 99)) fail();
     co_waitgroup_done(&wg);
 }
 
@@ -272,7 +246,7 @@ static void test_few_offered_among_many(void) {
     CHECK_EQ(co_chan_new(&plain_ch, sizeof(int), 0), 0);
     CHECK_EQ(co_chan_new(&few_ch, sizeof(int), 0), 0);
     CHECK_EQ(co_chan_new(&timed_ch, sizeof(int), 0), 0);
-    uint64_t c0 = compactions(), r0 = restores();
+    uint64_t c0 = t_compactions(), r0 = t_restores();
     co_waitgroup_add(&wg, NPLAIN + NTIMED + NFEW);
     for (int i = 0; i < NPLAIN / 2; i++) CHECK_EQ(co_go(plain_rx, NULL), 0);
     for (int i = 0; i < NTIMED; i++) CHECK_EQ(co_go(timed_rx, NULL), 0);
@@ -281,7 +255,7 @@ static void test_few_offered_among_many(void) {
     CHECK(wait_compacted(NFEW));
     co_sleep(50 * CO_MILLISECOND); /* more passes: nothing else is taken */
     CHECK_EQ(co_stack_compacted(), NFEW);
-    CHECK_EQ(compactions() - c0, NFEW);
+    CHECK_EQ(t_compactions() - c0, NFEW);
     CHECK_EQ(co__test_compact_offered(), 0); /* the few left the lists as they were compacted */
     CHECK_EQ(co__test_chan_receivers(few_ch), NFEW);
     for (int i = 0; i < NFEW; i++) CHECK_EQ(co_chan_send(few_ch, &i, CO_FOREVER), 0);
@@ -292,8 +266,8 @@ static void test_few_offered_among_many(void) {
     for (int i = 0; i < NFEW; i++) CHECK_EQ(few_seen[i], 1);
     CHECK_EQ(__atomic_load_n(&bad, __ATOMIC_RELAXED), 0);
     CHECK_EQ(co_stack_compacted(), 0);
-    CHECK_EQ(compactions() - c0, NFEW);
-    CHECK_EQ(restores() - r0, NFEW);
+    CHECK_EQ(t_compactions() - c0, NFEW);
+    CHECK_EQ(t_restores() - r0, NFEW);
     CHECK_EQ(co__test_compact_offered(), 0);
     co_chan_free(plain_ch);
     co_chan_free(few_ch);
@@ -338,7 +312,7 @@ static void test_put_back_starves_none(void) {
     co__test_compact_set_ms(0);
     CHECK_EQ(co_chan_new(&big_ch, sizeof(int), 0), 0);
     CHECK_EQ(co_chan_new(&small_ch, sizeof(int), 0), 0);
-    uint64_t c0 = compactions();
+    uint64_t c0 = t_compactions();
     co_waitgroup_add(&wg, NBIG + NSMALL);
     for (int i = 0; i < NBIG; i++) CHECK_EQ(co_go(big_rx, (void *)(intptr_t)i), 0);
     CHECK(wait_offered(NBIG)); /* all parked first: the passes are busy with them */
@@ -346,7 +320,7 @@ static void test_put_back_starves_none(void) {
     CHECK(wait_compacted(NSMALL));
     co_sleep(20 * CO_MILLISECOND);
     CHECK_EQ(co_stack_compacted(), NSMALL);
-    CHECK_EQ(compactions() - c0, NSMALL);
+    CHECK_EQ(t_compactions() - c0, NSMALL);
     /* put back each time (a count taken while a round holds some of them
      * is lower: looked at until it is whole) */
     CHECK(wait_offered(NBIG));

@@ -16,19 +16,6 @@
 #include <pthread.h>
 #include <stdlib.h>
 
-static void start(int procs) {
-    co_config_t cfg = {.procs = procs};
-    CHECK_EQ(co_init(&cfg), 0);
-    CHECK_EQ(co_procs(), procs);
-}
-
-static void stop(void) {
-    /* coroutines counted done may still be exiting */
-    int rc;
-    for (int i = 0; (rc = co_shutdown()) == CO_EBUSY && i < 5000; i++) usleep(1000);
-    CHECK_EQ(rc, 0);
-}
-
 /* ---- the deque: one owner, two thieves, every entry taken once ---------- */
 
 #define DQ_ITEMS 200000
@@ -189,7 +176,7 @@ static int fj_main(void *arg) {
  * oldest first (the ring's order), 1,900 were alive at once on 1 P and
  * 4,200 on 2. The bound is loose: 25 times the chain on each P. */
 static void fanout(int procs, int rounds) {
-    start(procs);
+    t_start(procs);
     for (int i = 0; i < rounds; i++) {
         fj_run_t r = {24, 4, 0};
         CHECK_EQ(co_main(fj_main, &r), 0);
@@ -198,7 +185,7 @@ static void fanout(int procs, int rounds) {
         if (i == 0) fprintf(stderr, "   %d P: at most %d coroutines alive\n", procs, live);
         CHECK(live <= 500 * procs + 500);
     }
-    stop();
+    t_stop();
 }
 
 static void test_fanout_1p(void) { fanout(1, 2); }
@@ -230,9 +217,9 @@ static int busy_main(void *arg) {
 }
 
 static void test_busy_owner_not_stranded(void) {
-    start(2);
+    t_start(2);
     CHECK_EQ(co_main(busy_main, NULL), 0);
-    stop();
+    t_stop();
 }
 
 /* ---- fairness: a loop that forks and joins for ever -------------------- */
@@ -287,12 +274,12 @@ static int fair_main(void *arg) {
 }
 
 static void test_fork_loop_cannot_starve(void) {
-    start(1);
+    t_start(1);
     CHECK_EQ(co_main(fair_main, NULL), 0);
     CHECK(__atomic_load_n(&fair_old_ran, __ATOMIC_ACQUIRE));
     CHECK(__atomic_load_n(&fair_yields_done, __ATOMIC_ACQUIRE));
     fprintf(stderr, "   %ld fork-join rounds before both ran\n", fair_rounds);
-    stop();
+    t_stop();
 }
 
 int main(void) {

@@ -9,19 +9,6 @@
 #include <stdatomic.h>
 #include <time.h>
 
-static void start(int procs) {
-    co_config_t cfg = {.procs = procs};
-    CHECK_EQ(co_init(&cfg), 0);
-    CHECK_EQ(co_procs(), procs);
-}
-
-static void stop(void) {
-    /* coroutines counted done may still be exiting */
-    int rc;
-    for (int i = 0; (rc = co_shutdown()) == CO_EBUSY && i < 5000; i++) usleep(1000);
-    CHECK_EQ(rc, 0);
-}
-
 /* ---- order: K coroutines on one P take turns, first in, first out ------- */
 
 #define ORDER_ROUNDS 2000
@@ -105,9 +92,9 @@ static void check_order(int k) {
 }
 
 static void test_order(void) {
-    start(1);
+    t_start(1);
     for (int k = 1; k <= 5; k++) check_order(k);
-    stop();
+    t_stop();
 }
 
 /* Runs a and b (each takes a waitgroup to finish) from a coroutine, so that
@@ -177,7 +164,7 @@ static void gs_body(void *arg, int id) {
 static void gs_a(void *arg) { gs_body(arg, 1); }
 static void gs_b(void *arg) { gs_body(arg, 2); }
 static void test_gosched(void) {
-    start(1);
+    t_start(1);
     gs_n = 0;
     run_pair(gs_a, gs_b);
     CHECK_EQ(gs_n, 10);
@@ -188,11 +175,11 @@ static void test_gosched(void) {
     }
     CHECK(first_b >= 0 && first_b < last_a);
     co_gosched(); /* a plain thread: sched_yield */
-    stop();
+    t_stop();
 }
 
 static void test_hog_behind_yielder(void) {
-    start(1);
+    t_start(1);
     for (int round = 0; round < 3; round++) {
         __atomic_store_n(&hog_a_done, 0, __ATOMIC_RELAXED);
         hog_a_yields = hog_b_yields = 0;
@@ -200,7 +187,7 @@ static void test_hog_behind_yielder(void) {
         CHECK_EQ(__atomic_load_n(&hog_a_yields, __ATOMIC_RELAXED), 4000);
         CHECK_EQ(__atomic_load_n(&hog_b_yields, __ATOMIC_RELAXED), 1000);
     }
-    stop();
+    t_stop();
 }
 
 /* ---- a blocking call never strands the yielder --------------------------
@@ -228,12 +215,12 @@ static void blk_b(void *arg) {
 }
 
 static void test_blocking_behind_yielder(void) {
-    start(1);
+    t_start(1);
     for (int round = 0; round < 3; round++) {
         __atomic_store_n(&blk_a_done, 0, __ATOMIC_RELAXED);
         run_pair(blk_a, blk_b);
     }
-    stop();
+    t_stop();
 }
 
 /* ---- stress: yielders, parkers, spawners and hogs on many Ps ------------ */
@@ -290,7 +277,7 @@ static int st_worker(void *arg) {
 static void test_stress(void) {
     int procs[] = {2, 4};
     for (int r = 0; r < 2; r++) {
-        start(procs[r]);
+        t_start(procs[r]);
         __atomic_store_n(&st_yields, 0, __ATOMIC_RELAXED);
         __atomic_store_n(&st_spawned, 0, __ATOMIC_RELAXED);
         __atomic_store_n(&st_children, 0, __ATOMIC_RELAXED);
@@ -306,7 +293,7 @@ static void test_stress(void) {
         CHECK(__atomic_load_n(&st_spawned, __ATOMIC_RELAXED) > 0);
         CHECK_EQ(__atomic_load_n(&st_children, __ATOMIC_RELAXED),
                  __atomic_load_n(&st_spawned, __ATOMIC_RELAXED));
-        stop();
+        t_stop();
     }
 }
 
@@ -365,7 +352,7 @@ static void spread_main(void *arg) {
 }
 
 static void test_yielders_spread(void) {
-    start(2);
+    t_start(2);
     co_waitgroup_t done = CO_WAITGROUP_INIT;
     co_waitgroup_add(&done, 1);
     CHECK_EQ(co_go(spread_main, &done), 0);
@@ -373,7 +360,7 @@ static void test_yielders_spread(void) {
     fprintf(stderr, "   (at most %d chunks before the two ran at once)\n",
             atomic_load(&spread_chunks_max));
     CHECK_EQ(spread_stuck, 0);
-    stop();
+    t_stop();
 }
 
 int main(void) {
