@@ -63,7 +63,7 @@ static void check_order(int k) {
     CHECK_EQ(co_go(order_launcher, &run), 0);
     co_waitgroup_wait(&run.done);
     CHECK_EQ(order_len, k * ORDER_ROUNDS);
-    /* Round robin: after the first k turns, each turn repeats the one k
+    /* Round robin: once every coroutine has run, each turn repeats the one k
      * turns before (a yielder goes behind every other runnable one; with
      * k = 2 that is the slot, with more the ring). The tail, as coroutines
      * finish, shrinks the period, so only full rounds are checked. */
@@ -80,8 +80,14 @@ static void check_order(int k) {
                 k, (long long)(gap / 1000));
         return;
     }
+    /* The first turns run the new coroutines in spawn order (the P's
+     * fresh deque, newest first, with every 61st schedule taking the ring
+     * first): the round robin starts once all k have run. */
+    int f = 0, seen = 0, was[8] = {0};
+    for (; f < k * ORDER_ROUNDS && seen < k; f++)
+        if (!was[order_log[f]]++) seen++;
     int bad = 0;
-    for (int i = k; i < k * (ORDER_ROUNDS - 1); i++) {
+    for (int i = f - 1 + k; i < k * (ORDER_ROUNDS - 1); i++) {
         if (order_log[i] != order_log[i - k] && bad++ < 3) {
             fprintf(stderr, "k=%d: turn %d: ", k, i);
             for (int j = i - 2 * k; j < i + 2 * k; j++) fprintf(stderr, "%d ", j >= 0 ? order_log[j] : -1);
