@@ -242,10 +242,11 @@ typedef struct co_p {
      * while runnext was taken and never run, the owner's to run newest
      * first (at flbot - 1), thieves' to take oldest first (at fltop): a
      * Chase-Lev deque. fl[i % CO_FLIFO] for fltop <= i < flbot. The owner
-     * writes flbot and the slots; it and thieves move fltop by CAS; every
-     * access to flbot and fltop is seq_cst (an owner's pop stores flbot
-     * before it loads fltop, a thief loads fltop before flbot: the pair
-     * orders them, so the last entry goes to one of them), the slots are
+     * writes flbot and the slots; it and thieves move fltop by CAS
+     * (seq_cst); an owner's pop stores flbot before it loads fltop, a
+     * thief loads fltop before flbot, each with a seq_cst fence between
+     * (the pair orders them, so the last entry goes to one of them); the
+     * slots are
      * relaxed (published by the release of flbot's store). fl_seen,
      * fl_age and fl_limit: owner only, the fairness tick's record of the
      * oldest entry (runq.c's flifo_fair). */

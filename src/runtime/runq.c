@@ -51,9 +51,11 @@ __attribute__((noinline)) void co__obatch_give_back(co_p_t *p, uint32_t n) {
 
 co_g_t *co__flifo_steal(co_p_t *p) {
     for (;;) {
-        /* seq_cst loads, fltop first: see flifo_pop */
-        uint32_t t = __atomic_load_n(&p->fltop, __ATOMIC_SEQ_CST);
-        uint32_t b = __atomic_load_n(&p->flbot, __ATOMIC_SEQ_CST);
+        /* fltop, a seq_cst fence (pairs with flifo_pop's), then flbot
+         * (acquire: pairs with flifo_push's release, for the slot) */
+        uint32_t t = __atomic_load_n(&p->fltop, __ATOMIC_ACQUIRE);
+        __atomic_thread_fence(__ATOMIC_SEQ_CST);
+        uint32_t b = __atomic_load_n(&p->flbot, __ATOMIC_ACQUIRE);
         if ((int32_t)(b - t) <= 0) return NULL;
         /* may be overwritten meanwhile once the owner wraps past t: then
          * fltop has moved and the CAS fails */

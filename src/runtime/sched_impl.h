@@ -301,11 +301,16 @@ static inline __attribute__((always_inline)) co_g_t *flifo_pop(co_p_t *p) {
     /* relaxed: only the owner adds entries, so an empty deque stays empty */
     if (b == __atomic_load_n(&p->fltop, __ATOMIC_RELAXED)) return NULL;
     b--;
-    /* seq_cst store then seq_cst load: a thief that reads the old flbot
-     * has loaded fltop before this store, and its CAS of fltop fails if
-     * this load sees fltop past it */
-    __atomic_store_n(&p->flbot, b, __ATOMIC_SEQ_CST);
-    uint32_t t = __atomic_load_n(&p->fltop, __ATOMIC_SEQ_CST);
+    /* store, seq_cst fence, load (pairs with the fence in
+     * co__flifo_steal): a thief that reads the old flbot has loaded
+     * fltop before this store, and its CAS of fltop fails if this load
+     * sees fltop past it. A fence, not a seq_cst store and load: those
+     * are enough on x86-64 and AArch64, but qemu-user runs AArch64's
+     * stlr and ldar on an x86-64 host without ordering the store before
+     * the load, and an owner and a thief then took the same entry. */
+    __atomic_store_n(&p->flbot, b, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    uint32_t t = __atomic_load_n(&p->fltop, __ATOMIC_RELAXED);
     if ((int32_t)(b - t) < 0) { /* a thief took the last one */
         __atomic_store_n(&p->flbot, b + 1, __ATOMIC_RELAXED);
         return NULL;
