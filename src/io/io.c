@@ -660,14 +660,20 @@ int co_wait_fd(int fd, int events, int64_t deadline) {
 
 /* ---- the door for the layers above (io.h) -------------------------------- */
 
-ssize_t co__io_op(int fd, int how, co__io_fn fn, void *arg, int64_t deadline) {
+/* The door's two calls check their arguments, then enter the fd's
+ * operation (pd_enter): 0, or the error to return. */
+static int door_enter(int fd, int how, co__io_fn fn, co__pd_t **pd, bool *held) {
     if (fd < 0)
         return -EBADF;
     if (!fn || !(how & (CO__IO_READ | CO__IO_WRITE)))
         return CO_EINVAL;
+    return pd_enter(fd, pd, held);
+}
+
+ssize_t co__io_op(int fd, int how, co__io_fn fn, void *arg, int64_t deadline) {
     co__pd_t *pd;
     bool held;
-    int rc = pd_enter(fd, &pd, &held);
+    int rc = door_enter(fd, how, fn, &pd, &held);
     if (rc < 0)
         return rc;
     bool wl = how & CO__IO_WLOCK;
@@ -704,13 +710,9 @@ ssize_t co__io_op(int fd, int how, co__io_fn fn, void *arg, int64_t deadline) {
 }
 
 ssize_t co__io_hooked(int fd, int how, co__io_fn fn, void *arg, int64_t timeo) {
-    if (fd < 0)
-        return -EBADF;
-    if (!fn || !(how & (CO__IO_READ | CO__IO_WRITE)))
-        return CO_EINVAL;
     co__pd_t *pd;
     bool held;
-    int rc = pd_enter(fd, &pd, &held);
+    int rc = door_enter(fd, how, fn, &pd, &held);
     /* CLOSING: the hook retired this number's former file while an
      * operation on it was still under way (woken with CO_ECLOSED, on its
      * way out), and the number may name a new file already: let that
