@@ -126,8 +126,11 @@ CO_HIDDEN void co__futex_wake(uint32_t *addr, int n);
  *                   emptied before its replacement (co__timers_move).
  * 15 gcache_lock    co_sched_t.gcache_lock (proc.h): the global dead-G and
  *                   stack caches, stackwait, tokwait. Under: [park] locks.
- * 16 allg_lock      co_sched_t.allg_lock (proc.h): the all-G list. Under:
- *                   [park] locks, init_lock, shutdown_mu.
+ * 16 allg_lock      co_sched_t.allg_lock (proc.h): the all-G list, each
+ *                   G's trace_sw, sched.traced's writes. Under: [park]
+ *                   locks, init_lock, shutdown_mu, trace.c's api mutex
+ *                   (a pthread mutex, itself under init_lock: co_init's
+ *                   co__trace_sync).
  * 17 offer lock     a compaction shard's lock (compact.c): its offered
  *                   waits. Under: chan and pd locks (an offer is made
  *                   holding its queue's lock); [park] locks (the M that

@@ -199,6 +199,10 @@ co_g_t *co__gslab_get(void) {
     g->alllink_next = s->allg;
     if (s->allg) s->allg->alllink_prev = g;
     s->allg = g;
+    /* under allg_lock, as trace.c's walk: the G is in it, or sees traced
+     * as it left it */
+    __atomic_store_n(&g->trace_sw, (uint8_t)__atomic_load_n(&s->traced, __ATOMIC_RELAXED),
+                     __ATOMIC_RELAXED);
     co__unlock(&s->allg_lock);
     return g;
 }

@@ -25,6 +25,7 @@
  * runs in the child.
  */
 #include "runtime/proc.h"
+#include "runtime/trace.h"
 #include "runtime/yslot.h"
 
 #include <pthread.h>
@@ -195,6 +196,7 @@ int co_init(const co_config_t *cfg) {
     /* in whole pages: a size that is not would never equal a mapped one,
      * and every exit would unmap its stack */
     s->stack_size = co__stack_round(cfg && cfg->stack_size ? cfg->stack_size : CO_DEFAULT_STACK);
+    co__trace_sync(); /* a trace started before (COLONY_TRACE) */
     s->start_ns = co_now();
     s->allp = calloc((size_t)s->nprocs, sizeof *s->allp);
     if (!s->allp) goto nomem;

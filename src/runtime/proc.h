@@ -55,12 +55,16 @@ typedef struct co__stack {
 typedef struct co_g {
     co__ctx_t ctx;             /* saved context; valid while not RUNNING */
     uint32_t status;           /* atomic; CO_G_* (see above) */
-    int8_t wait_reason;        /* CO__WR_*, written by the G itself before parking;
-                                * relaxed atomic (co_dump reads it) */
+    /* compact_on, is_g0 and trace_sw: gogo tests the three in one load
+     * (any set: the G needs more than a plain switch). */
     uint8_t compact_on;        /* co_stack_compactable (compact.c): relaxed atomic, written
                                 * by the G itself (and 0 by its spawn), read by the G's
                                 * wait sites and by whoever switches to the G */
     bool is_g0;
+    /* A switch to it is recorded (a trace is on: co__sched.traced). Relaxed
+     * atomic, written under allg_lock: by trace.c for every G on the all-G
+     * list as the trace goes on and off, by gslab.c as the G joins it. */
+    uint8_t trace_sw;
     bool named;                /* name[] holds a name (else name[0] == 0) */
     void (*fn)(void *);
     void *arg;                 /* fn's argument; a takeover (co__take_unstarted) sets it
@@ -77,6 +81,8 @@ typedef struct co_g {
      * reads it from any thread for "[chan receive, 3 minutes]". */
     uint32_t waitsince;
     uint8_t cstate;            /* atomic: CO__CS_* (compact.c says who changes it) */
+    int8_t wait_reason;        /* CO__WR_*, written by the G itself before parking, beside
+                                * waitsince; relaxed atomic (co_dump reads it) */
     struct co_g *schedlink;    /* global run queue / stackwait lists, owned by the list's
                                 * lock; the injection stack's link (globq.c), owned by
                                 * its pusher, then by the M that takes the stack */
@@ -134,6 +140,9 @@ _Static_assert(offsetof(co_g_t, compact_on) == CO__G_COMPACT_OFFSET &&
                    sizeof(bool) == 1,
                "runtime.h's co__g_compact_on knows where a G's compact_on is; gogo reads "
                "it with is_g0 in one load");
+_Static_assert(offsetof(co_g_t, trace_sw) == offsetof(co_g_t, compact_on) + 2 &&
+                   offsetof(co_g_t, compact_on) % 4 == 0,
+               "gogo reads compact_on, is_g0 and trace_sw in one aligned 32-bit load");
 
 /* cstate: a G's compaction (compact.c). A G is OFFERED exactly while its
  * offer is in its shard's list; every change to or from OFFERED is made
@@ -365,6 +374,11 @@ typedef struct co_sched {
     _Alignas(64) int nprocs;
     co_p_t **allp;             /* entries: atomic; replaced only by sysmon (lending) */
     size_t stack_size;
+    /* stack_size, or 0 while a trace is on: goexit hands its stack
+     * straight to a G that never ran only for this size, and that hand-over
+     * records nothing, so a traced exit takes gogo's way. Written with
+     * traced below (same orders), read relaxed. */
+    size_t handover_size;
     int64_t start_ns;
     int64_t schedtrace_ms;     /* COLONY_DEBUG=schedtrace=MS; 0 off */
     int chaos;                 /* COLONY_DEBUG=chaos: widen race windows (tests) */
@@ -419,7 +433,19 @@ typedef struct co_sched {
                                 * how many wait on stackwait and tokwait; sysmon
                                 * requeues them every STACKWAIT_RETRY_NS */
 
-    _Alignas(64) uint32_t npidle; /* atomic (written under lock, read lock-free) */
+    /* npidle and traced, side by side: co_yield's fast path tests both
+     * with one 64-bit load (sched.c's yield_stand_aside). */
+    _Alignas(64) union {
+        struct {
+            uint32_t npidle; /* atomic (written under lock, read lock-free) */
+            /* co__trace_on as the fast paths see it (trace.c, co__trace_sync):
+             * set before it goes on, cleared after it goes off (seq_cst
+             * stores, relaxed loads). A reader that sees it takes the traced
+             * way, whose record re-checks co__trace_on. */
+            uint32_t traced;
+        };
+        uint64_t npidle_traced; /* both at once (x86-64; relaxed load) */
+    };
     uint32_t nmspinning;       /* atomic; Ms spinning (see sched.c's essay) */
 
     /* The injection stack (globq.c): run-queue entries from plain threads,

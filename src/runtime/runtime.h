@@ -240,7 +240,7 @@ static inline void co__g_set_waiting(struct co_g *g) {
  * the wait right before it parks, l held and w linked: sysmon may then
  * move the stack's live part (w and its parker with it) to the heap and
  * relink w's copy in its place, and the G's next run copies it back. */
-#define CO__G_COMPACT_OFFSET (CO__G_STATUS_OFFSET + 5)
+#define CO__G_COMPACT_OFFSET (CO__G_STATUS_OFFSET + 4)
 static inline bool co__g_compact_on(struct co_g *g) {
     return __atomic_load_n((uint8_t *)(void *)((char *)g + CO__G_COMPACT_OFFSET),
                            __ATOMIC_RELAXED) != 0;

@@ -189,6 +189,21 @@ static inline __attribute__((always_inline)) void run_post(co_m_t *m) {
 static inline __attribute__((always_inline)) void switch_to(co_g_t *from, co_g_t *to,
                                                             bool from_exiting);
 
+/* Whether a switch to g needs more than the plain way: compact_on, is_g0
+ * or trace_sw set (proc.h). One test of the aligned word they share (the
+ * fourth byte, named, masked off); trace_sw is written by other
+ * threads, so under TSan three atomic loads. */
+static inline __attribute__((always_inline)) bool gogo_special(co_g_t *g) {
+#if defined(CO_TSAN) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+    return __atomic_load_n(&g->compact_on, __ATOMIC_RELAXED) || g->is_g0 ||
+           __atomic_load_n(&g->trace_sw, __ATOMIC_RELAXED);
+#else
+    uint32_t w;
+    memcpy(&w, &g->compact_on, sizeof w);
+    return (w & 0x00ffffffu) != 0; /* little-endian: named is the high byte */
+#endif
+}
+
 /* Switch from `from` (running on m) to `to`. Returns when `from` is
  * resumed, possibly on another M; runs that M's post-switch action. how:
  * the trace's word for why `from` stops (CO__TEV_PARK, YIELD, EXIT). */
@@ -200,22 +215,24 @@ static inline __attribute__((always_inline)) void gogo(co_m_t *m, co_g_t *from, 
         if (from->is_g0) return;
         to = &m->g0;
     }
-    CO_TRACE_SWITCH(how, from, to);
-    /* compact_on and is_g0, adjacent bytes, in one load: a plain G goes
-     * straight on. One that opted in to compaction has its stack put
-     * back in place (compact.c) before anything runs on it. (The G's own
-     * store of compact_on was ordered before this by its park and ready.) */
-    uint16_t special;
-    memcpy(&special, &to->compact_on, sizeof special);
-    if (CO_LIKELY(!special)) {
+    /* compact_on, is_g0 and trace_sw in one test: a plain G, no trace on,
+     * goes straight on. While a trace is on every G's trace_sw is set, and
+     * the switch is recorded; a switch to g0 is recorded whenever a trace
+     * is on. One that opted in to compaction has its stack put back in
+     * place (compact.c) before anything runs on it. (The G's own store of
+     * compact_on was ordered before this by its park and ready.) */
+    if (CO_LIKELY(!gogo_special(to))) {
         m->curg = to;
         __atomic_store_n(&to->status, CO_G_RUNNING, __ATOMIC_RELAXED);
-    } else if (to->is_g0) {
-        m->curg = NULL;
     } else {
-        co__compact_resume(to);
-        m->curg = to;
-        __atomic_store_n(&to->status, CO_G_RUNNING, __ATOMIC_RELAXED);
+        CO_TRACE_SWITCH(how, from, to);
+        if (to->is_g0) {
+            m->curg = NULL;
+        } else {
+            if (__atomic_load_n(&to->compact_on, __ATOMIC_RELAXED)) co__compact_resume(to);
+            m->curg = to;
+            __atomic_store_n(&to->status, CO_G_RUNNING, __ATOMIC_RELAXED);
+        }
     }
     switch_to(from, to, from_exiting);
 }
@@ -269,12 +286,12 @@ static void post_gfree(co_g_t *g, void *arg) {
  * ran (so has none): next starts at the stack's top, where g's first frame
  * was, with no switch, no saved context and no trip of the stack through
  * the cache. g's frames below are dropped, this one included: nothing here
- * is needed once next runs. */
+ * is needed once next runs. It records no trace event: while a trace is
+ * on, goexit does not come here (co__sched.handover_size). */
 static void goexit_handover(co_m_t *m, co_g_t *g, co_g_t *next) __attribute__((noreturn));
 static void goexit_handover(co_m_t *m, co_g_t *g, co_g_t *next) {
     next->stack = g->stack;
     g->stack.map = NULL;
-    CO_TRACE_SWITCH(CO__TEV_EXIT, g, next);
     m->curg = next;
     __atomic_store_n(&next->status, CO_G_RUNNING, __ATOMIC_RELAXED);
 #ifdef CO_ASAN
@@ -300,7 +317,9 @@ static void goexit(co_g_t *g) {
     co_g_t *next = runq_next_fast(m->p);
 #ifdef GOEXIT_HANDOVER
     /* (m->post_fn is empty: run_post cleared it when g last resumed) */
-    if (next && !next->stack.map && g->stack.size == co__sched.stack_size)
+    /* (handover_size: 0 while a trace is on, which this way would not see) */
+    if (next && !next->stack.map &&
+        g->stack.size == __atomic_load_n(&co__sched.handover_size, __ATOMIC_RELAXED))
         goexit_handover(m, g, next);
 #endif
     m->post_fn = post_gfree;
@@ -456,11 +475,27 @@ static inline __attribute__((always_inline)) void park_m(co_m_t *m, void (*post)
  * else is queued on p and no P is idle (an idle one's M could steal it
  * from the ring). Relaxed loads: p's own fields, and npidle a hint either
  * way. The caller checks the slot itself (empty to put, full to swap). */
-static inline __attribute__((always_inline)) bool yslot_fits(co_p_t *p) {
+static inline __attribute__((always_inline)) bool yslot_fits_local(co_p_t *p) {
     return !__atomic_load_n(&p->runnext, __ATOMIC_RELAXED) &&
            __atomic_load_n(&p->runqhead, __ATOMIC_RELAXED) == p->runqtail &&
-           !__atomic_load_n(&p->obn, __ATOMIC_RELAXED) &&
-           !__atomic_load_n(&co__sched.npidle, __ATOMIC_RELAXED);
+           !__atomic_load_n(&p->obn, __ATOMIC_RELAXED);
+}
+static inline __attribute__((always_inline)) bool yslot_fits(co_p_t *p) {
+    return yslot_fits_local(p) && !__atomic_load_n(&co__sched.npidle, __ATOMIC_RELAXED);
+}
+
+/* Whether co_yield's fast path must step aside: a P is idle, or a trace is
+ * on (co__sched.traced). On x86-64 one load of both words: the trace costs
+ * the untraced path no instruction of its own. */
+static inline __attribute__((always_inline)) bool yield_stand_aside(void) {
+#if defined(CO_TRACE_NO_SITES)
+    return __atomic_load_n(&co__sched.npidle, __ATOMIC_RELAXED) != 0;
+#elif defined(__x86_64__) && !defined(CO_TSAN)
+    return __atomic_load_n(&co__sched.npidle_traced, __ATOMIC_RELAXED) != 0;
+#else
+    return __atomic_load_n(&co__sched.npidle, __ATOMIC_RELAXED) != 0 ||
+           __atomic_load_n(&co__sched.traced, __ATOMIC_RELAXED) != 0;
+#endif
 }
 
 /* After a yield, on the M that switched away from g: g goes behind the
@@ -564,13 +599,20 @@ static __attribute__((noinline)) void yield_fast_canary(co_m_t *m, co_g_t *g, co
     yield_fast_switch(m, g, p, next);
 }
 
-/* The same while tracing: the switch recorded first (the slot stays in
- * use, so that a traced yield costs a record, not the ring's way). */
-static __attribute__((noinline)) void yield_fast_traced(co_m_t *m, co_g_t *g, co_p_t *p,
-                                                        co_g_t *next) {
-    co__trace_switch(CO__TEV_YIELD, g, next);
-    if (CO_UNLIKELY(!g->stack.guarded)) co__stack_check_canary(g);
-    yield_fast_switch(m, g, p, next);
+/* co_yield's fast path stepping aside (yield_stand_aside): with a P idle,
+ * the ring's way (the yielder where a thief can take it); with only a
+ * trace on, the slot's way with the switch recorded first (a traced yield
+ * costs a record, not the ring's way). */
+static __attribute__((noinline)) void yield_aside(co_m_t *m, co_g_t *g, co_p_t *p,
+                                                  co_g_t *next, uint32_t tick) {
+    if (__atomic_load_n(&co__sched.npidle, __ATOMIC_RELAXED) == 0 && co__yslot_open(p)) {
+        __atomic_store_n(&p->schedtick, tick, __ATOMIC_RELAXED); /* as co_yield's */
+        co__trace_switch(CO__TEV_YIELD, g, next);
+        if (CO_UNLIKELY(!g->stack.guarded)) co__stack_check_canary(g);
+        yield_fast_switch(m, g, p, next);
+        return;
+    }
+    co__yield_slow(m, g, p, post_yield);
 }
 
 void co_gosched(void) __attribute__((alias("co_yield")));
@@ -593,25 +635,27 @@ void co_yield(void) {
      * nobody else may take from the slot (yslot.h). */
     if (p && (next = co__yslot_peek(p)) != NULL) {
         uint32_t tick = p->schedtick + 1;
-        if (tick % 61 != 0 && yslot_fits(p) && co__yslot_open(p)) {
-            /* Still next: only a sysmon could have emptied the slot since the
-             * peek, and only with p retiring, when the window cannot open. */
-            /* relaxed store: sysmon reads it to spot a P that stopped scheduling */
-            __atomic_store_n(&p->schedtick, tick, __ATOMIC_RELAXED);
-            /* co__stack_check and the trace's record, their calls out of
-             * line: with no call but the switch left here, this path keeps
-             * nothing in callee-saved registers and the switch is a tail
-             * call */
-            if (CO_TRACING()) {
-                yield_fast_traced(m, g, p, next);
+        if (tick % 61 != 0 && yslot_fits_local(p)) {
+            if (CO_UNLIKELY(yield_stand_aside())) {
+                yield_aside(m, g, p, next, tick);
                 return;
             }
-            if (CO_UNLIKELY(!g->stack.guarded)) {
-                yield_fast_canary(m, g, p, next);
+            if (co__yslot_open(p)) {
+                /* Still next: only a sysmon could have emptied the slot
+                 * since the peek, and only with p retiring, when the window
+                 * cannot open. */
+                /* relaxed store: sysmon reads it to spot a P that stopped scheduling */
+                __atomic_store_n(&p->schedtick, tick, __ATOMIC_RELAXED);
+                /* co__stack_check's call out of line: with no call but the
+                 * switch left here, this path keeps nothing in callee-saved
+                 * registers and the switch is a tail call */
+                if (CO_UNLIKELY(!g->stack.guarded)) {
+                    yield_fast_canary(m, g, p, next);
+                    return;
+                }
+                yield_fast_switch(m, g, p, next);
                 return;
             }
-            yield_fast_switch(m, g, p, next);
-            return;
         }
     }
     co__yield_slow(m, g, p, post_yield);

@@ -547,9 +547,40 @@ int64_t co__trace_lost(void) {
 
 /* ---- start / stop --------------------------------------------------------- */
 
+/* The fast paths' views of co__trace_on (proc.h): set before it goes on,
+ * cleared after it goes off. seq_cst stores: a fast path that still sees
+ * the trace off after co__trace_on went on drops its event, as a site
+ * racing the start may. */
+static void fast_paths_traced(bool on) {
+    co_sched_t *s = &co__sched;
+    /* traced and every G's trace_sw under allg_lock: a G joining the list
+     * (gslab.c) after the walk takes traced's value there */
+    co__lock(&s->allg_lock);
+    __atomic_store_n(&s->traced, on ? 1u : 0u, __ATOMIC_SEQ_CST);
+    for (co_g_t *g = s->allg; g; g = g->alllink_next)
+        __atomic_store_n(&g->trace_sw, (uint8_t)on, __ATOMIC_RELAXED);
+    co__unlock(&s->allg_lock);
+    __atomic_store_n(&s->handover_size, on ? 0 : s->stack_size, __ATOMIC_SEQ_CST);
+}
+
+void co__trace_sync(void) {
+    pthread_mutex_lock(&T.api);
+    fast_paths_traced(__atomic_load_n(&co__trace_on, __ATOMIC_RELAXED) != 0);
+    pthread_mutex_unlock(&T.api);
+}
+
+/* The same, off, in a fork's child, which runs no coroutine (and whose
+ * allg_lock may have been held by a thread of the parent): the Gs' flags
+ * are left as they are. */
+static void fast_paths_traced_child(void) {
+    __atomic_store_n(&co__sched.traced, 0u, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&co__sched.handover_size, co__sched.stack_size, __ATOMIC_SEQ_CST);
+}
+
 static void trace_forked(void) {
     /* The child has no writer: it records nothing, and stop only forgets. */
     __atomic_store_n(&co__trace_on, 0, __ATOMIC_SEQ_CST);
+    fast_paths_traced_child();
 }
 
 static void free_buffers(void) {
@@ -674,6 +705,7 @@ int co__trace_start_with(const char *path, int chunks, int chunk_events) {
     T.active = true;
     /* release: the resets above happen before a recorder sees the new gen */
     __atomic_store_n(&T.gen, ngen, __ATOMIC_RELEASE);
+    fast_paths_traced(true);
     __atomic_store_n(&co__trace_on, 1, __ATOMIC_SEQ_CST);
     pthread_mutex_unlock(&T.api);
     return 0;
@@ -1261,11 +1293,13 @@ int co_trace_stop(void) {
     T.active = false;
     if (T.pid != getpid()) { /* a fork's child: the writer is the parent's */
         __atomic_store_n(&co__trace_on, 0, __ATOMIC_SEQ_CST);
+        fast_paths_traced_child();
         pthread_mutex_unlock(&T.api);
         return CO_EINVAL;
     }
     /* seq_cst: see co__trace_ev */
     __atomic_store_n(&co__trace_on, 0, __ATOMIC_SEQ_CST);
+    fast_paths_traced(false);
     co__trace_hold_writer(false);
     close_slots();
     T.c1 = T.ns_clock ? (uint64_t)co_now() : co__cycles();

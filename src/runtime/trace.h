@@ -54,6 +54,9 @@ CO_HIDDEN void co__trace_ev(int kind, uint64_t a, uint64_t b);
  * CO__TEV_YIELD, CO__TEV_EXIT; ignored for g0) and `to` starts (ignored
  * for g0): one record. */
 CO_HIDDEN void co__trace_switch(int how, void *from, void *to);
+/* co_init, after it sets co__sched up: the fast paths' views of the trace
+ * (proc.h: co__sched.traced and handover_size) made to match it. */
+CO_HIDDEN void co__trace_sync(void);
 
 /* The site's test. On x86-64 (but under TSan, which must see the load as
  * an atomic one) an asm goto: `cmpl $0, co__trace_on(%rip); jne`, the
