@@ -59,6 +59,11 @@ if [ -n "$NOSITES" ]; then
         done
     done
 fi
+# Instructions, which the machine's load does not move: tools/callgrind.sh
+# on both builds (needs valgrind)
+if [ -n "$NOSITES" ] && command -v valgrind >/dev/null; then
+    sh tools/callgrind.sh "$BUILD" >"$OUT/ir_in" && sh tools/callgrind.sh "$NOSITES" >"$OUT/ir_out" || rm -f "$OUT/ir_in"
+fi
 stat() { sort -n "$1" | awk '{a[NR]=$1} END {m=(NR%2)?a[(NR+1)/2]:(a[NR/2]+a[NR/2+1])/2; printf "%.2f [%.2f-%.2f]", m, a[1], a[NR]}'; }
 med() { sort -n "$1" | awk '{a[NR]=$1} END {print (NR%2)?a[(NR+1)/2]:(a[NR/2]+a[NR/2+1])/2}'; }
 fastratio() { awk -v a="$(sort -n "$1" | head -1)" -v b="$(sort -n "$2" | head -1)" 'BEGIN {printf "%.2fx", a/b}'; }
@@ -103,6 +108,16 @@ mkdir -p bench/results
                         printf "| %s | %s | %s | %+.1f%% | %+.1f%% to %+.1f%% | %+.1f%% |\n", name, a, b, (m - 1) * 100, (r[k] - 1) * 100, (r[n - k + 1] - 1) * 100, (fa / fb - 1) * 100
                     }'
         done
+        if [ -f "$OUT/ir_in" ]; then
+            echo
+            echo "Instructions (\`sh tools/callgrind.sh\`, Ir, one run of each build; the load does not move these):"
+            echo
+            echo "| workload | sites in | sites out | cost |"
+            echo "|---|---|---|---|"
+            paste "$OUT/ir_in" "$OUT/ir_out" | awk '{printf "| %s | %s | %s | %+.2f%% |\n", $1, $2, $5, ($2 / $5 - 1) * 100}'
+            echo
+            echo "park's count depends on when sysmon and the timers run and moves by several per cent between two runs of one binary: it is no measure of the sites."
+        fi
     fi
 } >bench/results/trace.md
 cat bench/results/trace.md
