@@ -7,66 +7,25 @@ package main
 
 import (
 	"bufio"
+	"colony.bench/peer"
 	"fmt"
 	"io"
 	"net"
 	"os"
 	"os/exec"
-	"runtime"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 )
 
-func statusKB(key string) int64 {
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return -1
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(l, key+":") {
-			f := strings.Fields(l[len(key)+1:])
-			if len(f) > 0 {
-				v, _ := strconv.ParseInt(f[0], 10, 64)
-				return v
-			}
-		}
-	}
-	return -1
-}
-
-func peakKB() int64 {
-	var ru syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return ru.Maxrss
-}
-
-func arg(i int, def int64) int64 {
-	if len(os.Args) > i && os.Args[i] != "" {
-		v, err := strconv.ParseInt(os.Args[i], 10, 64)
-		if err == nil && v > 0 {
-			return v
-		}
-		fmt.Fprintf(os.Stderr, "bad argument %q\n", os.Args[i])
-		os.Exit(2)
-	}
-	return def
-}
-
-func report(name string, procs int, n int64, ns float64, extra string) {
-	fmt.Printf("bench=%s impl=go procs=%d ns_per_op=%.2f ops=%d peak_rss_kb=%d%s\n",
-		name, procs, ns, n, peakKB(), extra)
-}
-
 func parked(procs int, n int64) {
 	park := make(chan int)
 	done := make(chan struct{}, 1)
 	var started int64
 	var wg sync.WaitGroup
-	rss0, pte0 := statusKB("VmRSS"), statusKB("VmPTE")
+	rss0, pte0 := peer.StatusKB("VmRSS"), peer.StatusKB("VmPTE")
 	wg.Add(int(n))
 	t0 := time.Now()
 	for i := int64(0); i < n; i++ {
@@ -83,11 +42,11 @@ func parked(procs int, n int64) {
 	<-done
 	el := time.Since(t0)
 	time.Sleep(20 * time.Millisecond)
-	rss1, pte1 := statusKB("VmRSS"), statusKB("VmPTE")
+	rss1, pte1 := peer.StatusKB("VmRSS"), peer.StatusKB("VmPTE")
 	close(park)
 	wg.Wait()
 	fn := float64(n)
-	report("mem_parked", procs, n, float64(el.Nanoseconds())/fn,
+	peer.Report("mem_parked", procs, float64(el.Nanoseconds())/fn, n,
 		fmt.Sprintf(" n=%d start_ns=%.0f start_ms=%.1f rss_b=%.0f pte_b=%.0f total_b=%.0f", n,
 			float64(el.Nanoseconds())/fn, float64(el.Nanoseconds())/1e6,
 			float64(rss1-rss0)*1024/fn, float64(pte1-pte0)*1024/fn,
@@ -137,7 +96,7 @@ func idle(procs int, n int64, client string) {
 		}
 	}()
 	time.Sleep(10 * time.Millisecond)
-	rss0, pte0 := statusKB("VmRSS"), statusKB("VmPTE")
+	rss0, pte0 := peer.StatusKB("VmRSS"), peer.StatusKB("VmPTE")
 	port := ln.Addr().(*net.TCPAddr).Port
 	t0 := time.Now()
 	cmd := exec.Command(client, "client", strconv.Itoa(port), strconv.FormatInt(n, 10))
@@ -155,7 +114,7 @@ func idle(procs int, n int64, client string) {
 	<-allin
 	el := time.Since(t0)
 	time.Sleep(50 * time.Millisecond)
-	rss1, pte1 := statusKB("VmRSS"), statusKB("VmPTE")
+	rss1, pte1 := peer.StatusKB("VmRSS"), peer.StatusKB("VmPTE")
 	in.Close()
 	io.Copy(io.Discard, out)
 	cmd.Wait()
@@ -164,7 +123,7 @@ func idle(procs int, n int64, client string) {
 	}
 	ln.Close()
 	fn := float64(n)
-	report("mem_idle", procs, n, float64(el.Nanoseconds())/fn,
+	peer.Report("mem_idle", procs, float64(el.Nanoseconds())/fn, n,
 		fmt.Sprintf(" n=%d limited=%d connect_ms=%.1f rss_b=%.0f pte_b=%.0f total_b=%.0f", n, limited,
 			float64(el.Nanoseconds())/1e6, float64(rss1-rss0)*1024/fn, float64(pte1-pte0)*1024/fn,
 			float64(rss1-rss0+pte1-pte0)*1024/fn))
@@ -175,17 +134,17 @@ func main() {
 		fmt.Fprintln(os.Stderr, "usage: mem parked [procs] [n] | mem idle [procs] [n] <client>")
 		os.Exit(2)
 	}
-	procs := int(arg(2, 2))
-	runtime.GOMAXPROCS(procs)
+	peer.Args = os.Args[2:]
+	procs := peer.SetProcs(2)
 	switch os.Args[1] {
 	case "parked":
-		parked(procs, arg(3, 1000000))
+		parked(procs, peer.Arg(1, 1000000))
 	case "idle":
-		if len(os.Args) < 5 {
+		if len(peer.Args) < 3 {
 			fmt.Fprintln(os.Stderr, "mem idle: the client's path is missing")
 			os.Exit(2)
 		}
-		idle(procs, arg(3, 10000), os.Args[4])
+		idle(procs, peer.Arg(1, 10000), peer.Args[2])
 	default:
 		fmt.Fprintln(os.Stderr, "unknown benchmark", os.Args[1])
 		os.Exit(2)

@@ -13,6 +13,7 @@ import (
 	"os/signal"
 	"runtime"
 	"strconv"
+	"strings"
 	"syscall"
 )
 
@@ -145,6 +146,26 @@ func CurRSSKB() int64 {
 		return -1
 	}
 	return res * 4
+}
+
+// StatusKB is the number /proc/self/status gives for key (VmRSS, VmPTE,
+// VmHWM: KiB; Threads: a count), -1 if unknown.
+func StatusKB(key string) int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return -1
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, key+":") {
+			if f := strings.Fields(l[len(key)+1:]); len(f) > 0 {
+				if v, err := strconv.ParseInt(f[0], 10, 64); err == nil {
+					return v
+				}
+			}
+			return -1
+		}
+	}
+	return -1
 }
 
 // Report prints the output line the C benchmarks print (impl=go), extra
