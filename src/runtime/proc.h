@@ -305,10 +305,12 @@ typedef struct co_p {
     uint32_t sysmon_schedtick;
     uint32_t sysmon_timertick; /* sysmon only: schedtick when it last saw overdue timers here */
     int64_t sysmon_schedwhen;
-    /* sysmon only: the owner M's thread's run-queue wait (schedstat, ns)
-     * and when it was read, once p has gone FORCE_PREEMPT_NS without a
-     * schedule (lend_spare); 0: not read since the last schedule */
-    int64_t sysmon_waitns, sysmon_waitwhen;
+    /* sysmon only, judging whether the host runs the owner M's thread once
+     * p has gone FORCE_PREEMPT_NS without a schedule (lend_spare): the
+     * thread's CPU time (ns) when the judging began and at its last look,
+     * and when that look was; sysmon_judgewhen < sysmon_schedwhen: not
+     * judged since the last schedule */
+    int64_t sysmon_cpu0, sysmon_cpuns, sysmon_judgewhen;
     int64_t sysmon_preemptwhen; /* sysmon only: when it last asked p's coroutine to yield */
     /* 1: sysmon asks the coroutine running on p to yield at its next I/O
      * call (co__preempt_point). Atomic: set by sysmon's CAS 0 -> 1, cleared
@@ -316,9 +318,11 @@ typedef struct co_p {
      * a schedule, a lend reusing p); each 0 -> 1 counts in
      * co__preempt_pending and each 1 -> 0 uncounts it. */
     uint32_t preempt;
-    /* The owner M's thread id: relaxed atomic, stored by acquirep, read by
-     * sysmon as a hint (a stale one costs one round's judgement). */
+    /* The owner M's thread id and CPU clock: relaxed atomics, stored by
+     * whoever gives p an M (owner_hint), read by sysmon as a hint (a stale
+     * or mismatched pair costs one round's judgement). */
     int owner_tid;
+    clockid_t owner_clock;
 } co_p_t;
 
 typedef struct co_m {
@@ -328,6 +332,7 @@ typedef struct co_m {
 #endif
     pthread_t thread;
     int tid;                   /* the thread's kernel id, set before it runs anything */
+    clockid_t cpuclock;        /* the thread's CPU-time clock, set with tid */
     uint32_t exited;           /* atomic: set (release) by the M's thread as its last act;
                                 * co_shutdown joins it only then */
     co_g_t g0;                 /* the scheduler context on the thread's own stack */
@@ -500,6 +505,13 @@ CO_HIDDEN void co__plain_ready_begin(void);
 static inline void co__plain_ready_end(void) { co__stats_exit(); }
 static inline co_p_t *co__allp(int i) {
     return __atomic_load_n(&co__sched.allp[i], __ATOMIC_ACQUIRE);
+}
+
+/* m takes p: the hint sysmon reads to judge whether the host runs p's
+ * owner (see owner_tid). */
+static inline void co__p_owner_hint(co_p_t *p, co_m_t *m) {
+    __atomic_store_n(&p->owner_tid, m->tid, __ATOMIC_RELAXED);
+    __atomic_store_n(&p->owner_clock, m->cpuclock, __ATOMIC_RELAXED);
 }
 
 /* The walk of the all-G list (spawn.c), for co_dump, co_alive, co_shutdown

@@ -892,6 +892,8 @@ void *co__mstart(void *arg) {
     co_m_t *m = arg;
     co__tls_m = m;
     m->tid = (int)syscall(SYS_gettid);
+    if (pthread_getcpuclockid(pthread_self(), &m->cpuclock) != 0)
+        m->cpuclock = CLOCK_THREAD_CPUTIME_ID; /* unusable from sysmon: judged unknown */
     m->g0.is_g0 = true;
     m->g0.id = 0;
     strcpy(m->g0.name, "g0");

@@ -117,7 +117,7 @@ static inline void acquirep(co_m_t *m, co_p_t *p) {
     CO_TRACE(CO__TEV_P_ACQUIRE, p->id, 0);
     m->p = p;
     p->m = m;
-    __atomic_store_n(&p->owner_tid, m->tid, __ATOMIC_RELAXED); /* see proc.h */
+    co__p_owner_hint(p, m);
     /* A new owner schedules: sysmon must not take a P that sat idle (its
      * schedtick unchanged for long) for one stuck in a coroutine. Relaxed:
      * only the owner writes it, sysmon compares it between rounds. */

@@ -27,6 +27,7 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -120,43 +121,55 @@ void co__preempt_point(void) {
     co_yield();
 }
 
-/* The run-queue wait of thread tid so far (ns, from schedstat), or -1. */
-static int64_t thread_waitns(int tid) {
-    char path[64], buf[96];
-    snprintf(path, sizeof path, "/proc/self/task/%d/schedstat", tid);
+/* The CPU time (ns) that thread clock c has used so far, or -1. */
+static int64_t thread_cpuns(clockid_t c) {
+    struct timespec ts;
+    if (clock_gettime(c, &ts) != 0) return -1;
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Whether thread tid is runnable (state R: on a CPU or on the kernel's run
+ * queue) rather than asleep in the kernel; false if it cannot be read. */
+static bool thread_runnable(int tid) {
+    char path[64], buf[256];
+    snprintf(path, sizeof path, "/proc/self/task/%d/stat", tid);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return -1;
+    if (fd < 0) return false;
     ssize_t n = read(fd, buf, sizeof buf - 1);
     close(fd);
-    if (n <= 0) return -1;
+    if (n <= 0) return false;
     buf[n] = 0;
-    unsigned long long run, wait;
-    if (sscanf(buf, "%llu %llu", &run, &wait) != 2) return -1;
-    return (int64_t)wait;
+    const char *c = strrchr(buf, ')'); /* the name before it may hold anything */
+    return c && c[1] == ' ' && c[2] == 'R';
 }
 
 /* Whether p's M has not scheduled because the host did not run its thread
- * (it waited on the kernel's run queue for half the last interval or
- * more) rather than because a coroutine holds it: a spare P would need a
- * thread that the host would not run either. Judged over at least 1 ms;
- * a starved M still gets its spare after 5x FORCE_PREEMPT_NS, so that a
- * coroutine hogging a thread on a loaded host cannot hold p's queue
- * forever. */
+ * rather than because a coroutine holds it: a spare P would need a thread
+ * that the host would not run either. Judged from the thread's CPU clock
+ * over intervals of at least 1 ms: starved if it ran less than half the
+ * interval and is runnable now (on the kernel's run queue). The CPU clock,
+ * not schedstat's run-queue wait: that grows only when a wait ends, so a
+ * thread the host has not run at all shows none. A thread asleep in the
+ * kernel is blocked, not starved, and gets its spare; so does a coroutine
+ * computing on a shared CPU once its thread has used FORCE_PREEMPT_NS of
+ * CPU since the judging began. */
 static bool m_starved(co_p_t *p, int64_t now) {
     int tid = __atomic_load_n(&p->owner_tid, __ATOMIC_RELAXED);
-    if (!tid || now - p->sysmon_schedwhen >= 5 * FORCE_PREEMPT_NS) return false;
-    if (p->sysmon_waitwhen < p->sysmon_schedwhen) { /* not read since the last schedule */
-        p->sysmon_waitns = thread_waitns(tid);
-        p->sysmon_waitwhen = now;
-        return p->sysmon_waitns >= 0;
+    clockid_t clk = __atomic_load_n(&p->owner_clock, __ATOMIC_RELAXED);
+    if (!tid) return false;
+    if (p->sysmon_judgewhen < p->sysmon_schedwhen) { /* not judged since the last schedule */
+        p->sysmon_cpu0 = p->sysmon_cpuns = thread_cpuns(clk);
+        p->sysmon_judgewhen = now;
+        return p->sysmon_cpuns >= 0;
     }
-    if (now - p->sysmon_waitwhen < 1000000) return true; /* too short to tell yet */
-    int64_t w = thread_waitns(tid);
-    if (w < 0 || p->sysmon_waitns < 0) return false;
-    bool starved = 2 * (w - p->sysmon_waitns) >= now - p->sysmon_waitwhen;
-    p->sysmon_waitns = w;
-    p->sysmon_waitwhen = now;
-    return starved;
+    if (now - p->sysmon_judgewhen < 1000000) return true; /* too short to tell yet */
+    int64_t c = thread_cpuns(clk);
+    if (c < 0 || p->sysmon_cpuns < 0) return false;
+    bool ran = 2 * (c - p->sysmon_cpuns) >= now - p->sysmon_judgewhen;
+    p->sysmon_cpuns = c;
+    p->sysmon_judgewhen = now;
+    if (ran || c - p->sysmon_cpu0 >= FORCE_PREEMPT_NS) return false;
+    return thread_runnable(tid);
 }
 
 /* A coroutine has held p for > 10 ms without entering the scheduler. C has
@@ -391,6 +404,7 @@ static co_p_t *steal_syscall_p(co_m_t *m) {
             continue;
         m->p = p;
         p->m = m;
+        co__p_owner_hint(p, m);
         __atomic_store_n(&p->schedtick, p->schedtick + 1, __ATOMIC_RELAXED);
         return p;
     }
@@ -415,6 +429,7 @@ static void blocking_exit(bool pinned) {
     if (p2) {
         m->p = p2;
         p2->m = m;
+        co__p_owner_hint(p2, m);
         /* as acquirep: a P that sat idle must not look stuck to sysmon */
         __atomic_store_n(&p2->schedtick, p2->schedtick + 1, __ATOMIC_RELAXED);
         __atomic_store_n(&p2->status, CO_P_RUNNING, __ATOMIC_RELEASE);
@@ -432,6 +447,7 @@ static void blocking_exit(bool pinned) {
             if ((p2 = co__pidleget()) != NULL) {
                 m->p = p2;
                 p2->m = m;
+                co__p_owner_hint(p2, m);
                 __atomic_store_n(&p2->schedtick, p2->schedtick + 1, __ATOMIC_RELAXED);
                 __atomic_store_n(&p2->status, CO_P_RUNNING, __ATOMIC_RELEASE);
                 return;
