@@ -353,6 +353,55 @@ static void test_poll_one(void) {
     close(sv[1]);
 }
 
+/* After a short read of a TCP stream the next wait for input parks on the
+ * next edge without trying first (io.h's CO__IO_NEEDS_INPUT). It must
+ * still see input that came after the read (here 5 ms later, from another
+ * coroutine), and a peek, which leaves the bytes where they are, must not
+ * count as a read that emptied the stream: a poll after it would otherwise
+ * park on an edge that never comes and time out with the bytes there. */
+static void test_drained_skip(void) {
+    int port;
+    int lfd = listen_loopback(&port);
+    int c = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    CHECK_EQ(connect(c, (struct sockaddr *)&a, sizeof a), 0);
+    int s = accept(lfd, NULL, NULL);
+    CHECK(s >= 0);
+    char buf[64];
+    for (int round = 0; round < 20; round++) {
+        /* a reply later than the read that found the stream empty */
+        CHECK_EQ(write(s, "abc", 3), 3);
+        CHECK_EQ(recv(c, buf, sizeof buf, 0), 3); /* short: drained */
+        int wj = spawn_writer(s);
+        struct pollfd p = {.fd = c, .events = POLLIN};
+        CHECK_EQ(poll(&p, 1, 10000), 1);
+        CHECK(p.revents & POLLIN);
+        CHECK_EQ(read(c, buf, sizeof buf), 1); /* short again */
+        join_writer(wj);
+        /* a blocking read after a short one parks until the next byte */
+        wj = spawn_writer(s);
+        CHECK_EQ(read(c, buf, sizeof buf), 1);
+        CHECK_EQ(buf[0], 'z');
+        join_writer(wj);
+        /* bytes peeked at are still there: poll and read see them at once */
+        CHECK_EQ(write(s, "xyz", 3), 3);
+        int64_t t0 = co_now();
+        while (recv(c, buf, sizeof buf, MSG_PEEK | MSG_DONTWAIT) < 3 && co_now() - t0 < GIVE_UP)
+            co_sleep(MS / 5);
+        CHECK_EQ(recv(c, buf, sizeof buf, MSG_PEEK), 3);
+        p.revents = 0;
+        CHECK_EQ(poll(&p, 1, 2000), 1);
+        CHECK_EQ(recv(c, buf, sizeof buf, MSG_PEEK), 3);
+        CHECK_EQ(read(c, buf, sizeof buf), 3);
+        /* a read of nothing answers at once, drained or not */
+        CHECK_EQ(read(c, buf, 0), 0);
+    }
+    close(c);
+    close(s);
+    close(lfd);
+}
+
 /* poll() of several fds parks until one is ready; a timeout says 0. */
 static void test_poll_many(void) {
     int a[2], b[2];
@@ -529,6 +578,7 @@ static int run(void *arg) {
     T_RUN(test_tcp_pingpong);
     T_RUN(test_poll_one);
     T_RUN(test_poll_many);
+    T_RUN(test_drained_skip);
     T_RUN(test_sleeps);
     T_RUN(test_regular_file);
     T_RUN(test_plain_thread);

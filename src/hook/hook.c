@@ -257,9 +257,9 @@ static int wait_fd(int fd, int ev, int64_t timeo, bool co) {
  * that: no poll(2) and no epoll_ctl per wait. fn is libc's call (its
  * -errno read right after it). Back on its own thread before it returns
  * unless MODE_MIGRATE. r or -1 with errno, as libc. */
-static ssize_t io_call(int fd, int how, int64_t timeo, co__io_fn fn, void *arg) {
+static ssize_t io_call(int fd, int how, int64_t timeo, co__io_fn fn, void *arg, size_t rdlen) {
     void *home = mode() == MODE_HOME ? co_thread_home() : NULL;
-    ssize_t r = co__io_hooked(fd, how, fn, arg, timeo);
+    ssize_t r = co__io_hooked(fd, how, fn, arg, timeo, rdlen);
     co_thread_return(home);
     if (r >= 0) return r;
     /* CO_ETIMEDOUT: libc's answer for SO_RCVTIMEO / SO_SNDTIMEO; CO_ECLOSED:
@@ -297,19 +297,30 @@ XFN(sendmsg, REAL(sendmsg)(fd, x->b, x->fl))
 /* The shape of every hooked data call: on a plain thread, a pinned
  * coroutine or an fd not hooked, try it; on EAGAIN on a hooked fd the
  * program did not make non-blocking, wait and try again. A coroutine that
- * may park goes through io_call instead (the same answers). */
-#define HOOK_IO(fd, ev, dontwait, timeo_field, call, xfn, ...)                    \
+ * may park goes through io_call instead (the same answers); there a read
+ * passes rdlen (what it asks for, 0 for a peek) and a read that needs
+ * input (asks for n > 0 bytes) CO__IO_NEEDS_INPUT: a request/response
+ * stream then spends no read(2) on EAGAIN after a short read (io.h). */
+#define HOOK_IO(fd, ev, dontwait, timeo_field, call, xfn, needs_input, rdlen, ...)      \
     do {                                                                               \
         bool co_ = in_coroutine();                                                     \
         hfd_t *h_ = hooked(fd, co_);                                                   \
         if (h_ && co_ && !(dontwait) && !__atomic_load_n(&h_->user_nb, __ATOMIC_RELAXED) && \
             mode() != MODE_PIN) {                                                      \
             struct xargs x_ = {__VA_ARGS__};                                           \
-            return io_call(fd, (ev) == CO_READABLE ? CO__IO_READ : CO__IO_WRITE,       \
-                           __atomic_load_n(&h_->timeo_field, __ATOMIC_RELAXED), xfn, &x_); \
+            return io_call(fd,                                                         \
+                           ((ev) == CO_READABLE ? CO__IO_READ : CO__IO_WRITE) |        \
+                               ((needs_input) ? CO__IO_NEEDS_INPUT : 0),              \
+                           __atomic_load_n(&h_->timeo_field, __ATOMIC_RELAXED), xfn, &x_, \
+                           (rdlen));                                                   \
         }                                                                              \
         for (;;) {                                                                     \
+            /* the program's own non-blocking read: a short one noted */              \
+            size_t rl_ = (rdlen);                                                      \
+            uint32_t rs_ = h_ && co_ && rl_ ? co__io_rseq(fd) : UINT32_MAX;            \
             ssize_t r_ = (call);                                                       \
+            if (rs_ != UINT32_MAX && r_ > 0 && (size_t)r_ < rl_)                       \
+                co__io_read_short(fd, rs_);                                            \
             int er_ = r_ < 0 ? get_errno() : 0;                                        \
             if (r_ >= 0 || !h_ || (er_ != EAGAIN && er_ != EWOULDBLOCK) ||             \
                 (dontwait) || __atomic_load_n(&h_->user_nb, __ATOMIC_RELAXED))         \
@@ -324,45 +335,46 @@ XFN(sendmsg, REAL(sendmsg)(fd, x->b, x->fl))
     } while (0)
 
 HOOK_API ssize_t read(int fd, void *buf, size_t n) {
-    HOOK_IO(fd, CO_READABLE, false, rcvtimeo, REAL(read)(fd, buf, n), x_read, .b = buf, .n = n);
+    HOOK_IO(fd, CO_READABLE, false, rcvtimeo, REAL(read)(fd, buf, n), x_read, n > 0, n, .b = buf, .n = n);
 }
 HOOK_API ssize_t write(int fd, const void *buf, size_t n) {
-    HOOK_IO(fd, CO_WRITABLE, false, sndtimeo, REAL(write)(fd, buf, n), x_write,
+    HOOK_IO(fd, CO_WRITABLE, false, sndtimeo, REAL(write)(fd, buf, n), x_write, false, 0,
             .b = (void *)buf, .n = n);
 }
 HOOK_API ssize_t readv(int fd, const struct iovec *iov, int cnt) {
     HOOK_IO(fd, CO_READABLE, false, rcvtimeo, REAL(readv)(fd, iov, cnt),
-            x_readv, .b = (void *)iov, .cnt = cnt);
+            x_readv, false, 0, .b = (void *)iov, .cnt = cnt);
 }
 HOOK_API ssize_t writev(int fd, const struct iovec *iov, int cnt) {
-    HOOK_IO(fd, CO_WRITABLE, false, sndtimeo, REAL(writev)(fd, iov, cnt), x_writev,
+    HOOK_IO(fd, CO_WRITABLE, false, sndtimeo, REAL(writev)(fd, iov, cnt), x_writev, false, 0,
             .b = (void *)iov, .cnt = cnt);
 }
 HOOK_API ssize_t recv(int fd, void *buf, size_t n, int fl) {
     HOOK_IO(fd, CO_READABLE, fl & MSG_DONTWAIT, rcvtimeo,
-            REAL(recv)(fd, buf, n, fl), x_recv, .b = buf, .n = n, .fl = fl);
+            REAL(recv)(fd, buf, n, fl), x_recv, n > 0, fl & MSG_PEEK ? 0 : n, .b = buf, .n = n, .fl = fl);
 }
 HOOK_API ssize_t recvfrom(int fd, void *buf, size_t n, int fl, struct sockaddr *a,
                           socklen_t *al) {
     HOOK_IO(fd, CO_READABLE, fl & MSG_DONTWAIT, rcvtimeo,
-            REAL(recvfrom)(fd, buf, n, fl, a, al), x_recvfrom, .b = buf, .n = n, .fl = fl,
+            REAL(recvfrom)(fd, buf, n, fl, a, al), x_recvfrom, n > 0,
+            fl & MSG_PEEK ? 0 : n, .b = buf, .n = n, .fl = fl,
             .a = a, .al = al);
 }
 HOOK_API ssize_t recvmsg(int fd, struct msghdr *m, int fl) {
     HOOK_IO(fd, CO_READABLE, fl & MSG_DONTWAIT, rcvtimeo,
-            REAL(recvmsg)(fd, m, fl), x_recvmsg, .b = m, .fl = fl);
+            REAL(recvmsg)(fd, m, fl), x_recvmsg, false, 0, .b = m, .fl = fl);
 }
 HOOK_API ssize_t send(int fd, const void *buf, size_t n, int fl) {
-    HOOK_IO(fd, CO_WRITABLE, fl & MSG_DONTWAIT, sndtimeo, REAL(send)(fd, buf, n, fl), x_send,
+    HOOK_IO(fd, CO_WRITABLE, fl & MSG_DONTWAIT, sndtimeo, REAL(send)(fd, buf, n, fl), x_send, false, 0,
             .b = (void *)buf, .n = n, .fl = fl);
 }
 HOOK_API ssize_t sendto(int fd, const void *buf, size_t n, int fl, const struct sockaddr *a,
                         socklen_t al) {
     HOOK_IO(fd, CO_WRITABLE, fl & MSG_DONTWAIT, sndtimeo, REAL(sendto)(fd, buf, n, fl, a, al),
-            x_sendto, .b = (void *)buf, .n = n, .fl = fl, .a = (void *)a, .cnt = (int)al);
+            x_sendto, false, 0, .b = (void *)buf, .n = n, .fl = fl, .a = (void *)a, .cnt = (int)al);
 }
 HOOK_API ssize_t sendmsg(int fd, const struct msghdr *m, int fl) {
-    HOOK_IO(fd, CO_WRITABLE, fl & MSG_DONTWAIT, sndtimeo, REAL(sendmsg)(fd, m, fl), x_sendmsg,
+    HOOK_IO(fd, CO_WRITABLE, fl & MSG_DONTWAIT, sndtimeo, REAL(sendmsg)(fd, m, fl), x_sendmsg, false, 0,
             .b = (void *)m, .fl = fl);
 }
 
@@ -386,7 +398,7 @@ HOOK_API int accept4(int fd, struct sockaddr *a, socklen_t *al, int fl) {
     if (h && co && mode() != MODE_PIN && !__atomic_load_n(&h->user_nb, __ATOMIC_RELAXED)) {
         struct accept_args x = {a, al, al0, fl};
         r = (int)io_call(fd, CO__IO_READ, __atomic_load_n(&h->rcvtimeo, __ATOMIC_RELAXED),
-                         x_accept4, &x);
+                         x_accept4, &x, 0);
         if (r >= 0) hfd_reset(r);
         return r;
     }
@@ -585,8 +597,12 @@ HOOK_API int poll(struct pollfd *p, nfds_t n, int ms) {
         mode() != MODE_PIN && hooked(p[0].fd, true)) {
         int how = (p[0].events & (POLLIN | POLLPRI | POLLRDHUP) ? CO__IO_READ : 0) |
                   (p[0].events & POLLOUT ? CO__IO_WRITE : 0);
+        /* a wait for input alone (POLLERR and POLLHUP are always reported,
+         * and come with an edge): after a short read, wait for the next
+         * edge before the first poll (libpq's wait for its reply) */
+        if (!(p[0].events & ~(POLLIN | POLLRDNORM | POLLERR | POLLHUP))) how |= CO__IO_NEEDS_INPUT;
         void *home = mode() == MODE_HOME ? co_thread_home() : NULL;
-        ssize_t r = co__io_hooked(p[0].fd, how, x_poll1, p, ms < 0 ? 0 : (int64_t)ms * 1000000);
+        ssize_t r = co__io_hooked(p[0].fd, how, x_poll1, p, ms < 0 ? 0 : (int64_t)ms * 1000000, 0);
         co_thread_return(home);
         if (r >= 0) return (int)r;
         if (r == CO_ETIMEDOUT) {

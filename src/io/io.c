@@ -330,6 +330,14 @@ static bool edge_wait_pays(int64_t deadline) {
     return co__netpoll_soon(now);
 }
 
+/* Whether pd's last consuming read came back short at edge count seq (and
+ * no hang-up, error or urgent-data edge has come since: seq was loaded
+ * with acquire after the hup store it covers): see co_read. */
+static inline bool drained_at(co__pd_t *pd, uint32_t seq) {
+    return seq + 1 != 0 && __atomic_load_n(&pd->rdrained, __ATOMIC_RELAXED) == seq + 1 &&
+           !__atomic_load_n(&pd->hup, __ATOMIC_RELAXED);
+}
+
 /* ---- the operations ------------------------------------------------------ */
 
 ssize_t co_read(int fd, void *buf, size_t len, int64_t deadline) {
@@ -355,8 +363,7 @@ ssize_t co_read(int fd, void *buf, size_t len, int64_t deadline) {
          * hang-up or error edge: EOF and errors stay pending with no edge to
          * come; nor after TCP urgent data, where a read stops short at the
          * mark (seq was loaded with acquire after the hup store it covers). */
-        if (seq + 1 != 0 && __atomic_load_n(&pd->rdrained, __ATOMIC_RELAXED) == seq + 1 &&
-            len > 0 && !__atomic_load_n(&pd->hup, __ATOMIC_RELAXED) && edge_wait_pays(deadline)) {
+        if (len > 0 && drained_at(pd, seq) && edge_wait_pays(deadline)) {
             __atomic_store_n(&pd->rdrained, 0, __ATOMIC_RELAXED); /* one skip per short read */
             int w = co__pd_wait(pd, CO__PD_READ, seq, 0, deadline);
             if (w < 0) {
@@ -709,7 +716,7 @@ ssize_t co__io_op(int fd, int how, co__io_fn fn, void *arg, int64_t deadline) {
     return n;
 }
 
-ssize_t co__io_hooked(int fd, int how, co__io_fn fn, void *arg, int64_t timeo) {
+ssize_t co__io_hooked(int fd, int how, co__io_fn fn, void *arg, int64_t timeo, size_t rdlen) {
     co__pd_t *pd;
     bool held;
     int rc = door_enter(fd, how, fn, &pd, &held);
@@ -730,10 +737,29 @@ ssize_t co__io_hooked(int fd, int how, co__io_fn fn, void *arg, int64_t timeo) {
     int64_t deadline = CO_FOREVER;
     bool dl_known = timeo <= 0;
     ssize_t n;
+    /* co_read's skip: see there */
+    bool skip = (how & CO__IO_NEEDS_INPUT) && rd && !wr;
     for (;;) {
         uint32_t rs = rd ? __atomic_load_n(&pd->rseq, __ATOMIC_ACQUIRE) : 0;
         uint32_t ws = wr ? __atomic_load_n(&pd->wseq, __ATOMIC_ACQUIRE) : 0;
+        if (skip && drained_at(pd, rs) && !pd_plain(pd)) {
+            if (!dl_known) {
+                deadline = co_deadline_after(timeo);
+                dl_known = true;
+            }
+            if (edge_wait_pays(deadline)) {
+                __atomic_store_n(&pd->rdrained, 0, __ATOMIC_RELAXED); /* one skip per short read */
+                int w = co__pd_wait(pd, CO__PD_READ, rs, 0, deadline);
+                if (w < 0) {
+                    n = w;
+                    break;
+                }
+                continue;
+            }
+        }
         n = fn(fd, arg);
+        if (rdlen && n > 0 && (size_t)n < rdlen && __atomic_load_n(&pd->stream, __ATOMIC_RELAXED))
+            __atomic_store_n(&pd->rdrained, rs + 1, __ATOMIC_RELAXED);
         if (n >= 0 || !again(n) || pd_plain(pd))
             break;
         if (!dl_known) {
@@ -751,6 +777,20 @@ ssize_t co__io_hooked(int fd, int how, co__io_fn fn, void *arg, int64_t timeo) {
     }
     op_exit(pd, held);
     return n;
+}
+
+uint32_t co__io_rseq(int fd) {
+    co__pd_t *pd = fd >= 0 ? co__pd_peek(fd) : NULL;
+    if (!pd || !__atomic_load_n(&pd->stream, __ATOMIC_RELAXED) ||
+        __atomic_load_n(&pd->kind, __ATOMIC_ACQUIRE) != CO__PD_POLLED)
+        return UINT32_MAX;
+    /* acquire: as co_read's load before its read */
+    return __atomic_load_n(&pd->rseq, __ATOMIC_ACQUIRE);
+}
+
+void co__io_read_short(int fd, uint32_t rs) {
+    co__pd_t *pd = rs != UINT32_MAX && fd >= 0 ? co__pd_peek(fd) : NULL;
+    if (pd) __atomic_store_n(&pd->rdrained, rs + 1, __ATOMIC_RELAXED);
 }
 
 void co__io_fresh(int fd) {
