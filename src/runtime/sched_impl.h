@@ -270,14 +270,17 @@ static inline __attribute__((always_inline)) bool obatch_fits(co_p_t *p, uint32_
  * goes to the ring's tail. Every 61st schedule (runq_next_fast) takes the
  * ring before the deque, so nothing queued in the ring waits behind a
  * stream of spawns; and an oldest entry that stays the oldest for
- * CO_FLIFO_AGE such ticks, then twice as many for the next, ..., goes to
- * the ring's tail (runq.c's flifo_fair), so a spawner that keeps the deque
- * from ever emptying (a loop that forks and joins for ever) cannot keep an
- * older spawn from running for ever. Either move opens a subtree early, and a
+ * CO_FLIFO_AGE such ticks, then twice as many for the next, ... (up to
+ * CO_FLIFO_AGE_MAX), goes to the ring's tail (runq.c's flifo_fair), so a
+ * spawner that keeps the deque from ever emptying (a loop that forks and
+ * joins for ever) cannot keep an older spawn from running for ever. Either move opens a subtree early, and a
  * chain of parents parks for it: too many such moves (a smaller deque,
  * a fixed age) opened the fork-join breadth-first again
  * (docs/perf-notes.md). */
 #define CO_FLIFO_AGE 1024
+/* The limit's doubling stops here: each spawn below such a loop then waits
+ * at most this many ticks longer than the one before it (runq.c). */
+#define CO_FLIFO_AGE_MAX (CO_FLIFO_AGE << 3)
 
 /* Owner, a spawn found runnext taken: g onto the fresh deque; false if it
  * is full or the yield slot is taken (the caller queues g on the ring). */
