@@ -286,14 +286,17 @@ static inline __attribute__((always_inline)) bool obatch_fits(co_p_t *p, uint32_
  * is full or the yield slot is taken (the caller queues g on the ring). */
 static inline __attribute__((always_inline)) bool flifo_push(co_p_t *p, co_g_t *g) {
     uint32_t b = p->flbot; /* the owner's own */
-    /* a stale fltop only makes the deque look fuller; the yield slot's
-     * swap does not look at the deque (above) */
-    if (b - __atomic_load_n(&p->fltop, __ATOMIC_RELAXED) >= CO_FLIFO || co__yslot_peek(p))
+    /* acquire (a plain load on x86-64): pairs with the release of a
+     * thief's CAS of fltop, so that its load of the slot it took happens
+     * before this push writes that slot again, CO_FLIFO pushes later (as
+     * runq_push loads runqhead). A stale fltop only makes the deque look
+     * fuller. The yield slot's swap does not look at the deque (above). */
+    if (b - __atomic_load_n(&p->fltop, __ATOMIC_ACQUIRE) >= CO_FLIFO || co__yslot_peek(p))
         return false;
     __atomic_store_n(&p->fl[b % CO_FLIFO], g, __ATOMIC_RELAXED);
     /* release (a plain store on x86-64): publishes the slot and g's fields
-     * to a thief's seq_cst load of flbot. No thief can take slot b until
-     * it sees this store. */
+     * to a thief's acquire load of flbot (after its seq_cst fence). No
+     * thief can take slot b until it sees this store. */
     __atomic_store_n(&p->flbot, b + 1, __ATOMIC_RELEASE);
     return true;
 }
