@@ -189,7 +189,10 @@ static int chan_block(co_chan_t *ch, co__waitq_t *q, void *data, int64_t deadlin
          * ping-pong path): only a waker can claim pk, so we run again
          * only once it has set w.result. Only such a waker (popping w
          * under ch->lock) reaches this stack: the wait may be compacted. */
-        if (CO_UNLIKELY(co__g_compact_on(pk.g))) co__compact_offer(pk.g, &ch->lock, &w);
+        if (CO_UNLIKELY(co__g_compact_on(pk.g))) {
+            w.idx = CHAN_W_OFFERED; /* its waker withdraws the offer (chq_claim) */
+            co__compact_offer(pk.g, &ch->lock, &w);
+        }
         co__park_current(chan_post_park, ch, reason);
         return w.result;
     }

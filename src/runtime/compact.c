@@ -37,19 +37,19 @@
  * to the coroutines alive; a claim takes the entry (OFFERED -> BUSY) under
  * the shard's lock, and a G it leaves as it was gets its entry back, to be
  * tried again in the next pass (not in this one: a list of waits too deep
- * to compact would hold a pass in one shard for ever). The waker that
- * readies an OFFERED G withdraws it under that lock too (OFFERED -> NONE,
- * co__compact_woken), so a wake-up before the threshold, or during a
- * pass, costs it one lock (shared with the Gs of one shard in sixteen):
- * an offer names the lock of the object the G waits on, which may be
- * freed as soon as the waker returns (a channel closed and freed at
- * once), and a scan must not find the offer listed then. A claim the
- * waker finds under way (BUSY) ends without that lock: the scan's
- * trylock fails while the waker holds it, or finds the waiter popped.
- * The M about to run a G withdraws an offer still listed (a wake that
- * is not a co__ready). co_dump, which unwinds a parked G's stack, may
- * see it claimed during its walk: it checks the state after the walk
- * (debug.c).
+ * to compact would hold a pass in one shard for ever). An offer names the
+ * lock of the object the G waits on, and a channel may be freed as soon
+ * as its lock is released after the waiter was popped (closed and freed
+ * at once, by the closer or by a receiver that saw it closed): so a
+ * channel's waker withdraws the offer as it pops the waiter, under the
+ * channel's lock (OFFERED -> NONE under the shard's lock,
+ * co__compact_woken; one lock shared with the Gs of one shard in
+ * sixteen). A claim it finds under way (BUSY) ends without the channel's
+ * lock (the scan's trylock fails while the waker holds it) and is waited
+ * out. A descriptor's waiter (netpoll.c: its lock is never freed) is
+ * withdrawn by the M about to run its G, as any offer still listed then.
+ * co_dump, which unwinds a parked G's stack, may see it claimed during
+ * its walk: it checks the state after the walk (debug.c).
  *
  * Ordering: the coroutine adds its offer, the records' addresses in it,
  * under the shard's lock; the compactor claims under that lock, so reads

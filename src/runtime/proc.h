@@ -143,17 +143,14 @@ _Static_assert(offsetof(co_g_t, compact_on) == CO__G_COMPACT_OFFSET &&
  *  BUSY -> COMPACTED   : the compactor, its stack copied out and released.
  *  BUSY -> OFFERED     : the compactor, which left it as it was (its entry put back;
  *                        BUSY -> NONE where the shard has no room).
- *  OFFERED -> NONE     : the waker readying the G (co__compact_woken), while the
- *                        object it waited on is still alive; else the M about to run
- *                        the G (co__compact_resume).
+ *  OFFERED -> NONE     : a channel's waker, popping the G's waiter under the
+ *                        channel's lock (co__compact_woken); else the M about to
+ *                        run the G (co__compact_resume).
  *  COMPACTED -> NONE   : the M about to run the G, once the stack is back.
  * BUSY lasts a trylock, a copy and a madvise: the M that would run the G
  * waits it out. */
 enum { CO__CS_NONE = 0, CO__CS_OFFERED, CO__CS_BUSY, CO__CS_COMPACTED };
 CO_HIDDEN void co__compact_resume(co_g_t *g);     /* g about to run, compact_on set */
-/* A waker readying g, compact_on set: its offer, if listed, withdrawn;
- * waits out a scan's claim (compact.c). */
-CO_HIDDEN void co__compact_woken(co_g_t *g);
 CO_HIDDEN int co__compact_scan(int64_t now);       /* sysmon, each round: how many compacted */
 CO_HIDDEN void co__compact_forget(void);           /* a forked child's fresh start */
 

@@ -337,9 +337,6 @@ void co__g_entry(co_g_t *g) {
 /* Make g runnable on this P (runnext), or on the global queue from a plain
  * thread, and wake an M if a P is idle and none spins. */
 static inline void ready_put(co_g_t *g) {
-    /* its offer withdrawn while the object that woke it is alive (an
-     * offer names that object's lock: compact.c) */
-    if (CO_UNLIKELY(co__g_compact_on(g))) co__compact_woken(g);
     CO_TRACE(CO__TEV_READY, g, 0);
     __atomic_store_n(&g->status, CO_G_RUNNABLE, __ATOMIC_RELAXED);
     co_m_t *m = getm();
@@ -388,7 +385,6 @@ void co__ready_cold(co_g_t *g) {
         /* One of a batch of the network's or the timers' wake-ups: the
          * ring's tail, in order. Each into runnext would push whoever is
          * there (a timer's coroutine, due now) behind the whole batch. */
-        if (CO_UNLIKELY(co__g_compact_on(g))) co__compact_woken(g); /* as ready_put */
         CO_TRACE(CO__TEV_READY, g, 0);
         __atomic_store_n(&g->status, CO_G_RUNNABLE, __ATOMIC_RELAXED);
         runqput(m->p, g, false);
