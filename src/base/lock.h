@@ -133,7 +133,7 @@ CO_HIDDEN void co__futex_wake(uint32_t *addr, int n);
  *                   holding its queue's lock); [park] locks (the M that
  *                   withdraws a G's offer, about to run it, may still hold
  *                   the lock its previous G parked with); chan lock (a
- *                   waker withdraws the offer of the waiter it pops).
+ *                   close withdraws the offers of the waiters it pops).
  *                   sysmon takes it
  *                   holding no lock, and tries a queue's lock only after
  *                   releasing it.

@@ -230,7 +230,10 @@ int co_chan_send(co_chan_t *ch, const void *elem, int64_t deadline) {
     int rc = chan_send_locked(ch, elem, &wake);
     if (rc != 0) {
         chan_unlock(ch);
-        if (wake) co__unpark(wake->pk);
+        if (wake) {
+            chq_unoffer(wake);
+            co__unpark(wake->pk);
+        }
         return rc == 1 ? 0 : rc;
     }
     if (chan_dl_past(deadline)) {
@@ -257,7 +260,10 @@ int co_chan_recv(co_chan_t *ch, void *elem, int64_t deadline) {
     if (rc != 0) {
         if (rc == CO_ECLOSED) chan_zero_elem(ch, elem); /* elem_size is fixed: no lock needed */
         chan_unlock(ch);
-        if (wake) co__unpark(wake->pk);
+        if (wake) {
+            chq_unoffer(wake);
+            co__unpark(wake->pk);
+        }
         return rc == 1 ? 0 : rc;
     }
     if (chan_dl_past(deadline)) {
@@ -283,12 +289,14 @@ static int chan_close(co_chan_t *ch, uint32_t deny) {
      * after unlocking, as Go's closechan does with its glist. */
     co__waiter_t *head = NULL, **tail = &head, *w;
     while ((w = chq_claim(ch, &ch->recvq)) != NULL) {
+        chq_unoffer(w); /* under the lock: see there */
         w->result = CO_ECLOSED;
         chan_zero_elem(ch, w->data); /* Go's zero value; ours until the unpark */
         *tail = w;
         tail = &w->next;
     }
     while ((w = chq_claim(ch, &ch->sendq)) != NULL) {
+        chq_unoffer(w);
         w->result = CO_ECLOSED;
         *tail = w;
         tail = &w->next;

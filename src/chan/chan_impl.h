@@ -162,17 +162,7 @@ enum {
 static inline co__waiter_t *chq_claim(co_chan_t *ch, co__waitq_t *q) {
     co__waiter_t *w;
     while ((w = co__waitq_pop(q)) != NULL) {
-        if (w->idx == CHAN_W_EXCL) {
-            w->pk->winner = w;
-            __atomic_store_n(&w->pk->state, CO__PK_WOKEN, __ATOMIC_RELEASE);
-            return w;
-        }
-        if (CO_UNLIKELY(w->idx == CHAN_W_OFFERED)) {
-            /* Exclusive, and its offer names ch->lock: withdrawn now,
-             * under the lock, as ch may be freed once the lock is released
-             * (by whoever sees it closed) while a scan could still take
-             * the offer (compact.c). */
-            co__compact_woken(w->pk->g);
+        if (w->idx <= CHAN_W_EXCL) { /* CHAN_W_EXCL or CHAN_W_OFFERED */
             w->pk->winner = w;
             __atomic_store_n(&w->pk->state, CO__PK_WOKEN, __ATOMIC_RELEASE);
             return w;
@@ -181,6 +171,18 @@ static inline co__waiter_t *chq_claim(co_chan_t *ch, co__waitq_t *q) {
         ch->linger++; /* stale: its owner will lock ch once more (chq_leave) */
     }
     return NULL;
+}
+
+/* A waiter chq_claim returned, before its co__unpark: the compaction offer
+ * its coroutine made (CHAN_W_OFFERED) names ch->lock, so it goes while ch
+ * is alive (compact.c; a scan that claimed it is waited out). Called after
+ * the unlock where this waker is the only one to wake (nobody may free ch
+ * before the woken coroutine runs), under ch->lock where it wakes several
+ * (a close: the first to run may free ch while the rest are being woken).
+ * Not in chq_claim: a call there, inlined into every pop, made select's
+ * try keep two more registers (+5 instructions a select). */
+static inline void chq_unoffer(co__waiter_t *w) {
+    if (CO_UNLIKELY(w->idx == CHAN_W_OFFERED)) co__compact_woken(w->pk->g);
 }
 
 /* Under ch->lock, by the owner of w, whose parker was claimed by someone

@@ -41,12 +41,12 @@
  * lock of the object the G waits on, and a channel may be freed as soon
  * as its lock is released after the waiter was popped (closed and freed
  * at once, by the closer or by a receiver that saw it closed): so a
- * channel's waker withdraws the offer as it pops the waiter, under the
- * channel's lock (OFFERED -> NONE under the shard's lock,
- * co__compact_woken; one lock shared with the Gs of one shard in
- * sixteen). A claim it finds under way (BUSY) ends without the channel's
- * lock (the scan's trylock fails while the waker holds it) and is waited
- * out. A descriptor's waiter (netpoll.c: its lock is never freed) is
+ * channel's waker withdraws the offer of a waiter it popped before it
+ * readies the coroutine, a close before its unlock (OFFERED -> NONE
+ * under the shard's lock, co__compact_woken; one lock shared with the Gs
+ * of one shard in sixteen). A claim it finds under way (BUSY) ends
+ * without the channel's lock (the scan's trylock fails, or finds the
+ * waiter popped) and is waited out. A descriptor's waiter (netpoll.c: its lock is never freed) is
  * withdrawn by the M about to run its G, as any offer still listed then.
  * co_dump, which unwinds a parked G's stack, may see it claimed during
  * its walk: it checks the state after the walk (debug.c).
