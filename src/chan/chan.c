@@ -190,7 +190,7 @@ static int chan_block(co_chan_t *ch, co__waitq_t *q, void *data, int64_t deadlin
          * only once it has set w.result. Only such a waker (popping w
          * under ch->lock) reaches this stack: the wait may be compacted. */
         if (CO_UNLIKELY(co__g_compact_on(pk.g))) {
-            w.idx = CHAN_W_OFFERED; /* its waker withdraws the offer (chq_claim) */
+            w.idx = CHAN_W_OFFERED; /* its waker withdraws the offer (chq_unoffer) */
             co__compact_offer(pk.g, &ch->lock, &w);
         }
         co__park_current(chan_post_park, ch, reason);

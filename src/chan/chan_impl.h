@@ -156,9 +156,9 @@ enum {
  * the CAS: its parker has no deadline and belongs to no select, so the
  * only parties that could claim it are wakers of this channel, and they
  * are serialised by ch->lock and find the waiter only by popping it
- * (once). The store-release stands
- * for the CAS's effect (state WAITING -> WOKEN, winner recorded); the data
- * hand-over is published to the owner by co__unpark as usual. */
+ * (once). The store-release stands for the CAS's effect (state WAITING
+ * -> WOKEN, winner recorded); the data hand-over is published to the
+ * owner by co__unpark as usual. */
 static inline co__waiter_t *chq_claim(co_chan_t *ch, co__waitq_t *q) {
     co__waiter_t *w;
     while ((w = co__waitq_pop(q)) != NULL) {
