@@ -135,7 +135,9 @@ CO_HIDDEN void co__futex_wake(uint32_t *addr, int n);
  *                   waits. Under: chan and pd locks (an offer is made
  *                   holding its queue's lock); [park] locks (the M that
  *                   withdraws a G's offer, about to run it, may still hold
- *                   the lock its previous G parked with). sysmon takes it
+ *                   the lock its previous G parked with); chan lock (a
+ *                   close withdraws the offers of the waiters it pops).
+ *                   sysmon takes it
  *                   holding no lock, and tries a queue's lock only after
  *                   releasing it.
  * Ranks 13 to 17 take no lock while held (timers_lock only its one pair).

@@ -189,7 +189,10 @@ static int chan_block(co_chan_t *ch, co__waitq_t *q, void *data, int64_t deadlin
          * ping-pong path): only a waker can claim pk, so we run again
          * only once it has set w.result. Only such a waker (popping w
          * under ch->lock) reaches this stack: the wait may be compacted. */
-        if (CO_UNLIKELY(co__g_compact_on(pk.g))) co__compact_offer(pk.g, &ch->lock, &w);
+        if (CO_UNLIKELY(co__g_compact_on(pk.g))) {
+            w.idx = CHAN_W_OFFERED; /* its waker withdraws the offer (chq_unoffer) */
+            co__compact_offer(pk.g, &ch->lock, &w);
+        }
         co__park_current(chan_post_park, ch, reason);
         return w.result;
     }
@@ -227,7 +230,10 @@ int co_chan_send(co_chan_t *ch, const void *elem, int64_t deadline) {
     int rc = chan_send_locked(ch, elem, &wake);
     if (rc != 0) {
         chan_unlock(ch);
-        if (wake) co__unpark(wake->pk);
+        if (wake) {
+            chq_unoffer(wake);
+            co__unpark(wake->pk);
+        }
         return rc == 1 ? 0 : rc;
     }
     if (chan_dl_past(deadline)) {
@@ -254,7 +260,10 @@ int co_chan_recv(co_chan_t *ch, void *elem, int64_t deadline) {
     if (rc != 0) {
         if (rc == CO_ECLOSED) chan_zero_elem(ch, elem); /* elem_size is fixed: no lock needed */
         chan_unlock(ch);
-        if (wake) co__unpark(wake->pk);
+        if (wake) {
+            chq_unoffer(wake);
+            co__unpark(wake->pk);
+        }
         return rc == 1 ? 0 : rc;
     }
     if (chan_dl_past(deadline)) {
@@ -280,12 +289,14 @@ static int chan_close(co_chan_t *ch, uint32_t deny) {
      * after unlocking, as Go's closechan does with its glist. */
     co__waiter_t *head = NULL, **tail = &head, *w;
     while ((w = chq_claim(ch, &ch->recvq)) != NULL) {
+        chq_unoffer(w); /* under the lock: see there */
         w->result = CO_ECLOSED;
         chan_zero_elem(ch, w->data); /* Go's zero value; ours until the unpark */
         *tail = w;
         tail = &w->next;
     }
     while ((w = chq_claim(ch, &ch->sendq)) != NULL) {
+        chq_unoffer(w);
         w->result = CO_ECLOSED;
         *tail = w;
         tail = &w->next;

@@ -143,23 +143,26 @@ static inline bool chan_empty(const co_chan_t *ch) {
  * plain send/recv. */
 enum {
     CHAN_W_TIMED = -1, /* plain op with a deadline: the deadline may claim it */
-    CHAN_W_EXCL = -2   /* plain op with CO_FOREVER: nobody but a waker of this
+    CHAN_W_EXCL = -2,  /* plain op with CO_FOREVER: nobody but a waker of this
                           channel can claim its parker */
+    CHAN_W_OFFERED = -3 /* CHAN_W_EXCL whose coroutine offered the wait for
+                           compaction (compact.c), under ch->lock */
 };
 
 /* Pop the first waiter whose parker we win; stale waiters are dropped. The
  * returned waiter is ours to fill in until co__unpark(w->pk).
  *
- * An exclusive waiter (CHAN_W_EXCL) is claimed without the CAS: its parker
- * has no deadline and belongs to no select, so the only parties that could
- * claim it are wakers of this channel, and they are serialised by ch->lock
- * and find the waiter only by popping it (once). The store-release stands
- * for the CAS's effect (state WAITING -> WOKEN, winner recorded); the data
- * hand-over is published to the owner by co__unpark as usual. */
+ * An exclusive waiter (CHAN_W_EXCL, CHAN_W_OFFERED) is claimed without
+ * the CAS: its parker has no deadline and belongs to no select, so the
+ * only parties that could claim it are wakers of this channel, and they
+ * are serialised by ch->lock and find the waiter only by popping it
+ * (once). The store-release stands for the CAS's effect (state WAITING
+ * -> WOKEN, winner recorded); the data hand-over is published to the
+ * owner by co__unpark as usual. */
 static inline co__waiter_t *chq_claim(co_chan_t *ch, co__waitq_t *q) {
     co__waiter_t *w;
     while ((w = co__waitq_pop(q)) != NULL) {
-        if (w->idx == CHAN_W_EXCL) {
+        if (w->idx <= CHAN_W_EXCL) { /* CHAN_W_EXCL or CHAN_W_OFFERED */
             w->pk->winner = w;
             __atomic_store_n(&w->pk->state, CO__PK_WOKEN, __ATOMIC_RELEASE);
             return w;
@@ -168,6 +171,18 @@ static inline co__waiter_t *chq_claim(co_chan_t *ch, co__waitq_t *q) {
         ch->linger++; /* stale: its owner will lock ch once more (chq_leave) */
     }
     return NULL;
+}
+
+/* A waiter chq_claim returned, before its co__unpark: the compaction offer
+ * its coroutine made (CHAN_W_OFFERED) names ch->lock, so it goes while ch
+ * is alive (compact.c; a scan that claimed it is waited out). Called after
+ * the unlock where this waker is the only one to wake (nobody may free ch
+ * before the woken coroutine runs), under ch->lock where it wakes several
+ * (a close: the first to run may free ch while the rest are being woken).
+ * Not in chq_claim: a call there, inlined into every pop, made select's
+ * try keep two more registers (+5 instructions a select). */
+static inline void chq_unoffer(co__waiter_t *w) {
+    if (CO_UNLIKELY(w->idx == CHAN_W_OFFERED)) co__compact_woken(w->pk->g);
 }
 
 /* Under ch->lock, by the owner of w, whose parker was claimed by someone

@@ -255,7 +255,10 @@ static int sel_run(co_case_t *cases, int n, int nn, int64_t deadline, int *pollo
         if (r != 0) {
             if (r == CO_ECLOSED) sel_zero_recv(cs);
             sel_unlock(&s);
-            if (wake) co__unpark(wake->pk);
+            if (wake) {
+                chq_unoffer(wake);
+                co__unpark(wake->pk);
+            }
             cs->result = r == 1 ? 0 : r;
             return i;
         }
@@ -314,7 +317,10 @@ static int sel_try_one(co_case_t *cs, int i) {
     chan_unlock(cs->ch);
     if (r == 0) return -1;
     if (r == CO_ECLOSED) sel_zero_recv(cs);
-    if (wake) co__unpark(wake->pk);
+    if (wake) {
+        chq_unoffer(wake);
+        co__unpark(wake->pk);
+    }
     cs->result = r == 1 ? 0 : r;
     return i;
 }

@@ -37,13 +37,19 @@
  * to the coroutines alive; a claim takes the entry (OFFERED -> BUSY) under
  * the shard's lock, and a G it leaves as it was gets its entry back, to be
  * tried again in the next pass (not in this one: a list of waits too deep
- * to compact would hold a pass in one shard for ever). The M
- * about to run an OFFERED G withdraws it under that lock too (OFFERED ->
- * NONE), so a wake-up before the threshold, or during a pass, costs the
- * waker nothing and the resuming M one lock (shared with the Gs of one
- * shard in sixteen). co_dump, which unwinds a parked G's stack, may see
- * it claimed during its walk: it checks the state after the walk
- * (debug.c).
+ * to compact would hold a pass in one shard for ever). An offer names the
+ * lock of the object the G waits on, and a channel may be freed as soon
+ * as its lock is released after the waiter was popped (closed and freed
+ * at once, by the closer or by a receiver that saw it closed): so a
+ * channel's waker withdraws the offer of a waiter it popped before it
+ * readies the coroutine, a close before its unlock (OFFERED -> NONE
+ * under the shard's lock, co__compact_woken; one lock shared with the Gs
+ * of one shard in sixteen). A claim it finds under way (BUSY) ends
+ * without the channel's lock (the scan's trylock fails, or finds the
+ * waiter popped) and is waited out. A descriptor's waiter (netpoll.c: its lock is never freed) is
+ * withdrawn by the M about to run its G, as any offer still listed then.
+ * co_dump, which unwinds a parked G's stack, may see it claimed during
+ * its walk: it checks the state after the walk (debug.c).
  *
  * Ordering: the coroutine adds its offer, the records' addresses in it,
  * under the shard's lock; the compactor claims under that lock, so reads
@@ -581,6 +587,39 @@ static inline void *unmove(const cbuf_t *b, void *p) {
     return p;
 }
 
+/* OFFERED, g's shard's lock held: its entry removed, NONE. */
+static void withdraw_locked(shard_t *sh, co_g_t *g) {
+    if (CO_UNLIKELY(g->cq_slot >= sh->n || entry(sh, g->cq_slot)->g != g))
+        co__fatal("compaction: coroutine %llu offered but not listed", (unsigned long long)g->id);
+    shard_del(sh, g->cq_slot);
+    __atomic_store_n(&g->cstate, CO__CS_NONE, __ATOMIC_RELAXED);
+}
+
+void co__compact_woken(co_g_t *g) {
+    for (int spins = 0;; spins++) {
+        /* acquire: pairs with the compactor's release of COMPACTED, or
+         * with the unlock of the shard's lock after a put-back */
+        uint8_t cs = __atomic_load_n(&g->cstate, __ATOMIC_ACQUIRE);
+        if (cs == CO__CS_NONE || cs == CO__CS_COMPACTED) return;
+        if (cs == CO__CS_OFFERED) {
+            shard_t *sh = shard_of(g);
+            co__lock(&sh->lock);
+            bool mine = __atomic_load_n(&g->cstate, __ATOMIC_RELAXED) == CO__CS_OFFERED;
+            if (mine) withdraw_locked(sh, g);
+            co__unlock(&sh->lock);
+            if (mine) return;
+            continue;
+        }
+        /* BUSY: the scan claimed it and ends without the queue's lock
+         * (its trylock fails while we hold it, or finds the waiter
+         * popped) */
+        if (spins < 64)
+            co__cpu_relax();
+        else
+            sched_yield();
+    }
+}
+
 void co__compact_resume(co_g_t *g) {
     for (int spins = 0;; spins++) {
         /* acquire: pairs with the compactor's release of COMPACTED (seen
@@ -594,13 +633,7 @@ void co__compact_resume(co_g_t *g) {
             shard_t *sh = shard_of(g);
             co__lock(&sh->lock);
             bool mine = __atomic_load_n(&g->cstate, __ATOMIC_RELAXED) == CO__CS_OFFERED;
-            if (mine) {
-                if (CO_UNLIKELY(g->cq_slot >= sh->n || entry(sh, g->cq_slot)->g != g))
-                    co__fatal("compaction: coroutine %llu offered but not listed",
-                              (unsigned long long)g->id);
-                shard_del(sh, g->cq_slot);
-                __atomic_store_n(&g->cstate, CO__CS_NONE, __ATOMIC_RELAXED);
-            }
+            if (mine) withdraw_locked(sh, g);
             co__unlock(&sh->lock);
             if (mine) return;
             continue;

@@ -152,7 +152,9 @@ _Static_assert(offsetof(co_g_t, trace_sw) == offsetof(co_g_t, compact_on) + 2 &&
  *  BUSY -> COMPACTED   : the compactor, its stack copied out and released.
  *  BUSY -> OFFERED     : the compactor, which left it as it was (its entry put back;
  *                        BUSY -> NONE where the shard has no room).
- *  OFFERED -> NONE     : the M about to run the G (co__compact_resume).
+ *  OFFERED -> NONE     : a channel's waker that popped the G's waiter, before it
+ *                        readies the G (co__compact_woken); else the M about to
+ *                        run the G (co__compact_resume).
  *  COMPACTED -> NONE   : the M about to run the G, once the stack is back.
  * BUSY lasts a trylock, a copy and a madvise: the M that would run the G
  * waits it out. */

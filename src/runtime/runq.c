@@ -81,8 +81,11 @@ void co__flifo_move(co_p_t *p, co_p_t *np) {
  * whose first spawn is rightly the oldest for half of its run, has a
  * subtree opened early only a few times in all (each parks one more chain
  * of parents); an oldest entry that leaves on its own (run, or taken by a
- * thief) sets it back. The pointer compare may mistake a recycled G for
- * the same one: it then moves a little early. */
+ * thief) sets it back. The doubling stops at CO_FLIFO_AGE_MAX: unbounded,
+ * the k-th of k spawns below a loop that forks and joins for ever waited
+ * 2^k times the first one's wait, so a few dozen never ran. The pointer
+ * compare may mistake a recycled G for the same one: it then moves a
+ * little early. */
 static void flifo_fair(co_p_t *p) {
     co_g_t *old = __atomic_load_n(&p->fl[__atomic_load_n(&p->fltop, __ATOMIC_RELAXED) % CO_FLIFO],
                                   __ATOMIC_RELAXED); /* a hint: a thief may take it */
@@ -97,7 +100,7 @@ static void flifo_fair(co_p_t *p) {
     co_g_t *g = co__flifo_steal(p);
     if (g) runq_push(p, rq_tag(g), NULL);
     p->fl_age = 0;
-    if (p->fl_limit < (1u << 30)) p->fl_limit *= 2;
+    if (p->fl_limit < CO_FLIFO_AGE_MAX) p->fl_limit *= 2;
     p->fl_seen = __atomic_load_n(&p->fl[__atomic_load_n(&p->fltop, __ATOMIC_RELAXED) % CO_FLIFO],
                                  __ATOMIC_RELAXED);
 }

@@ -247,6 +247,13 @@ static inline bool co__g_compact_on(struct co_g *g) {
 }
 struct co__waiter;
 CO_HIDDEN void co__compact_offer(struct co_g *g, co__lock_t *l, struct co__waiter *w);
+/* A waker that popped g's waiter (under the lock the offer names, l
+ * above) and has not readied g yet, g's compact_on set: g's offer, if
+ * listed, withdrawn, and a scan that claimed it waited out (it ends
+ * without l: its trylock fails, or finds the waiter popped). After this
+ * no scan takes l for g's wait, so the object may be freed (a channel,
+ * compact.c). */
+CO_HIDDEN void co__compact_woken(struct co_g *g);
 /* A coroutine whose entry is fn runs code of several owners one after
  * another (a pool's worker): co_stack_compactable refuses it (CO_EPERM), as
  * none of them can promise for the others. Idempotent; at most 8 entries. */

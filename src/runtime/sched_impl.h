@@ -270,27 +270,33 @@ static inline __attribute__((always_inline)) bool obatch_fits(co_p_t *p, uint32_
  * goes to the ring's tail. Every 61st schedule (runq_next_fast) takes the
  * ring before the deque, so nothing queued in the ring waits behind a
  * stream of spawns; and an oldest entry that stays the oldest for
- * CO_FLIFO_AGE such ticks, then twice as many for the next, ..., goes to
- * the ring's tail (runq.c's flifo_fair), so a spawner that keeps the deque
- * from ever emptying (a loop that forks and joins for ever) cannot keep an
- * older spawn from running for ever. Either move opens a subtree early, and a
+ * CO_FLIFO_AGE such ticks, then twice as many for the next, ... (up to
+ * CO_FLIFO_AGE_MAX), goes to the ring's tail (runq.c's flifo_fair), so a
+ * spawner that keeps the deque from ever emptying (a loop that forks and
+ * joins for ever) cannot keep an older spawn from running for ever. Either move opens a subtree early, and a
  * chain of parents parks for it: too many such moves (a smaller deque,
  * a fixed age) opened the fork-join breadth-first again
  * (docs/perf-notes.md). */
 #define CO_FLIFO_AGE 1024
+/* The limit's doubling stops here: each spawn below such a loop then waits
+ * at most this many ticks longer than the one before it (runq.c). */
+#define CO_FLIFO_AGE_MAX (CO_FLIFO_AGE << 3)
 
 /* Owner, a spawn found runnext taken: g onto the fresh deque; false if it
  * is full or the yield slot is taken (the caller queues g on the ring). */
 static inline __attribute__((always_inline)) bool flifo_push(co_p_t *p, co_g_t *g) {
     uint32_t b = p->flbot; /* the owner's own */
-    /* a stale fltop only makes the deque look fuller; the yield slot's
-     * swap does not look at the deque (above) */
-    if (b - __atomic_load_n(&p->fltop, __ATOMIC_RELAXED) >= CO_FLIFO || co__yslot_peek(p))
+    /* acquire (a plain load on x86-64): pairs with the release of a
+     * thief's CAS of fltop, so that its load of the slot it took happens
+     * before this push writes that slot again, CO_FLIFO pushes later (as
+     * runq_push loads runqhead). A stale fltop only makes the deque look
+     * fuller. The yield slot's swap does not look at the deque (above). */
+    if (b - __atomic_load_n(&p->fltop, __ATOMIC_ACQUIRE) >= CO_FLIFO || co__yslot_peek(p))
         return false;
     __atomic_store_n(&p->fl[b % CO_FLIFO], g, __ATOMIC_RELAXED);
     /* release (a plain store on x86-64): publishes the slot and g's fields
-     * to a thief's seq_cst load of flbot. No thief can take slot b until
-     * it sees this store. */
+     * to a thief's acquire load of flbot (after its seq_cst fence). No
+     * thief can take slot b until it sees this store. */
     __atomic_store_n(&p->flbot, b + 1, __ATOMIC_RELEASE);
     return true;
 }
