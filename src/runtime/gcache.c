@@ -224,7 +224,9 @@ void (*co__test_stack_map_probe)(void);
 
 /* The caches are empty: map a batch (co__stack_batch stacks: a burst of
  * first runs then costs one mmap per batch), keep one for g, cache the
- * rest. */
+ * rest. Top pages are committed ahead for as many as p has coroutines
+ * queued, and g: at the end of a burst the rest of a batch may never run
+ * (a fault commits each one's page if it does). */
 static bool stack_map_batch(co_p_t *p, co__stack_t *st) {
     co__stack_t batch[CO_STACK_BATCH_MAX];
     void (*probe)(void) = __atomic_load_n(&co__test_stack_map_probe, __ATOMIC_RELAXED);
@@ -236,8 +238,10 @@ static bool stack_map_batch(co_p_t *p, co__stack_t *st) {
     __tsan_ignore_thread_begin();
 #endif
     int runs = co__stack_runs();
-    int n = runs > 1 ? co__stack_alloc_runs(batch, runs, co__sched.stack_size, stack_put_run, p)
-                     : co__stack_alloc_n(batch, co__stack_batch(), co__sched.stack_size);
+    int need = co__runq_len(p) + 1;
+    int n = runs > 1 ? co__stack_alloc_runs(batch, runs, co__sched.stack_size, need,
+                                            stack_put_run, p)
+                     : co__stack_alloc_need(batch, co__stack_batch(), co__sched.stack_size, need);
 #ifdef CO_TSAN
     __tsan_ignore_thread_end();
 #endif

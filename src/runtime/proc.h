@@ -640,6 +640,10 @@ CO_HIDDEN int co__stack_alloc(co__stack_t *s, size_t size);
  * hand-over), so each is rounded where it enters (co_init, co_go_with). */
 CO_HIDDEN size_t co__stack_round(size_t size);
 CO_HIDDEN int co__stack_alloc_n(co__stack_t *out, int n, size_t size); /* >= 1 made, or error */
+/* The same with the top pages of only `need` of them committed ahead
+ * (where guards are batched): the lowest, out[0], and the highest, which
+ * a cache that takes the last put first hands out first. */
+CO_HIDDEN int co__stack_alloc_need(co__stack_t *out, int n, size_t size, int need);
 /* How many default stacks to map at once: 8 while each gets a guard of
  * its own cheaply, CO_STACK_BATCH_MAX once they do not (fewer bottom
  * guards, stack.c). */
@@ -651,7 +655,7 @@ CO_HIDDEN int co__stack_batch(void);
  * entries); returns how many out holds, or CO_ENOMEM (stack.c). */
 #define CO_STACK_RUNS_MAX 4
 CO_HIDDEN int co__stack_runs(void);
-CO_HIDDEN int co__stack_alloc_runs(co__stack_t *out, int runs, size_t size,
+CO_HIDDEN int co__stack_alloc_runs(co__stack_t *out, int runs, size_t size, int need,
                                    void (*put)(co__stack_t *run, int n, void *arg), void *arg);
 CO_HIDDEN void co__stack_free(co__stack_t *s);
 CO_HIDDEN int64_t co__stacks_mapped(void);        /* stacks mapped now (tests read it) */
