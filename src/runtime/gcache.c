@@ -218,8 +218,9 @@ static void stack_put_run(co__stack_t *run, int n, void *arg) {
     for (int i = 0; i < n; i++) cache_put(&c, &run[i]);
 }
 
-/* Tests (tests/t_internal.h): called before each batch is mapped; NULL
- * otherwise. Relaxed: a test sets it before it spawns anything. */
+/* Tests (tests/test_stack_map_unlocked.c): called before each batch is
+ * mapped; NULL otherwise. Relaxed: a test sets it before it spawns
+ * anything. */
 void (*co__test_stack_map_probe)(void);
 
 /* The caches are empty: map a batch (co__stack_batch stacks: a burst of
