@@ -8,6 +8,7 @@
 // ctest-timeout: 60
 #include <colony.h>
 #include <errno.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -102,7 +103,8 @@ static void test_runs_in_one_mapping(void) {
     size_t pg = (size_t)sysconf(_SC_PAGESIZE);
     static co__stack_t out[CO_STACK_BATCH_MAX];
     runs_n = runs_calls = 0;
-    int n = co__stack_alloc_runs(out, CO_STACK_RUNS_MAX, 256 * 1024, runs_put, &runs_n);
+    int n = co__stack_alloc_runs(out, CO_STACK_RUNS_MAX, 256 * 1024, INT_MAX, runs_put,
+                                 &runs_n);
     CHECK_EQ(n, CO_STACK_BATCH_MAX);
     CHECK_EQ(runs_calls, CO_STACK_RUNS_MAX - 1);
     CHECK_EQ(runs_n, (CO_STACK_RUNS_MAX - 1) * CO_STACK_BATCH_MAX);
@@ -147,6 +149,51 @@ static void parker(void *arg) {
     co_waitgroup_wait(&gate);
 }
 
+/* A batch mapped for fewer coroutines than it holds (the end of a burst):
+ * every stack guarded, but only the top pages of those the caches hand
+ * out first committed, the lowest and the highest; the others stay out
+ * until a first run touches them. */
+static void test_batch_partly_committed(void) {
+    if (t_sanitized()) {
+        fprintf(stderr, "  skipped under a sanitizer (its shadow memory is resident)\n");
+        return;
+    }
+    if (!reach_big_batches()) {
+        fprintf(stderr, "  skipped: no process_madvise guard batches here\n");
+        return;
+    }
+    size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+    static co__stack_t st[CO_STACK_BATCH_MAX];
+    int need = 5, n = co__stack_alloc_need(st, CO_STACK_BATCH_MAX, 256 * 1024, need);
+    CHECK_EQ(n, CO_STACK_BATCH_MAX);
+    int guarded = 0, wrong = 0;
+    for (int i = 0; i < n; i++) {
+        bool ahead = i == 0 || i >= n - (need - 1);
+        wrong += resident(st[i].lo + st[i].size - pg) != ahead;
+        guarded += kernel_cannot_read(st[i].lo - pg) && !kernel_cannot_read(st[i].lo);
+    }
+    CHECK_EQ(wrong, 0);
+    CHECK_EQ(guarded, n);
+    /* a stack left out still works: its first touch commits the page */
+    st[1].lo[st[1].size - 1] = 1;
+    CHECK(resident(st[1].lo + st[1].size - pg));
+    for (int i = 0; i < n; i++) co__stack_free(&st[i]);
+
+    /* several runs for few: the upper runs, cached first, have none */
+    static co__stack_t out[CO_STACK_BATCH_MAX];
+    runs_n = runs_calls = 0;
+    n = co__stack_alloc_runs(out, 2, 256 * 1024, need, runs_put, &runs_n);
+    CHECK_EQ(n, CO_STACK_BATCH_MAX);
+    CHECK_EQ(runs_n, CO_STACK_BATCH_MAX);
+    int upper_in = 0, lower_in = 0;
+    for (int i = 0; i < runs_n; i++) upper_in += resident(runs_got[i].lo + runs_got[i].size - pg);
+    for (int i = 0; i < n; i++) lower_in += resident(out[i].lo + out[i].size - pg);
+    CHECK_EQ(upper_in, 0);
+    CHECK_EQ(lower_in, need);
+    for (int i = 0; i < runs_n; i++) co__stack_free(&runs_got[i]);
+    for (int i = 0; i < n; i++) co__stack_free(&out[i]);
+}
+
 static void test_batch_overflow_reported(void) {
     if (t_sanitized()) return; /* ASan reports overflows itself; TSan has no handler of ours */
     if (!reach_big_batches()) {
@@ -187,6 +234,7 @@ int main(void) {
     CHECK_EQ(co_init(NULL), 0);
     T_RUN(test_batch_guarded);
     T_RUN(test_runs_in_one_mapping);
+    T_RUN(test_batch_partly_committed);
     T_RUN(test_batch_overflow_reported);
     CHECK_EQ(T_SHUTDOWN(), 0);
     return t_end();

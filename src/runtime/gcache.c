@@ -218,11 +218,20 @@ static void stack_put_run(co__stack_t *run, int n, void *arg) {
     for (int i = 0; i < n; i++) cache_put(&c, &run[i]);
 }
 
+/* Tests (tests/test_stack_map_unlocked.c): called before each batch is
+ * mapped; NULL otherwise. Relaxed: a test sets it before it spawns
+ * anything. */
+void (*co__test_stack_map_probe)(void);
+
 /* The caches are empty: map a batch (co__stack_batch stacks: a burst of
  * first runs then costs one mmap per batch), keep one for g, cache the
- * rest. */
+ * rest. Top pages are committed ahead for as many as p has coroutines
+ * queued, and g: at the end of a burst the rest of a batch may never run
+ * (a fault commits each one's page if it does). */
 static bool stack_map_batch(co_p_t *p, co__stack_t *st) {
     co__stack_t batch[CO_STACK_BATCH_MAX];
+    void (*probe)(void) = __atomic_load_n(&co__test_stack_map_probe, __ATOMIC_RELAXED);
+    if (CO_UNLIKELY(probe != NULL)) probe();
 #ifdef CO_TSAN
     /* TSan's mmap marks what it maps as written by the caller (here m's
      * g0, co__stack_attach) unless it ignores the caller's
@@ -230,8 +239,10 @@ static bool stack_map_batch(co_p_t *p, co__stack_t *st) {
     __tsan_ignore_thread_begin();
 #endif
     int runs = co__stack_runs();
-    int n = runs > 1 ? co__stack_alloc_runs(batch, runs, co__sched.stack_size, stack_put_run, p)
-                     : co__stack_alloc_n(batch, co__stack_batch(), co__sched.stack_size);
+    int need = co__runq_len(p) + 1;
+    int n = runs > 1 ? co__stack_alloc_runs(batch, runs, co__sched.stack_size, need,
+                                            stack_put_run, p)
+                     : co__stack_alloc_need(batch, co__stack_batch(), co__sched.stack_size, need);
 #ifdef CO_TSAN
     __tsan_ignore_thread_end();
 #endif
@@ -283,10 +294,16 @@ static void stack_clean(const co__stack_t *st) {
 }
 #endif
 
-static bool stack_attach(co_m_t *m, co_g_t *g) {
+/* 1: attached; 0: g waits on stackwait; -1 (only !may_map): the caches
+ * are empty, and nothing was done. */
+static int stack_attach(co_m_t *m, co_g_t *g, bool may_map) {
     co_sched_t *s = &co__sched;
     cache_t c = scache(m->p);
-    if (!cache_get(&c, &g->stack) && !stack_map_batch(m->p, &g->stack)) {
+    if (cache_get(&c, &g->stack)) {
+        /* attached below */
+    } else if (!may_map) {
+        return -1;
+    } else if (!stack_map_batch(m->p, &g->stack)) {
         g->stack.map = NULL;
         static uint32_t warned; /* atomic: say it once per process */
         if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
@@ -299,7 +316,7 @@ static bool stack_attach(co_m_t *m, co_g_t *g) {
         s->stackwait = g;
         __atomic_store_n(&s->nstackwait, s->nstackwait + 1, __ATOMIC_RELAXED);
         co__unlock(&s->gcache_lock);
-        return false;
+        return 0;
     }
 #ifdef CO_ASAN
     /* A cached stack still carries the shadow of its last coroutine's
@@ -315,10 +332,10 @@ static bool stack_attach(co_m_t *m, co_g_t *g) {
 #ifdef CO_TSAN
     __tsan_ignore_thread_end();
 #endif
-    return true;
+    return 1;
 }
 
-bool co__stack_attach(co_m_t *m, co_g_t *g) {
+int co__stack_attach(co_m_t *m, co_g_t *g, bool may_map) {
 #ifdef CO_TSAN
     /* On m's g0 fiber (its thread's own TSan state), not the fiber of the
      * coroutine that switches away: one parked inside a blocking call that
@@ -329,11 +346,11 @@ bool co__stack_attach(co_m_t *m, co_g_t *g) {
     void *self = __tsan_get_current_fiber(), *g0 = m->g0.tsan_fiber;
     bool away = g0 && self != g0;
     if (away) __tsan_switch_to_fiber(g0, CO_TSAN_NO_SYNC);
-    bool ok = stack_attach(m, g);
+    int rc = stack_attach(m, g, may_map);
     if (away) __tsan_switch_to_fiber(self, CO_TSAN_NO_SYNC);
-    return ok;
+    return rc;
 #else
-    return stack_attach(m, g);
+    return stack_attach(m, g, may_map);
 #endif
 }
 

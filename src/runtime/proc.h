@@ -354,6 +354,12 @@ typedef struct co_m {
     void (*post_fn)(co_g_t *g, void *arg);
     co_g_t *post_g;
     void *post_arg;
+    /* A G taken to run whose first stack must be mapped: a G switching to
+     * it goes to g0 instead, which maps it and runs it next. The mapping
+     * (an mmap and two madvise calls) then comes after the switching G's
+     * post-switch action, which may release a lock that others wait on (a
+     * parked receive's channel). Owner only. */
+    co_g_t *g0_next;
 
     void *altstack;            /* sigaltstack for the overflow report */
     bool exiting;
@@ -643,7 +649,10 @@ CO_HIDDEN co_g_t *co__gslab_get(void);
 CO_HIDDEN void co__gslab_put(co_g_t *g);
 CO_HIDDEN void co__gslab_fini(void);
 CO_HIDDEN int64_t co__gslab_slabs(void); /* slabs mapped now (tests read it) */
-CO_HIDDEN bool co__stack_attach(co_m_t *m, co_g_t *g); /* false: g waits on stackwait */
+/* g's first stack, from the caches or (may_map) a new mapping: 1 attached,
+ * 0 g waits on stackwait, -1 (!may_map) the caches are empty. */
+CO_HIDDEN int co__stack_attach(co_m_t *m, co_g_t *g, bool may_map);
+CO_HIDDEN extern void (*co__test_stack_map_probe)(void); /* tests: before each batch is mapped */
 CO_HIDDEN int co__stackwait_retry(void);          /* sysmon: requeue them; returns how many */
 /* Append t to the token list head..tail (linked through t->link). */
 static inline void co__toklist_append(struct co__token **head, struct co__token **tail,
@@ -671,6 +680,10 @@ CO_HIDDEN int co__stack_alloc(co__stack_t *s, size_t size);
  * hand-over), so each is rounded where it enters (co_init, co_go_with). */
 CO_HIDDEN size_t co__stack_round(size_t size);
 CO_HIDDEN int co__stack_alloc_n(co__stack_t *out, int n, size_t size); /* >= 1 made, or error */
+/* The same with the top pages of only `need` of them committed ahead
+ * (where guards are batched): the lowest, out[0], and the highest, which
+ * a cache that takes the last put first hands out first. */
+CO_HIDDEN int co__stack_alloc_need(co__stack_t *out, int n, size_t size, int need);
 /* How many default stacks to map at once: 8 while each gets a guard of
  * its own cheaply, CO_STACK_BATCH_MAX once they do not (fewer bottom
  * guards, stack.c). */
@@ -682,7 +695,7 @@ CO_HIDDEN int co__stack_batch(void);
  * entries); returns how many out holds, or CO_ENOMEM (stack.c). */
 #define CO_STACK_RUNS_MAX 4
 CO_HIDDEN int co__stack_runs(void);
-CO_HIDDEN int co__stack_alloc_runs(co__stack_t *out, int runs, size_t size,
+CO_HIDDEN int co__stack_alloc_runs(co__stack_t *out, int runs, size_t size, int need,
                                    void (*put)(co__stack_t *run, int n, void *arg), void *arg);
 CO_HIDDEN void co__stack_free(co__stack_t *s);
 CO_HIDDEN int64_t co__stacks_mapped(void);        /* stacks mapped now (tests read it) */

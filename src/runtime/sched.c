@@ -209,11 +209,17 @@ static inline __attribute__((always_inline)) bool gogo_special(co_g_t *g) {
  * the trace's word for why `from` stops (CO__TEV_PARK, YIELD, EXIT). */
 static inline __attribute__((always_inline)) void gogo(co_m_t *m, co_g_t *from, co_g_t *to,
                                                        bool from_exiting, int how) {
-    if (CO_UNLIKELY(!to->stack.map) && !to->is_g0 && !co__stack_attach(m, to)) {
-        /* No stack for its first run: `to` waits on stackwait (gcache.c).
-         * g0 looks for other work; a G switches to g0, which does. */
-        if (from->is_g0) return;
-        to = &m->g0;
+    if (CO_UNLIKELY(!to->stack.map) && !to->is_g0) {
+        int rc = co__stack_attach(m, to, from->is_g0);
+        if (rc < 0) { /* a stack to map: on g0, after from's post-switch action */
+            m->g0_next = to;
+            to = &m->g0;
+        } else if (rc == 0) {
+            /* No stack for its first run: `to` waits on stackwait (gcache.c).
+             * g0 looks for other work; a G switches to g0, which does. */
+            if (from->is_g0) return;
+            to = &m->g0;
+        }
     }
     /* compact_on, is_g0 and trace_sw in one test: a plain G, no trace on,
      * goes straight on. While a trace is on every G's trace_sw is set, and
@@ -919,9 +925,14 @@ void *co__mstart(void *arg) {
         m->nextp = NULL;
     }
     for (;;) {
-        co_g_t *g = findrunnable(m);
-        if (!g) break;
-        if (m->spinning) resetspinning(m);
+        co_g_t *g = m->g0_next;
+        if (g) {
+            m->g0_next = NULL;
+        } else {
+            g = findrunnable(m);
+            if (!g) break;
+            if (m->spinning) resetspinning(m);
+        }
         gogo(m, &m->g0, g, false, 0);
     }
     if (m->p) {

@@ -469,11 +469,14 @@ int co__stack_batch(void) {
 /* The batch of n stacks `one` bytes apart from p, each of `size` bytes
  * above its guard page: every guard installed by one process_madvise call
  * (one trip into the kernel, the address space's lock taken for reading
- * once), and the top page of every stack, where its coroutine's first
+ * once), and the top page of npop stacks, where their coroutines' first
  * frames go, written in by a second, which spares each first run a page
- * fault. False if the guards could not all be installed (the caller
- * guards each stack on its own then). */
-static bool guard_batch(char *p, int n, size_t one, size_t size) {
+ * fault: the lowest stack and the npop - 1 highest, the ones the caches
+ * hand out first (gcache.c keeps the lowest and caches the rest in order,
+ * the last cached taken first). A stack left out is committed by its
+ * first run's fault, if it ever runs. False if the guards could not all
+ * be installed (the caller guards each stack on its own then). */
+static bool guard_batch(char *p, int n, size_t one, size_t size, int npop) {
     if (n < 2 || no_guards || !__atomic_load_n(&light_guards, __ATOMIC_RELAXED) ||
         !__atomic_load_n(&many_advice, __ATOMIC_RELAXED))
         return false;
@@ -485,9 +488,13 @@ static bool guard_batch(char *p, int n, size_t one, size_t size) {
         __atomic_store_n(&many_advice, 0, __ATOMIC_RELAXED);
         return false;
     }
+    if (npop > n) npop = n;
+    int k = 0;
     for (int i = 0; i < n; i++)
-        iov[i] = (struct iovec){p + (size_t)i * one + page_size + size - page_size, page_size};
-    (void)advise_many(iov, n, MADV_POPULATE_WRITE); /* only an optimisation: faults do it otherwise */
+        if (i == 0 || i >= n - (npop - 1))
+            iov[k++] = (struct iovec){p + (size_t)i * one + page_size + size - page_size, page_size};
+    if (npop > 0) /* only an optimisation: faults do it otherwise */
+        (void)advise_many(iov, k, MADV_POPULATE_WRITE);
     return true;
 }
 
@@ -497,23 +504,28 @@ static bool guard_batch(char *p, int n, size_t one, size_t size) {
  * Ms' page faults wait on. Each stack remains its own range (map,
  * map_size), which co__stack_free unmaps alone. Returns how many were made
  * (>= 1), or CO_ENOMEM. */
-static void stacks_make(co__stack_t *out, char *p, int n, size_t one, size_t size);
+static void stacks_make(co__stack_t *out, char *p, int n, size_t one, size_t size, int npop);
 
-int co__stack_alloc_n(co__stack_t *out, int n, size_t size) {
+int co__stack_alloc_need(co__stack_t *out, int n, size_t size, int need) {
     size = (size + page_size - 1) & ~(page_size - 1);
     size_t one = size + page_size; /* a guard page, or a spare one below lo */
     char *p = mmap(NULL, one * (size_t)n, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (p == MAP_FAILED) return n > 1 ? co__stack_alloc_n(out, 1, size) : CO_ENOMEM;
-    stacks_make(out, p, n, one, size);
+    if (p == MAP_FAILED) return n > 1 ? co__stack_alloc_need(out, 1, size, 1) : CO_ENOMEM;
+    stacks_make(out, p, n, one, size, need);
     return n;
+}
+
+int co__stack_alloc_n(co__stack_t *out, int n, size_t size) {
+    return co__stack_alloc_need(out, n, size, n);
 }
 
 /* The n stacks `one` bytes apart from p (the lowest at p: the mapping's
  * bottom, or a run above another of the same mapping), each `size`
- * bytes above its guard or spare page, guarded and counted. */
-static void stacks_make(co__stack_t *out, char *p, int n, size_t one, size_t size) {
-    bool batched = n <= CO_STACK_BATCH_MAX && guard_batch(p, n, one, size);
+ * bytes above its guard or spare page, guarded and counted; npop of
+ * their top pages committed where the guards are batched. */
+static void stacks_make(co__stack_t *out, char *p, int n, size_t one, size_t size, int npop) {
+    bool batched = n <= CO_STACK_BATCH_MAX && guard_batch(p, n, one, size, npop);
     for (int i = 0; i < n; i++) {
         char *base = p + (size_t)i * one;
         bool light = false, guard;
@@ -550,22 +562,24 @@ int co__stack_runs(void) {
     return runs;
 }
 
-int co__stack_alloc_runs(co__stack_t *out, int runs, size_t size,
+int co__stack_alloc_runs(co__stack_t *out, int runs, size_t size, int need,
                          void (*put)(co__stack_t *run, int n, void *arg), void *arg) {
     int n = CO_STACK_BATCH_MAX;
-    if (runs <= 1) return co__stack_alloc_n(out, n, size);
+    if (runs <= 1) return co__stack_alloc_need(out, n, size, need);
     size = (size + page_size - 1) & ~(page_size - 1);
     size_t one = size + page_size;
     char *p = mmap(NULL, one * (size_t)n * (size_t)runs, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (p == MAP_FAILED) return co__stack_alloc_n(out, n, size);
+    if (p == MAP_FAILED) return co__stack_alloc_need(out, n, size, need);
     /* the upper runs to put, then the bottom one (which guards the
-     * mapping's lowest page even without batched guards) to the caller */
+     * mapping's lowest page even without batched guards) to the caller,
+     * whose stacks are taken first: the upper runs' top pages are
+     * committed ahead only if more than a run is needed */
     for (int r = runs - 1; r >= 1; r--) {
-        stacks_make(out, p + (size_t)r * n * one, n, one, size);
+        stacks_make(out, p + (size_t)r * n * one, n, one, size, need > n ? n : 0);
         put(out, n, arg);
     }
-    stacks_make(out, p, n, one, size);
+    stacks_make(out, p, n, one, size, need);
     return n;
 }
 
