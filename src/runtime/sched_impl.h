@@ -132,6 +132,10 @@ static inline void pidleput_locked(co_p_t *p) {
     /* an M holding Gs that only it may run waits for a P: this one */
     if (CO_UNLIKELY(s->naffq > 0) && co__affine_handoff_locked(p)) return;
     p->m = NULL;
+    /* sysmon's request to yield was for the coroutine that ran here: none
+     * does now (left set, every I/O call would look at it until sysmon
+     * next saw p schedule) */
+    co__preempt_clear(p);
     __atomic_store_n(&p->status, CO_P_IDLE, __ATOMIC_RELEASE);
     p->link = s->pidle;
     s->pidle = p;
