@@ -43,16 +43,20 @@ static void sleep_in_kernel(void *arg) {
     co_waitgroup_done(wg);
 }
 
-static void test_asleep_in_kernel_gets_spare(void) {
+/* holder takes the only P, a coroutine is queued behind it, and both are
+ * waited for: whether the queued one ran */
+static bool hold_and_queue(void (*holder)(void *)) {
     __atomic_store_n(&queued_ran, 0, __ATOMIC_RELAXED);
     co_waitgroup_t wg = CO_WAITGROUP_INIT;
     co_waitgroup_add(&wg, 2);
-    CHECK_EQ(co_go(sleep_in_kernel, &wg), 0);
-    co_yield(); /* the sleeper takes the P first */
+    CHECK_EQ(co_go(holder, &wg), 0);
+    co_yield(); /* the holder takes the P first */
     CHECK_EQ(co_go(queued, &wg), 0);
     co_waitgroup_wait(&wg);
-    CHECK(__atomic_load_n(&queued_ran, __ATOMIC_ACQUIRE));
+    return __atomic_load_n(&queued_ran, __ATOMIC_ACQUIRE);
 }
+
+static void test_asleep_in_kernel_gets_spare(void) { CHECK(hold_and_queue(sleep_in_kernel)); }
 
 /* ---- a thread the host does not run ----------------------------------------
  * The holder's M is pinned to one CPU beside always-runnable hog threads
@@ -103,16 +107,10 @@ static void test_starved_thread_gets_no_spare(void) {
     pthread_t hogs[NHOG];
     __atomic_store_n(&hogs_stop, 0, __ATOMIC_RELAXED);
     for (int i = 0; i < NHOG; i++) CHECK_EQ(pthread_create(&hogs[i], NULL, hog, NULL), 0);
-    __atomic_store_n(&queued_ran, 0, __ATOMIC_RELAXED);
-    co_waitgroup_t wg = CO_WAITGROUP_INIT;
-    co_waitgroup_add(&wg, 2);
-    CHECK_EQ(co_go(starved_holder, &wg), 0);
-    co_yield(); /* the holder takes the P first */
-    CHECK_EQ(co_go(queued, &wg), 0);
-    co_waitgroup_wait(&wg);
+    bool ran = hold_and_queue(starved_holder);
     __atomic_store_n(&hogs_stop, 1, __ATOMIC_RELAXED);
     for (int i = 0; i < NHOG; i++) pthread_join(hogs[i], NULL);
-    CHECK(__atomic_load_n(&queued_ran, __ATOMIC_ACQUIRE));
+    CHECK(ran);
     if (!idle_ok) { /* a seccomp filter, say: no way to starve the thread here */
         fprintf(stderr, "test_starved_thread_gets_no_spare: skipped: SCHED_IDLE refused\n");
         return;
@@ -136,8 +134,7 @@ static int run(void *arg) {
 
 int main(void) {
     t_begin(50);
-    co_config_t cfg = {.procs = 1};
-    CHECK_EQ(co_init(&cfg), 0);
+    t_start(1);
     CHECK_EQ(co_main(run, NULL), 0);
     return t_end();
 }

@@ -97,8 +97,7 @@ static int run(void *arg) {
 
 int main(void) {
     t_begin(50);
-    co_config_t cfg = {.procs = 1};
-    CHECK_EQ(co_init(&cfg), 0);
+    t_start(1);
     CHECK_EQ(co_main(run, NULL), 0);
     return t_end();
 }

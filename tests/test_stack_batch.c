@@ -51,15 +51,21 @@ static bool reach_big_batches(void) {
     return false;
 }
 
-static void test_batch_guarded(void) {
+/* Whether a 64-batch's pages can be looked at here: says why not if not. */
+static bool big_batches_testable(void) {
     if (t_sanitized()) {
         fprintf(stderr, "  skipped under a sanitizer (its shadow memory is resident)\n");
-        return;
+        return false;
     }
     if (!reach_big_batches()) {
         fprintf(stderr, "  skipped: no process_madvise guard batches here (Linux < 6.14, or an emulator)\n");
-        return;
+        return false;
     }
+    return true;
+}
+
+static void test_batch_guarded(void) {
+    if (!big_batches_testable()) return;
     size_t pg = (size_t)sysconf(_SC_PAGESIZE);
     static co__stack_t st[CO_STACK_BATCH_MAX];
     int n = co__stack_alloc_n(st, CO_STACK_BATCH_MAX, 256 * 1024);
@@ -154,14 +160,7 @@ static void parker(void *arg) {
  * out first committed, the lowest and the highest; the others stay out
  * until a first run touches them. */
 static void test_batch_partly_committed(void) {
-    if (t_sanitized()) {
-        fprintf(stderr, "  skipped under a sanitizer (its shadow memory is resident)\n");
-        return;
-    }
-    if (!reach_big_batches()) {
-        fprintf(stderr, "  skipped: no process_madvise guard batches here\n");
-        return;
-    }
+    if (!big_batches_testable()) return;
     size_t pg = (size_t)sysconf(_SC_PAGESIZE);
     static co__stack_t st[CO_STACK_BATCH_MAX];
     int need = 5, n = co__stack_alloc_need(st, CO_STACK_BATCH_MAX, 256 * 1024, need);

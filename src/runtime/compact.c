@@ -595,38 +595,16 @@ static void withdraw_locked(shard_t *sh, co_g_t *g) {
     __atomic_store_n(&g->cstate, CO__CS_NONE, __ATOMIC_RELAXED);
 }
 
-void co__compact_woken(co_g_t *g) {
-    for (int spins = 0;; spins++) {
-        /* acquire: pairs with the compactor's release of COMPACTED, or
-         * with the unlock of the shard's lock after a put-back */
-        uint8_t cs = __atomic_load_n(&g->cstate, __ATOMIC_ACQUIRE);
-        if (cs == CO__CS_NONE || cs == CO__CS_COMPACTED) return;
-        if (cs == CO__CS_OFFERED) {
-            shard_t *sh = shard_of(g);
-            co__lock(&sh->lock);
-            bool mine = __atomic_load_n(&g->cstate, __ATOMIC_RELAXED) == CO__CS_OFFERED;
-            if (mine) withdraw_locked(sh, g);
-            co__unlock(&sh->lock);
-            if (mine) return;
-            continue;
-        }
-        /* BUSY: the scan claimed it and ends without the queue's lock
-         * (its trylock fails while we hold it, or finds the waiter
-         * popped) */
-        if (spins < 64)
-            co__cpu_relax();
-        else
-            sched_yield();
-    }
-}
-
-void co__compact_resume(co_g_t *g) {
+/* Waits out a scan at work on g (BUSY) and withdraws g's offer if it is
+ * still listed. CO__CS_COMPACTED: g's stack is out, for the caller to put
+ * back or leave; else CO__CS_NONE (nothing was, or is, out). */
+static inline uint8_t settle(co_g_t *g) {
     for (int spins = 0;; spins++) {
         /* acquire: pairs with the compactor's release of COMPACTED (seen
-         * through the waker's ready) or of OFFERED */
+         * through the waker's ready) or of OFFERED, or with the unlock of
+         * the shard's lock after a put-back */
         uint8_t cs = __atomic_load_n(&g->cstate, __ATOMIC_ACQUIRE);
-        if (CO_LIKELY(cs == CO__CS_NONE)) return;
-        if (cs == CO__CS_COMPACTED) break;
+        if (CO_LIKELY(cs == CO__CS_NONE) || cs == CO__CS_COMPACTED) return cs;
         if (cs == CO__CS_OFFERED) {
             /* withdrawn under its shard's lock, unless sysmon claimed it
              * first (BUSY: then wait, as below) */
@@ -635,15 +613,23 @@ void co__compact_resume(co_g_t *g) {
             bool mine = __atomic_load_n(&g->cstate, __ATOMIC_RELAXED) == CO__CS_OFFERED;
             if (mine) withdraw_locked(sh, g);
             co__unlock(&sh->lock);
-            if (mine) return;
+            if (mine) return CO__CS_NONE;
             continue;
         }
-        /* BUSY: the compactor is at it, for a few microseconds */
+        /* BUSY: the scan claimed it, for a few microseconds, and ends
+         * without the queue's lock (its trylock fails while a waker holds
+         * it, or finds the waiter popped) */
         if (spins < 64)
             co__cpu_relax();
         else
             sched_yield();
     }
+}
+
+void co__compact_woken(co_g_t *g) { (void)settle(g); }
+
+void co__compact_resume(co_g_t *g) {
+    if (settle(g) != CO__CS_COMPACTED) return;
     cbuf_t *b = g->cbuf;
     hide_begin();
     copy_raw(b->sp, b->bytes, b->len);
