@@ -716,6 +716,16 @@ ssize_t co__io_op(int fd, int how, co__io_fn fn, void *arg, int64_t deadline) {
     return n;
 }
 
+/* co__io_hooked's deadline, timeo ns after the first call that needs it:
+ * a call that never waits reads no clock */
+static inline int64_t lazy_deadline(int64_t *deadline, bool *known, int64_t timeo) {
+    if (!*known) {
+        *deadline = co_deadline_after(timeo);
+        *known = true;
+    }
+    return *deadline;
+}
+
 ssize_t co__io_hooked(int fd, int how, co__io_fn fn, void *arg, int64_t timeo, size_t rdlen) {
     co__pd_t *pd;
     bool held;
@@ -733,43 +743,29 @@ ssize_t co__io_hooked(int fd, int how, co__io_fn fn, void *arg, int64_t timeo, s
         return rc;
     bool rd = how & CO__IO_READ, wr = how & CO__IO_WRITE;
     int modes = (rd ? CO__PD_READ : 0) | (wr ? CO__PD_WRITE : 0);
-    /* from the first wait on: a call that never waits reads no clock */
-    int64_t deadline = CO_FOREVER;
+    int64_t deadline = CO_FOREVER; /* lazy_deadline's */
     bool dl_known = timeo <= 0;
     ssize_t n;
-    /* co_read's skip: see there */
     bool skip = (how & CO__IO_NEEDS_INPUT) && rd && !wr;
     for (;;) {
         uint32_t rs = rd ? __atomic_load_n(&pd->rseq, __ATOMIC_ACQUIRE) : 0;
         uint32_t ws = wr ? __atomic_load_n(&pd->wseq, __ATOMIC_ACQUIRE) : 0;
-        if (skip && drained_at(pd, rs) && !pd_plain(pd)) {
-            if (!dl_known) {
-                deadline = co_deadline_after(timeo);
-                dl_known = true;
-            }
-            if (edge_wait_pays(deadline)) {
-                __atomic_store_n(&pd->rdrained, 0, __ATOMIC_RELAXED); /* one skip per short read */
-                int w = co__pd_wait(pd, CO__PD_READ, rs, 0, deadline);
-                if (w < 0) {
-                    n = w;
-                    break;
-                }
-                continue;
-            }
-        }
-        n = fn(fd, arg);
-        if (rdlen && n > 0 && (size_t)n < rdlen && __atomic_load_n(&pd->stream, __ATOMIC_RELAXED))
-            __atomic_store_n(&pd->rdrained, rs + 1, __ATOMIC_RELAXED);
-        if (n >= 0 || !again(n) || pd_plain(pd))
-            break;
-        if (!dl_known) {
-            deadline = co_deadline_after(timeo);
-            dl_known = true;
+        /* co_read's skip: after a short read at this edge count, wait for
+         * the next edge instead of trying (skip: modes is READ alone) */
+        if (skip && drained_at(pd, rs) && !pd_plain(pd) &&
+            edge_wait_pays(lazy_deadline(&deadline, &dl_known, timeo))) {
+            __atomic_store_n(&pd->rdrained, 0, __ATOMIC_RELAXED); /* one skip per short read */
+        } else {
+            n = fn(fd, arg);
+            if (rdlen && n > 0 && (size_t)n < rdlen && __atomic_load_n(&pd->stream, __ATOMIC_RELAXED))
+                __atomic_store_n(&pd->rdrained, rs + 1, __ATOMIC_RELAXED);
+            if (n >= 0 || !again(n) || pd_plain(pd))
+                break;
         }
         /* No poll(2) and no epoll_ctl: the edge count was loaded before
          * fn's system call, and the number still names the file that
          * pd_enter set up (the hook retires a number before its close). */
-        int w = co__pd_wait(pd, modes, rs, ws, deadline);
+        int w = co__pd_wait(pd, modes, rs, ws, lazy_deadline(&deadline, &dl_known, timeo));
         if (w < 0) {
             n = w;
             break;
