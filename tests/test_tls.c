@@ -5,6 +5,7 @@
 // certificates that fail: the matching error, and the fd released.
 // ctest-timeout: 120
 // ctest-no-chaos
+// ctest-tsan-supp: tsan_openssl.supp (OpenSSL's reference counts: see the file)
 #include "t.h"
 
 #include <arpa/inet.h>

@@ -4,6 +4,7 @@
 // hold no worker, then a clean shutdown.
 // ctest-timeout: 60
 // ctest-no-chaos
+// ctest-tsan-supp: tsan_openssl.supp (OpenSSL's reference counts: see the file)
 #include "t.h"
 
 #define HTTP_SERVER_NO_MAIN 1
