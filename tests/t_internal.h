@@ -31,6 +31,7 @@ CO_HIDDEN int32_t co__rwmutex_reader_count(co_rwmutex_t *rw); /* sync/sync.c */
 CO_HIDDEN extern uint64_t co__mutex_starvation_count;  /* sync/sync.c */
 CO_HIDDEN bool co__recover_has_tag(const void *tag);    /* runtime/panic.c */
 CO_HIDDEN int64_t co__test_timers_listed(void);         /* runtime/timer.c */
+CO_HIDDEN uint64_t co__test_cache_sweeps(co_cache_t *c); /* sync/cache.c */
 /* Stack compaction (runtime/compact.c): its threshold in ms (0: the next
  * sysmon round), and its compactions and restores since the start. */
 CO_HIDDEN void co__test_compact_set_ms(uint32_t ms);

@@ -136,6 +136,7 @@ struct co_cache {
                        * owners' shards on their slow path */
     stack_t_ shared, victim;
     shardv_t *old;    /* replaced shard vectors, freed with the cache; under lock */
+    uint64_t sweeps;  /* sweeps begun; written under lock, read relaxed by tests */
     co__timer_t tm;
 };
 
@@ -316,6 +317,7 @@ static void cache_sweep(void *arg) {
     /* seq_cst: pairs with the store in co_cache_free */
     if (__atomic_load_n(&c->closing, __ATOMIC_SEQ_CST)) return;
     co__lock(&c->lock);
+    __atomic_store_n(&c->sweeps, c->sweeps + 1, __ATOMIC_RELAXED);
     stack_t_ dead = c->victim;
     c->victim = c->shared;
     memset(&c->shared, 0, sizeof c->shared);
@@ -383,6 +385,9 @@ void co_cache_free(co_cache_t *c) {
     if (c->armed) co__rt_unhold(CO__HOLD_CACHE);
     free(c);
 }
+
+/* Sweeps begun since the cache was made (for tests). */
+uint64_t co__test_cache_sweeps(co_cache_t *c) { return __atomic_load_n(&c->sweeps, __ATOMIC_RELAXED); }
 
 /* The sweep period (tests and tuning); 0 restores the default. Takes effect
  * from the next sweep. */
