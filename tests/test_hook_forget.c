@@ -162,7 +162,15 @@ static void test_forget_plain_thread(void) {
     struct parked pk = {sv[0], 1, 0};
     pthread_t t;
     CHECK_EQ(pthread_create(&t, NULL, thread_wait, &pk), 0);
-    co_sleep(20 * MS);
+    /* A forget before its call began would forget nothing, and the call
+     * would then wait on the open socket: wait until it is under way. */
+    co_alive_t a = {0};
+    for (int i = 0; i < 100000 && a.plain_io == 0; i++) {
+        CHECK_EQ(co_alive(&a), 0);
+        if (a.plain_io == 0) co_sleep(MS);
+    }
+    CHECK_EQ(a.plain_io, 1);
+    co_sleep(20 * MS); /* most likely parked by now; on its way in works too */
     CHECK_EQ(co_fd_forget(sv[0]), 0);
     pthread_join(t, NULL);
     /* ECLOSED if it was parked (or on its way in); never a timeout */

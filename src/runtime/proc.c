@@ -32,6 +32,72 @@ co_p_t *co__pidleget(void) {
     return p;
 }
 
+/* ---- Ms in transit (sched.ntransit) ------------------------------------- */
+
+/* sched.lock held: m has no P, is outside co_blocking's fn, and is on its
+ * way to sleep or to a P. */
+void co__transit_begin_locked(co_m_t *m) {
+    if (!m->transit) {
+        m->transit = true;
+        co__sched.ntransit++;
+    }
+}
+
+void co__transit_begin(co_m_t *m) {
+    co__lock(&co__sched.lock);
+    co__transit_begin_locked(m);
+    co__unlock(&co__sched.lock);
+}
+
+co_p_t *co__pidleget_or_transit(co_m_t *m) {
+    co__lock(&co__sched.lock);
+    co_p_t *p = pidleget_locked();
+    if (!p) co__transit_begin_locked(m);
+    co__unlock(&co__sched.lock);
+    return p;
+}
+
+/* sched.lock held: m, about to sleep, leaves transit. Returns a P that a
+ * co__startm left idle for it, for m to take instead of sleeping; NULL if
+ * none was (or another M took it meanwhile, and runs). */
+static co_p_t *transit_sleep_locked(co_m_t *m) {
+    co_sched_t *s = &co__sched;
+    if (!m->transit) return NULL;
+    m->transit = false;
+    s->ntransit--;
+    if (s->nwanted == 0) return NULL;
+    s->nwanted--;
+    co_p_t *p = pidleget_locked();
+    if (p) __atomic_add_fetch(&co__transit_taken, 1, __ATOMIC_RELAXED);
+    return p;
+}
+
+uint64_t co__transit_taken; /* atomic relaxed: a count for tests */
+
+void co__transit_pause(void) {
+    if (co__test_failing(CO__FAIL_SLOW_IDLE) || co__fastrand() % 4 == 0) {
+        struct timespec ts = {0, 200000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* m, in transit, took a P of its own: if a P was left idle for an M in
+ * transit and too few are left to take them, it wants another M. */
+void co__transit_end(co_m_t *m) {
+    co_sched_t *s = &co__sched;
+    co__lock(&s->lock);
+    if (!m->transit) {
+        co__unlock(&s->lock);
+        return;
+    }
+    m->transit = false;
+    s->ntransit--;
+    bool wake = s->nwanted > s->ntransit;
+    if (wake) s->nwanted--;
+    co__unlock(&s->lock);
+    if (wake) co__wakep();
+}
+
 /* ---- Ms ----------------------------------------------------------------- */
 
 /* Create an M that will start with p. */
@@ -99,12 +165,23 @@ static int private_to_global(co_p_t *p) {
     return k;
 }
 
+/* What only p's owner would run, to the global queue, before p goes idle
+ * without one: its runnext too, which sysmon's safety net does not look
+ * at (co__work_stranded). acq_rel: thieves CAS it; one of us gets it. */
+static void own_to_global(co_p_t *p) {
+    co_g_t *next = __atomic_exchange_n(&p->runnext, NULL, __ATOMIC_ACQ_REL);
+    if (next) co__globrunqput(&next, 1);
+    private_to_global(p);
+}
+
 /* Start an M to run p (or an idle P if p is NULL). */
 void co__startm(co_p_t *p, bool spinning) {
     co_sched_t *s = &co__sched;
     co__lock(&s->lock);
     if (!p) {
-        p = pidleget_locked();
+        /* the idle Ps left for Ms in transit are theirs: they run what
+         * this wake-up is for */
+        p = s->npidle > (uint32_t)s->nwanted ? pidleget_locked() : NULL;
         if (!p) {
             co__unlock(&s->lock);
             if (spinning) __atomic_sub_fetch(&s->nmspinning, 1, __ATOMIC_SEQ_CST);
@@ -112,22 +189,42 @@ void co__startm(co_p_t *p, bool spinning) {
         }
     }
     bool no_m = co__test_failing(CO__FAIL_NO_M);
-    co_m_t *m = no_m ? NULL : s->midle;
-    if (m) {
-        s->midle = m->link;
-        s->nmidle--;
-        m->onmidle = false;
-    } else if (!no_m && s->poller) {
-        /* No M asleep, but the poller has no P: it takes p when its poll
-         * returns (co__block_idle), rather than a new thread beside it. */
-        m = s->poller;
-        s->poller = NULL;
-        m->nextp = p;
-        m->spinning = spinning;
-        __atomic_store_n(&s->poller_given, 1, __ATOMIC_SEQ_CST); /* see proc.h */
+    co_m_t *m;
+    bool own_moved = false;
+    for (;;) {
+        m = no_m ? NULL : s->midle;
+        if (m) {
+            s->midle = m->link;
+            s->nmidle--;
+            m->onmidle = false;
+            break;
+        }
+        if (!no_m && s->poller) {
+            /* No M asleep, but the poller has no P: it takes p when its poll
+             * returns (co__block_idle), rather than a new thread beside it. */
+            m = s->poller;
+            s->poller = NULL;
+            m->nextp = p;
+            m->spinning = spinning;
+            __atomic_store_n(&s->poller_given, 1, __ATOMIC_SEQ_CST); /* see proc.h */
+            co__unlock(&s->lock);
+            co__netpoll_break();
+            return;
+        }
+        /* An M about to sleep will take p at its stopm or poll (the
+         * work's Gs go where any M finds them): no thread beside it. */
+        if (no_m || s->ntransit <= s->nwanted) break;
+        if (own_moved) {
+            s->nwanted++;
+            pidleput_locked(p);
+            co__unlock(&s->lock);
+            if (spinning) __atomic_sub_fetch(&s->nmspinning, 1, __ATOMIC_SEQ_CST);
+            return;
+        }
         co__unlock(&s->lock);
-        co__netpoll_break();
-        return;
+        own_to_global(p);
+        own_moved = true;
+        co__lock(&s->lock); /* and look again: an M may have gone to sleep */
     }
     co__unlock(&s->lock);
     if (!m) {
@@ -138,12 +235,9 @@ void co__startm(co_p_t *p, bool spinning) {
              * the global queue, and the rings it checks anyway), so an M
              * starts for it once threads can be made again. Its runnext
              * too: the net does not look there, and a thief takes it only
-             * in its last round, if any M looks for work at all. acq_rel:
-             * thieves CAS it; one of us gets it. No wakep here: it would
-             * only try the same creation again. */
-            co_g_t *next = __atomic_exchange_n(&p->runnext, NULL, __ATOMIC_ACQ_REL);
-            if (next) co__globrunqput(&next, 1);
-            private_to_global(p);
+             * in its last round, if any M looks for work at all. No wakep
+             * here: it would only try the same creation again. */
+            own_to_global(p);
             co__lock(&s->lock);
             pidleput_locked(p);
             co__unlock(&s->lock);
@@ -206,6 +300,12 @@ static void stopm(co_m_t *m) {
         co__unlock(&s->lock);
         return;
     }
+    co_p_t *wp = transit_sleep_locked(m);
+    if (wp) { /* left idle for an M in transit: take it, do not sleep */
+        m->nextp = wp;
+        co__unlock(&s->lock);
+        return;
+    }
     if (m->affq) {
         /* Gs only this M may run wait: take an idle P for them, or sleep
          * until a P going idle is handed over (co__affine_handoff_locked) */
@@ -264,8 +364,15 @@ void co__block_idle(co_m_t *m) {
             __atomic_load_n(&s->npidle, __ATOMIC_ACQUIRE) > 0)
             delay = 0; /* work is waiting for a P: don't sleep */
         co__lock(&s->lock);
-        s->poller = m; /* open to a P from co__startm */
+        co_p_t *wp = transit_sleep_locked(m);
+        if (!wp) s->poller = m; /* open to a P from co__startm */
         co__unlock(&s->lock);
+        if (wp) { /* left idle for an M in transit: take it, do not poll */
+            __atomic_store_n(&s->poll_until, 0, __ATOMIC_SEQ_CST);
+            __atomic_store_n(&s->polling, 0, __ATOMIC_RELEASE);
+            acquirep(m, wp);
+            return;
+        }
         CO_TRACE(CO__TEV_M_SLEEP, 0, 1);
         if (!__atomic_load_n(&s->stopping, __ATOMIC_ACQUIRE)) co__netpoll(delay);
         CO_TRACE(CO__TEV_M_WAKE, 0, 0);
@@ -277,6 +384,7 @@ void co__block_idle(co_m_t *m) {
         m->nextp = NULL;
         if (p) __atomic_store_n(&s->poller_given, 0, __ATOMIC_RELAXED);
         else p = pidleget_locked();
+        if (!p) co__transit_begin_locked(m); /* the timers below may wake an M: this one */
         co__unlock(&s->lock);
         __atomic_store_n(&s->polling, 0, __ATOMIC_RELEASE);
         if (p) acquirep(m, p);
@@ -359,6 +467,7 @@ void co__retire_p_nowake(co_m_t *m) {
 
 void co__retire_p(co_m_t *m) {
     co__retire_p_nowake(m);
+    co__transit_begin(m); /* on its way to co__block_idle */
     co__wakep(); /* for the Gs drained to the global queue */
 }
 

@@ -373,6 +373,8 @@ typedef struct co_m {
      * owner's next look (findrunnable, every 61st schedule, stopm). */
     co_g_t *affq, *affq_tail;
     bool onmidle;              /* under sched.lock: asleep in stopm, on the idle M list */
+    bool transit;              /* under sched.lock, set and cleared by the M itself: counted
+                                * in sched.ntransit */
     uint32_t pin;              /* co__pin_enter's sequence, odd inside a pinned section:
                                 * stored by the owner only (relaxed on entry, release on
                                 * exit), loaded by co__pin_wait (acquire) */
@@ -415,6 +417,14 @@ typedef struct co_sched {
     co_m_t *poller;
     co_m_t *allm;
     int mcount;
+    /* Ms in transit: without a P, outside co_blocking's fn, on their way to
+     * sleep (stopm, the poller) or to a P. co__startm, finding no M asleep,
+     * leaves its P idle for one of them rather than make a thread while one
+     * is about to be spare (nwanted counts those Ps); an M leaving transit
+     * takes one then (an idle P, at stopm or the poll), or wakes for it if
+     * it took a P of its own. nwanted <= ntransit. Both under lock. */
+    int ntransit;
+    int nwanted;
     /* The global run queue: arrays of G pointers in chunks, so moving Gs in
      * and out under the lock never touches the Gs themselves (a linked list
      * through cold Gs cost a cache miss per G with the lock held). If a
@@ -546,6 +556,13 @@ CO_HIDDEN void co__wakep(void);
 CO_HIDDEN void co__startm(co_p_t *p, bool spinning);
 CO_HIDDEN void co__handoffp(co_p_t *p);
 CO_HIDDEN co_p_t *co__pidleget(void);
+CO_HIDDEN void co__transit_begin(co_m_t *m);     /* m is in transit (sched.ntransit) */
+CO_HIDDEN void co__transit_begin_locked(co_m_t *m); /* the same, sched.lock held */
+CO_HIDDEN void co__transit_end(co_m_t *m);
+/* An idle P, or, with none, m in transit (in one section: sched.lock). */
+CO_HIDDEN co_p_t *co__pidleget_or_transit(co_m_t *m);
+CO_HIDDEN void co__transit_pause(void); /* chaos and tests: sleep a little in transit */
+CO_HIDDEN extern uint64_t co__transit_taken; /* Ps taken at sleep, left for an M in transit */       /* m, in transit, took a P itself */
 /* sched.lock held, s->naffq > 0: hand p to an M asleep on the idle list
  * with Gs on its affq; false if there is none (sched.c) */
 CO_HIDDEN bool co__affine_handoff_locked(co_p_t *p);

@@ -858,7 +858,10 @@ static co_g_t *findrunnable(co_m_t *m) {
         }
         m->p = NULL;
         pidleput_locked(p);
+        co__transit_begin_locked(m);
         co__unlock(&s->lock);
+        if (CO_UNLIKELY(s->chaos) || co__test_failing(CO__FAIL_SLOW_IDLE))
+            co__transit_pause(); /* widens the window in which m is in transit */
         bool was_spinning = m->spinning;
         if (was_spinning) {
             CO_TRACE(CO__TEV_M_SPIN_END, 0, 0);

@@ -114,6 +114,7 @@ static inline void plain_push(co_g_t *g) {
 
 /* m takes p, to run its coroutines. */
 static inline void acquirep(co_m_t *m, co_p_t *p) {
+    if (CO_UNLIKELY(m->transit)) co__transit_end(m);
     CO_TRACE(CO__TEV_P_ACQUIRE, p->id, 0);
     m->p = p;
     p->m = m;

@@ -425,7 +425,10 @@ static void blocking_exit(bool pinned) {
         m->p = p;
         return;
     }
-    co_p_t *p2 = co__pidleget();
+    /* Without an idle P, m is in transit from here (in the same section
+     * as the look): a P needing an M may wait for it (co__startm). Not a
+     * pinned call's: it waits for a P below, as a thread, not in stopm. */
+    co_p_t *p2 = pinned ? co__pidleget() : co__pidleget_or_transit(m);
     if (p2) {
         m->p = p2;
         p2->m = m;
@@ -435,8 +438,10 @@ static void blocking_exit(bool pinned) {
         __atomic_store_n(&p2->status, CO_P_RUNNING, __ATOMIC_RELEASE);
         return;
     }
-    if (steal_syscall_p(m))
+    if (steal_syscall_p(m)) {
+        co__transit_end(m);
         return;
+    }
     if (pinned) {
         /* The coroutine must go on on this thread: wait here, as a thread,
          * for a P to come free (an idle one, or one sysmon retakes from an
@@ -456,7 +461,7 @@ static void blocking_exit(bool pinned) {
                 return;
         }
     }
-    co__park_current(post_requeue, NULL, CO__WR_NONE);
+    co__park_current(post_requeue, NULL, CO__WR_NONE); /* its wake-up may find this M */
 }
 
 /* ---- co_blocking's cap: at most `cap` Ms inside it at once ---------------
