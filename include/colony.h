@@ -389,8 +389,10 @@ CO_EXTERN int co_blocking(void (*fn)(void *arg), void *arg);
 /* fd is going away, or was closed with close(2) behind colony's back (a
  * library's own close): every coroutine or thread waiting on it in co_read,
  * co_write, co_wait_fd & co is woken with CO_ECLOSED, colony drops it from
- * the netpoller and forgets what it knew, and does NOT close it. 0 (also
- * for an fd colony never saw) or -EBADF for a negative fd. co_wait_fd needs
+ * the netpoller and forgets what it knew, and does NOT close it. It returns
+ * once the last operation under way on fd has left, so that the caller may
+ * close fd and its number name a new file at once. 0 (also for an fd
+ * colony never saw) or -EBADF for a negative fd. co_wait_fd needs
  * no such call: it notices a number that names a new file by itself. */
 CO_EXTERN int co_fd_forget(int fd);
 /* co_blocking's cap: at most this many threads inside co_blocking at once

@@ -14,6 +14,7 @@
 #include "runtime/proc.h"
 #include "runtime/trace.h"
 #include "chan/chan_impl.h"
+#include "io/io.h"
 #include "pool/pool_impl.h"
 
 /* Fault injection (base/testhook.h): turn CO__FAIL_* bits on or off. */

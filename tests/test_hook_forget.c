@@ -5,6 +5,7 @@
 // ctest-timeout: 60
 #define _GNU_SOURCE 1
 #include "t.h"
+#include "t_internal.h"
 
 #include <colony.h>
 
@@ -179,6 +180,81 @@ static void test_forget_plain_thread(void) {
     close(sv[1]);
 }
 
+/* co_fd_forget returns only once the operations under way on the number
+ * have left: its caller (the hook's close) closes the number next, and a
+ * new file that takes it must not find the old file's close still
+ * pending, or the new file's operations fail with CO_ECLOSED. The
+ * operation is held inside its call, past its write, as a thread
+ * preempted there is (co__io_hooked: the hook's path). */
+static int op_held, op_go, op_rc, forget_done;
+static ssize_t held_write(int fd, void *arg) {
+    (void)arg;
+    ssize_t r = write(fd, "x", 1);
+    int e = errno;
+    __atomic_store_n(&op_held, 1, __ATOMIC_RELEASE);
+    while (!__atomic_load_n(&op_go, __ATOMIC_ACQUIRE)) usleep(1000);
+    return r < 0 ? -e : r;
+}
+static ssize_t plain_write(int fd, void *arg) {
+    (void)arg;
+    ssize_t r = write(fd, "y", 1);
+    return r < 0 ? -errno : r;
+}
+static void *held_op_thread(void *arg) {
+    int fd = *(int *)arg;
+    __atomic_store_n(&op_rc, (int)co__io_hooked(fd, CO__IO_WRITE, held_write, NULL, 0, 0),
+                     __ATOMIC_RELEASE);
+    return NULL;
+}
+static void *forget_close_thread(void *arg) {
+    int fd = *(int *)arg;
+    if (co_fd_forget(fd) != 0) abort();
+    close(fd);
+    __atomic_store_n(&forget_done, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+static void test_forget_waits_for_ops(void) {
+    op_held = op_go = forget_done = 0;
+    op_rc = 0;
+    int sv[2], nv[2], mv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    pthread_t op, fg;
+    CHECK_EQ(pthread_create(&op, NULL, held_op_thread, &sv[1]), 0);
+    while (!__atomic_load_n(&op_held, __ATOMIC_ACQUIRE)) co_sleep(MS);
+    CHECK_EQ(pthread_create(&fg, NULL, forget_close_thread, &sv[1]), 0);
+    co_sleep(50 * MS); /* a forget that does not wait has returned by now */
+    CHECK(!__atomic_load_n(&forget_done, __ATOMIC_ACQUIRE));
+    /* a new file meanwhile does not get the number, and works */
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, nv), 0);
+    CHECK(nv[0] != sv[1] && nv[1] != sv[1]);
+    CHECK_EQ(co__io_hooked(nv[0], CO__IO_WRITE, plain_write, NULL, 0, 0), 1);
+    CHECK_EQ(co__io_hooked(nv[1], CO__IO_WRITE, plain_write, NULL, 0, 0), 1);
+    __atomic_store_n(&op_go, 1, __ATOMIC_RELEASE);
+    pthread_join(op, NULL);
+    pthread_join(fg, NULL);
+    CHECK_EQ(__atomic_load_n(&op_rc, __ATOMIC_ACQUIRE), 1);
+    CHECK(forget_done);
+    char c;
+    CHECK_EQ(read(sv[0], &c, 1), 1);
+    /* the number, free now, names a new file at once, which works */
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, mv), 0);
+    int peer = mv[1];
+    if (mv[1] == sv[1]) {
+        peer = mv[0];
+    } else if (mv[0] != sv[1]) {
+        CHECK_EQ(dup2(mv[0], sv[1]), sv[1]);
+        close(mv[0]);
+    }
+    CHECK_EQ(co__io_hooked(sv[1], CO__IO_WRITE, plain_write, NULL, 0, 0), 1);
+    CHECK_EQ(read(peer, &c, 1), 1);
+    CHECK_EQ(c, 'y');
+    CHECK_EQ(co_close(sv[1]), 0);
+    close(peer);
+    close(sv[0]);
+    CHECK_EQ(co_close(nv[0]), 0);
+    CHECK_EQ(co_close(nv[1]), 0);
+}
+
 /* Bad input: a negative fd; a number colony never saw; twice in a row. */
 static void test_forget_bad_input(void) {
     CHECK_EQ(co_fd_forget(-1), -EBADF);
@@ -238,6 +314,7 @@ static int run(void *arg) {
     T_RUN(test_closed_behind);
     T_RUN(test_forget_wakes);
     T_RUN(test_forget_plain_thread);
+    T_RUN(test_forget_waits_for_ops);
     T_RUN(test_forget_bad_input);
     T_RUN(test_many_reconnecting);
     CHECK_EQ(t_count_fds(), fds0);

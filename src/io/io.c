@@ -269,9 +269,20 @@ int co_fd_forget(int fd) {
         return 0;
     bool held = co__cur_g() == NULL && co__rt_hold_if_up(CO__HOLD_IO);
     int rc = close_pd(pd, true);
+    /* The caller closes the number next, and a new file may take it at
+     * once: an operation still under way (woken with CO_ECLOSED, or past
+     * its last system call) would keep CLOSING set over that new file,
+     * whose operations would then fail with CO_ECLOSED. So return only
+     * once the last one has left and the finaliser has cleared the slot,
+     * as co_close's close(2) comes only then. Not for long: each such
+     * operation runs or is runnable (close_pd woke the parked ones). A
+     * close already under way (-EBADF) is waited for alike. Acquire:
+     * pairs with pd_try_finalize's release clearing, after its reset. */
+    while (__atomic_load_n(&pd->state, __ATOMIC_ACQUIRE) & (CO__PD_CLOSING | CO__PD_FINAL))
+        co_yield(); /* sched_yield() on a plain thread */
     if (held)
         co__rt_unhold(CO__HOLD_IO);
-    return rc == -EBADF ? 0 : rc; /* a close under way forgets it as well */
+    return rc == -EBADF ? 0 : rc;
 }
 
 /* Syscall wrappers returning -errno. Not inlined: glibc declares
@@ -729,16 +740,10 @@ static inline int64_t lazy_deadline(int64_t *deadline, bool *known, int64_t time
 ssize_t co__io_hooked(int fd, int how, co__io_fn fn, void *arg, int64_t timeo, size_t rdlen) {
     co__pd_t *pd;
     bool held;
+    /* CO_ECLOSED: this file is being closed (the hook's close returns
+     * only once co_fd_forget has seen its last operation out, so the
+     * number cannot name a new file yet) */
     int rc = door_enter(fd, how, fn, &pd, &held);
-    /* CLOSING: the hook retired this number's former file while an
-     * operation on it was still under way (woken with CO_ECLOSED, on its
-     * way out), and the number may name a new file already: let that
-     * operation leave (a few yields; not forever, as it may be our
-     * caller's own, an interposed call inside co_read). */
-    for (int i = 0; rc == CO_ECLOSED && i < 64; i++) {
-        co_yield();
-        rc = pd_enter(fd, &pd, &held);
-    }
     if (rc < 0)
         return rc;
     bool rd = how & CO__IO_READ, wr = how & CO__IO_WRITE;
