@@ -32,7 +32,7 @@ static int t_cur_failed;
     } while (0)
 
 static int t_passed, t_failed;
-static void t_run(const char *name, void (*fn)(void)) {
+__attribute__((unused)) static void t_run(const char *name, void (*fn)(void)) {
     t_cur_failed = 0;
     fprintf(stderr, "-- %s\n", name);
     fn();
