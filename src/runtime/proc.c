@@ -371,6 +371,9 @@ void co__block_idle(co_m_t *m) {
             __atomic_store_n(&s->poll_until, 0, __ATOMIC_SEQ_CST);
             __atomic_store_n(&s->polling, 0, __ATOMIC_RELEASE);
             acquirep(m, wp);
+            /* A timer added meanwhile on an idle P counted on this poll
+             * (it saw poll_until): another M watches the timers now. */
+            if (co__timers_next()) co__wakep();
             return;
         }
         CO_TRACE(CO__TEV_M_SLEEP, 0, 1);
