@@ -32,7 +32,12 @@
  * Sleeping (proc.c's co__block_idle). Idle Ms sleep on a futex in m->park
  * (never busy-poll). One idle M at a time is the poller: it blocks in
  * co__netpoll until the earliest timer of all Ps (sched.poll_until);
- * adding an earlier timer breaks it.
+ * adding an earlier timer breaks it. An M without a P on its way to sleep
+ * is in transit (sched.ntransit): startm, finding no M asleep, leaves its
+ * P idle for such an M (sched.nwanted) rather than make a thread, and the
+ * M takes it at stopm or at the poll; one that takes a P of its own
+ * instead passes the wake-up on. So Ms beyond those inside co_blocking
+ * and those holding Ps are made only when none is on its way to be spare.
  *
  * Where. This file: the current M, switching, a coroutine's exit, park,
  * ready and yield, and the M's loop (findrunnable, mstart). runq.c: the
