@@ -21,6 +21,10 @@ static co_p_t *pidleget_locked(void) {
     if (p) {
         s->pidle = p->link;
         __atomic_store_n(&s->npidle, s->npidle - 1, __ATOMIC_SEQ_CST);
+        /* A P left for an M in transit, taken by another M (a co_blocking
+         * return, a re-check): that M runs the work. No more are left
+         * than are idle. */
+        if ((uint32_t)s->nwanted > s->npidle) s->nwanted = (int)s->npidle;
     }
     return p;
 }
@@ -174,17 +178,38 @@ static void own_to_global(co_p_t *p) {
     private_to_global(p);
 }
 
+static void startm(co_p_t *p, bool spinning, bool recheck);
+static void wakep(bool recheck);
+
+/* A wake-up that started no M gives its spinning count back, then looks
+ * for work once more: a G queued while the count stood saw an M spinning
+ * in wakep and woke nobody (the StoreLoad pair of sched.c's essay, with
+ * this as the spinner's side). Once only: a second wake-up that starts
+ * no M does not look again (the Ps it found idle are left for Ms in
+ * transit, which look for work as they take them). */
+static void spin_drop(bool recheck) {
+    co_sched_t *s = &co__sched;
+    __atomic_sub_fetch(&s->nmspinning, 1, __ATOMIC_SEQ_CST);
+    if (!recheck) return;
+    bool work = co__globrunq_pending(__ATOMIC_SEQ_CST);
+    for (int i = 0; !work && i < s->nprocs; i++) work = !runq_nothing_to_steal(co__allp(i));
+    if (work) wakep(false);
+}
+
 /* Start an M to run p (or an idle P if p is NULL). */
-void co__startm(co_p_t *p, bool spinning) {
+void co__startm(co_p_t *p, bool spinning) { startm(p, spinning, true); }
+
+static void startm(co_p_t *p, bool spinning, bool recheck) {
     co_sched_t *s = &co__sched;
     co__lock(&s->lock);
     if (!p) {
         /* the idle Ps left for Ms in transit are theirs: they run what
          * this wake-up is for */
-        p = s->npidle > (uint32_t)s->nwanted ? pidleget_locked() : NULL;
+        bool left = s->nwanted > 0 && s->npidle <= (uint32_t)s->nwanted;
+        p = left ? NULL : pidleget_locked();
         if (!p) {
             co__unlock(&s->lock);
-            if (spinning) __atomic_sub_fetch(&s->nmspinning, 1, __ATOMIC_SEQ_CST);
+            if (spinning) spin_drop(recheck && left);
             return;
         }
     }
@@ -218,7 +243,7 @@ void co__startm(co_p_t *p, bool spinning) {
             s->nwanted++;
             pidleput_locked(p);
             co__unlock(&s->lock);
-            if (spinning) __atomic_sub_fetch(&s->nmspinning, 1, __ATOMIC_SEQ_CST);
+            if (spinning) spin_drop(recheck);
             return;
         }
         co__unlock(&s->lock);
@@ -252,7 +277,9 @@ void co__startm(co_p_t *p, bool spinning) {
     co__futex_wake(&m->park, 1);
 }
 
-void co__wakep(void) {
+void co__wakep(void) { wakep(true); }
+
+static void wakep(bool recheck) {
     co_sched_t *s = &co__sched;
     if (CO_UNLIKELY(__atomic_load_n(&s->stopping, __ATOMIC_RELAXED))) {
         co__forked_check(); /* a forked child: no M will ever take the work */
@@ -265,7 +292,7 @@ void co__wakep(void) {
         !__atomic_compare_exchange_n(&s->nmspinning, &z, 1, false, __ATOMIC_SEQ_CST,
                                      __ATOMIC_RELAXED))
         return;
-    co__startm(NULL, true);
+    startm(NULL, true, recheck);
 }
 
 /* P released by a retake (co_blocking) or a retiring M: find it an M. */
@@ -373,7 +400,14 @@ void co__block_idle(co_m_t *m) {
             acquirep(m, wp);
             /* A timer added meanwhile on an idle P counted on this poll
              * (it saw poll_until): another M watches the timers now. */
-            if (co__timers_next()) co__wakep();
+            for (int i = 0; i < s->nprocs; i++) {
+                co_p_t *q = co__allp(i);
+                if (q != wp && __atomic_load_n(&q->timer0_when, __ATOMIC_ACQUIRE) != 0 &&
+                    __atomic_load_n(&q->status, __ATOMIC_ACQUIRE) != CO_P_RUNNING) {
+                    co__wakep();
+                    break;
+                }
+            }
             return;
         }
         CO_TRACE(CO__TEV_M_SLEEP, 0, 1);
@@ -469,8 +503,8 @@ void co__retire_p_nowake(co_m_t *m) {
 }
 
 void co__retire_p(co_m_t *m) {
+    co__transit_begin(m); /* on its way to co__block_idle, before the wake-ups */
     co__retire_p_nowake(m);
-    co__transit_begin(m); /* on its way to co__block_idle */
     co__wakep(); /* for the Gs drained to the global queue */
 }
 

@@ -762,6 +762,7 @@ static void post_affine(co_g_t *g, void *arg) {
     if (give) {
         CO_TRACE(CO__TEV_P_RELEASE, p->id, 0);
         m->p = NULL;
+        co__transit_begin_locked(m); /* on its way to sleep, P-less */
         p->m = NULL;
         __atomic_store_n(&p->status, CO_P_IDLE, __ATOMIC_RELEASE);
         affine_wake_locked(home, p);
