@@ -728,6 +728,14 @@ CO_HIDDEN void co__runq_drain_global(co_p_t *p);          /* runq.c: its queue t
 CO_HIDDEN int co__sysmon_start(void);
 CO_HIDDEN void co__sysmon_stop(void);
 CO_HIDDEN void co__sysmon_kick(void);
+/* procstat.c: sysmon's looks at /proc, read by a thread with a file table
+ * of its own so that no number of the program's is ever taken. Started
+ * before sysmon, stopped after it has been joined. */
+CO_HIDDEN void co__procstat_start(void);
+CO_HIDDEN void co__procstat_stop(void);
+CO_HIDDEN int co__procstat_state(int tid); /* sysmon: its state letter, 0 unknown */
+CO_HIDDEN int co__procstat_threads(void);  /* sysmon: the process's threads, -1 unknown */
+CO_HIDDEN int co__procstat_threads_own(void); /* threads of its own: 1 with the reader, 0 */
 /* debug.c */
 CO_HIDDEN void co__schedtrace(FILE *out);
 /* Deadlock detection (deadlock.c), called by sysmon each round. */
