@@ -733,8 +733,11 @@ CO_HIDDEN void co__sysmon_kick(void);
  * before sysmon, stopped after it has been joined. */
 CO_HIDDEN void co__procstat_start(void);
 CO_HIDDEN void co__procstat_stop(void);
-CO_HIDDEN int co__procstat_state(int tid); /* sysmon: its state letter, 0 unknown */
-CO_HIDDEN int co__procstat_threads(void);  /* sysmon: the process's threads, -1 unknown */
+/* sysmon: tid's state letter; 0 if it cannot be read, CO__PROCSTAT_LATE
+ * if the reader did not answer in time (it may not have run). */
+CO_HIDDEN int co__procstat_state(int tid);
+#define CO__PROCSTAT_LATE '?'
+CO_HIDDEN int co__procstat_threads(void); /* sysmon: the process's threads, -1 unknown or late */
 CO_HIDDEN int co__procstat_threads_own(void); /* threads of its own: 1 with the reader, 0 */
 /* debug.c */
 CO_HIDDEN void co__schedtrace(FILE *out);

@@ -16,7 +16,7 @@
  * req) sysmon writes the request and bumps req (release: pairs with the
  * reader's acquire), the reader writes the answer and stores ans = req
  * (release: pairs with sysmon's acquire). sysmon waits up to READ_WAIT_NS
- * for it: one late (the host did not run the reader) counts as unknown,
+ * for it: one late (the host did not run the reader) is answered "late",
  * and no new request is made before it has come, so a request is never
  * rewritten while the reader reads it.
  *
@@ -140,11 +140,11 @@ void co__procstat_stop(void) {
 
 int co__procstat_threads_own(void) { return rd.up; }
 
-/* sysmon: kind's answer for tid, from the reader, or unknown. */
-static int ask(int kind, int tid, int unknown) {
+/* sysmon: kind's answer for tid, from the reader, or late. */
+static int ask(int kind, int tid, int late) {
     if (!rd.up) return answer(kind, tid);
     uint32_t seq = __atomic_load_n(&rd.req, __ATOMIC_RELAXED); /* sysmon alone bumps it */
-    if (__atomic_load_n(&rd.ans, __ATOMIC_ACQUIRE) != seq) return unknown; /* the last still unanswered */
+    if (__atomic_load_n(&rd.ans, __ATOMIC_ACQUIRE) != seq) return late; /* the last still unanswered */
     rd.kind = kind;
     rd.tid = tid;
     __atomic_store_n(&rd.req, seq + 1, __ATOMIC_RELEASE);
@@ -152,10 +152,10 @@ static int ask(int kind, int tid, int unknown) {
     int64_t until = co_now() + READ_WAIT_NS;
     uint32_t a;
     while ((a = __atomic_load_n(&rd.ans, __ATOMIC_ACQUIRE)) != seq + 1)
-        if (co__futex_wait(&rd.ans, a, until) == CO_ETIMEDOUT) return unknown;
+        if (co__futex_wait(&rd.ans, a, until) == CO_ETIMEDOUT) return late;
     return rd.result;
 }
 
-int co__procstat_state(int tid) { return ask(RQ_STATE, tid, 0); }
+int co__procstat_state(int tid) { return ask(RQ_STATE, tid, CO__PROCSTAT_LATE); }
 
 int co__procstat_threads(void) { return ask(RQ_THREADS, 0, -1); }

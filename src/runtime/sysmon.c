@@ -128,8 +128,13 @@ static int64_t thread_cpuns(clockid_t c) {
 }
 
 /* Whether thread tid is runnable (state R: on a CPU or on the kernel's run
- * queue) rather than asleep in the kernel; false if it cannot be read. */
-static bool thread_runnable(int tid) { return co__procstat_state(tid) == 'R'; }
+ * queue) rather than asleep in the kernel; false if it cannot be read.
+ * Taken as runnable if the /proc reader answered late: the host may not
+ * be running it either, and the next look asks again. */
+static bool thread_runnable(int tid) {
+    int st = co__procstat_state(tid);
+    return st == 'R' || st == CO__PROCSTAT_LATE;
+}
 
 /* Whether p's M has not scheduled because the host did not run its thread
  * rather than because a coroutine holds it: a spare P would need a thread
