@@ -87,8 +87,8 @@ static bool looks_dead(co_sched_t *s, int *ncoroutines) {
     bool all_parked = w.all_parked;
     uint32_t plain = __atomic_load_n(&co__plain_parked_forever, __ATOMIC_RELAXED);
     if (!all_parked || (live == 0 && plain == 0)) return false;
+    int have = co__procstat_threads(); /* first: it may start the reader */
     int want = ms + 1 + co__procstat_threads_own() + (int)plain;
-    int have = co__procstat_threads();
     if (have != want) return false;
     *ncoroutines = live;
     return true;

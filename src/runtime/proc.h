@@ -729,8 +729,9 @@ CO_HIDDEN int co__sysmon_start(void);
 CO_HIDDEN void co__sysmon_stop(void);
 CO_HIDDEN void co__sysmon_kick(void);
 /* procstat.c: sysmon's looks at /proc, read by a thread with a file table
- * of its own so that no number of the program's is ever taken. Started
- * before sysmon, stopped after it has been joined. */
+ * of its own so that no number of the program's is ever taken; started at
+ * the first look, gone after a second without one. co__procstat_start
+ * before sysmon starts, co__procstat_stop after it has been joined. */
 CO_HIDDEN void co__procstat_start(void);
 CO_HIDDEN void co__procstat_stop(void);
 /* sysmon: tid's state letter; 0 if it cannot be read, CO__PROCSTAT_LATE
@@ -738,7 +739,7 @@ CO_HIDDEN void co__procstat_stop(void);
 CO_HIDDEN int co__procstat_state(int tid);
 #define CO__PROCSTAT_LATE '?'
 CO_HIDDEN int co__procstat_threads(void); /* sysmon: the process's threads, -1 unknown or late */
-CO_HIDDEN int co__procstat_threads_own(void); /* threads of its own: 1 with the reader, 0 */
+CO_HIDDEN int co__procstat_threads_own(void); /* sysmon: threads of its own now, 1 or 0 */
 /* debug.c */
 CO_HIDDEN void co__schedtrace(FILE *out);
 /* Deadlock detection (deadlock.c), called by sysmon each round. */

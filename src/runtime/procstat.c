@@ -12,13 +12,19 @@
  * number of the program's is ever taken. Its system calls are raw: a
  * sanitizer's fd bookkeeping knows one table per process.
  *
+ * The reader is started at sysmon's first look that needs it and leaves
+ * after IDLE_NS without a request, so a program whose Ps are never held
+ * too long has no thread for it.
+ *
  * One request at a time, from sysmon alone: with the reader idle (ans ==
- * req) sysmon writes the request and bumps req (release: pairs with the
- * reader's acquire), the reader writes the answer and stores ans = req
- * (release: pairs with sysmon's acquire). sysmon waits up to READ_WAIT_NS
- * for it: one late (the host did not run the reader) is answered "late",
- * and no new request is made before it has come, so a request is never
- * rewritten while the reader reads it.
+ * req) sysmon writes the request and moves req on by a CAS (release:
+ * pairs with the reader's acquire), the reader writes the answer and
+ * stores ans = req (release: pairs with sysmon's acquire). sysmon waits up
+ * to READ_WAIT_NS for it: one late (the host did not run the reader) is
+ * answered "late", and no new request is made before it has come, so a
+ * request is never rewritten while the reader reads it. A reader idle for
+ * IDLE_NS leaves by a CAS of req to req | GONE: of that CAS and sysmon's
+ * next request, one wins; sysmon joins a reader gone and starts another.
  *
  * Without CLOSE_RANGE_UNSHARE (an older kernel, a seccomp filter) there
  * is no reader, and sysmon opens the files itself, in the process's
@@ -38,15 +44,18 @@
 #define CLOSE_RANGE_UNSHARE (1U << 1)
 #endif
 
-#define READ_WAIT_NS 2000000 /* how long sysmon waits for an answer */
+#define READ_WAIT_NS 2000000   /* how long sysmon waits for an answer */
+#define IDLE_NS 1000000000LL   /* a reader without a request this long leaves */
+#define GONE 0x80000000u       /* in req: the reader has left */
 
 enum { RQ_STATE, RQ_THREADS };
 
 static struct {
     pthread_t thread;
-    /* 1 while the reader runs in a table of its own. Written by
-     * co__procstat_start before sysmon starts and by co__procstat_stop
-     * after it has been joined; read by sysmon in between. */
+    /* 0: no reader; 1: a reader started (joinable, maybe gone: see req);
+     * 2: no table of its own to be had. Written and read by sysmon, and
+     * by co__procstat_start before sysmon starts and co__procstat_stop
+     * after it has been joined. */
     int up;
     /* futex word: 1 up, 2 no table of its own. Stored once by the reader
      * (release), waited for by co__procstat_start (acquire). */
@@ -100,7 +109,12 @@ static void *reader_main(void *arg) {
         uint32_t v = __atomic_load_n(&rd.req, __ATOMIC_ACQUIRE);
         if (__atomic_load_n(&rd.stop, __ATOMIC_ACQUIRE)) break;
         if (v == done) {
-            co__futex_wait(&rd.req, v, CO_FOREVER);
+            if (co__futex_wait(&rd.req, v, co_now() + IDLE_NS) == CO_ETIMEDOUT) {
+                uint32_t e = v; /* idle: leave, unless a request came meanwhile */
+                if (__atomic_compare_exchange_n(&rd.req, &e, v | GONE, false, __ATOMIC_ACQ_REL,
+                                                __ATOMIC_ACQUIRE))
+                    break;
+            }
             continue;
         }
         rd.result = answer(rd.kind, rd.tid);
@@ -111,49 +125,71 @@ static void *reader_main(void *arg) {
     return NULL;
 }
 
-void co__procstat_start(void) {
-    rd.up = 0;
+/* sysmon: a reader, started; false if no table of its own is to be had
+ * (or no thread), and none will be tried again. */
+static bool reader_spawn(void) {
     rd.verdict = rd.req = rd.ans = rd.stop = 0;
     pthread_attr_t attr;
     pthread_attr_init(&attr);
-    pthread_attr_setstacksize(&attr, 256 * 1024);
+    pthread_attr_setstacksize(&attr, 64 * 1024);
     int rc = pthread_create(&rd.thread, &attr, reader_main, NULL);
     pthread_attr_destroy(&attr);
-    if (rc != 0) return; /* no reader: sysmon reads the files itself */
+    if (rc != 0) return false; /* for now: the next look tries again */
     uint32_t v;
     while ((v = __atomic_load_n(&rd.verdict, __ATOMIC_ACQUIRE)) == 0)
         co__futex_wait(&rd.verdict, 0, CO_FOREVER);
-    if (v == 1)
+    if (v == 1) {
         rd.up = 1;
-    else
-        pthread_join(rd.thread, NULL);
-}
-
-void co__procstat_stop(void) {
-    if (!rd.up) return;
-    __atomic_store_n(&rd.stop, 1, __ATOMIC_RELEASE);
-    __atomic_add_fetch(&rd.req, 1, __ATOMIC_RELEASE); /* sysmon is gone: no request races it */
-    co__futex_wake(&rd.req, 1);
+        return true;
+    }
     pthread_join(rd.thread, NULL);
-    rd.up = 0;
+    rd.up = 2;
+    return false;
 }
 
-int co__procstat_threads_own(void) { return rd.up; }
+/* Before sysmon starts (co_init, or a fork's child): no reader yet. */
+void co__procstat_start(void) { rd.up = 0; }
+
+/* After sysmon has been joined: nothing asks any more. */
+void co__procstat_stop(void) {
+    if (rd.up == 1) {
+        __atomic_store_n(&rd.stop, 1, __ATOMIC_RELEASE);
+        __atomic_add_fetch(&rd.req, 1, __ATOMIC_RELEASE); /* fails a leaving CAS, or changes nothing */
+        co__futex_wake(&rd.req, 1);
+        pthread_join(rd.thread, NULL);
+    }
+    if (rd.up != 2) rd.up = 0;
+}
+
+int co__procstat_threads_own(void) {
+    return __atomic_load_n(&rd.up, __ATOMIC_RELAXED) == 1 && !(__atomic_load_n(&rd.req, __ATOMIC_ACQUIRE) & GONE);
+}
 
 /* sysmon: kind's answer for tid, from the reader, or late. */
 static int ask(int kind, int tid, int late) {
-    if (!rd.up) return answer(kind, tid);
-    uint32_t seq = __atomic_load_n(&rd.req, __ATOMIC_RELAXED); /* sysmon alone bumps it */
-    if (__atomic_load_n(&rd.ans, __ATOMIC_ACQUIRE) != seq) return late; /* the last still unanswered */
-    rd.kind = kind;
-    rd.tid = tid;
-    __atomic_store_n(&rd.req, seq + 1, __ATOMIC_RELEASE);
-    co__futex_wake(&rd.req, 1);
-    int64_t until = co_now() + READ_WAIT_NS;
-    uint32_t a;
-    while ((a = __atomic_load_n(&rd.ans, __ATOMIC_ACQUIRE)) != seq + 1)
-        if (co__futex_wait(&rd.ans, a, until) == CO_ETIMEDOUT) return late;
-    return rd.result;
+    for (int tries = 0; tries < 3; tries++) {
+        if (rd.up == 2 || (rd.up == 0 && !reader_spawn())) return answer(kind, tid);
+        uint32_t seq = __atomic_load_n(&rd.req, __ATOMIC_ACQUIRE);
+        if (seq & GONE) { /* left while idle: another */
+            pthread_join(rd.thread, NULL);
+            rd.up = 0;
+            continue;
+        }
+        if (__atomic_load_n(&rd.ans, __ATOMIC_ACQUIRE) != seq) return late; /* the last still unanswered */
+        rd.kind = kind;
+        rd.tid = tid;
+        uint32_t next = (seq + 1) & ~GONE;
+        if (!__atomic_compare_exchange_n(&rd.req, &seq, next, false, __ATOMIC_ACQ_REL,
+                                         __ATOMIC_ACQUIRE))
+            continue; /* it left just now */
+        co__futex_wake(&rd.req, 1);
+        int64_t until = co_now() + READ_WAIT_NS;
+        uint32_t a;
+        while ((a = __atomic_load_n(&rd.ans, __ATOMIC_ACQUIRE)) != next)
+            if (co__futex_wait(&rd.ans, a, until) == CO_ETIMEDOUT) return late;
+        return rd.result;
+    }
+    return late;
 }
 
 int co__procstat_state(int tid) { return ask(RQ_STATE, tid, CO__PROCSTAT_LATE); }
