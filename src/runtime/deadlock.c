@@ -12,17 +12,18 @@
  *    on an idle socket may be answered), and no plain thread waits in a
  *    colony call with a deadline;
  *  - the process has no thread colony does not account for: its Ms,
- *    sysmon, and plain threads parked in a colony call with no deadline.
+ *    sysmon and its /proc reader, and plain threads parked in a colony
+ *    call with no deadline.
  *    A thread colony knows nothing of may still call in (wake a channel,
  *    unlock a mutex), so any such thread keeps the detector quiet: so do
  *    the signal relay (co_signal_notify: a signal may come) and sanitizer
  *    runtimes' own threads.
- * The count of the process's threads comes from /proc/self/task; without
+ * The count of the process's threads comes from /proc/self/stat, read
+ * without taking an fd number of the program's (procstat.c); without
  * /proc nothing is reported. COLONY_DEBUG=nodeadlock turns it off.
  */
 #include "runtime/proc.h"
 
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,17 +40,6 @@ uint32_t co__plain_parked_forever, co__plain_parked_timed;
 
 static int64_t dl_since; /* sysmon only: when the current quiet stretch was first seen; 0: none */
 static uint64_t dl_ticks; /* sysmon only: the ticks it was seen with */
-
-static int task_count(void) {
-    DIR *d = opendir("/proc/self/task");
-    if (!d) return -1;
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)))
-        if (e->d_name[0] != '.') n++;
-    closedir(d);
-    return n;
-}
 
 /* The scheduler's progress: any schedule, on any P, changes it. */
 static uint64_t sched_ticks(co_sched_t *s) {
@@ -97,8 +87,8 @@ static bool looks_dead(co_sched_t *s, int *ncoroutines) {
     bool all_parked = w.all_parked;
     uint32_t plain = __atomic_load_n(&co__plain_parked_forever, __ATOMIC_RELAXED);
     if (!all_parked || (live == 0 && plain == 0)) return false;
-    int want = ms + 1 + (int)plain;
-    int have = task_count();
+    int have = co__procstat_threads(); /* first: it may start the reader */
+    int want = ms + 1 + co__procstat_threads_own() + (int)plain;
     if (have != want) return false;
     *ncoroutines = live;
     return true;

@@ -745,6 +745,18 @@ CO_HIDDEN void co__runq_drain_global(co_p_t *p);          /* runq.c: its queue t
 CO_HIDDEN int co__sysmon_start(void);
 CO_HIDDEN void co__sysmon_stop(void);
 CO_HIDDEN void co__sysmon_kick(void);
+/* procstat.c: sysmon's looks at /proc, read by a thread with a file table
+ * of its own so that no number of the program's is ever taken; started at
+ * the first look, gone after a second without one. co__procstat_start
+ * before sysmon starts, co__procstat_stop after it has been joined. */
+CO_HIDDEN void co__procstat_start(void);
+CO_HIDDEN void co__procstat_stop(void);
+/* sysmon: tid's state letter; 0 if it cannot be read, CO__PROCSTAT_LATE
+ * if the reader did not answer in time (it may not have run). */
+CO_HIDDEN int co__procstat_state(int tid);
+#define CO__PROCSTAT_LATE '?'
+CO_HIDDEN int co__procstat_threads(void); /* sysmon: the process's threads, -1 unknown or late */
+CO_HIDDEN int co__procstat_threads_own(void); /* sysmon: threads of its own now, 1 or 0 */
 /* debug.c */
 CO_HIDDEN void co__schedtrace(FILE *out);
 /* Deadlock detection (deadlock.c), called by sysmon each round. */

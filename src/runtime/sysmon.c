@@ -24,7 +24,6 @@
 #include "runtime/yslot.h"
 #include "runtime/trace.h"
 
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -129,18 +128,12 @@ static int64_t thread_cpuns(clockid_t c) {
 }
 
 /* Whether thread tid is runnable (state R: on a CPU or on the kernel's run
- * queue) rather than asleep in the kernel; false if it cannot be read. */
+ * queue) rather than asleep in the kernel; false if it cannot be read.
+ * Taken as runnable if the /proc reader answered late: the host may not
+ * be running it either, and the next look asks again. */
 static bool thread_runnable(int tid) {
-    char path[64], buf[256];
-    snprintf(path, sizeof path, "/proc/self/task/%d/stat", tid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return false;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0) return false;
-    buf[n] = 0;
-    const char *c = strrchr(buf, ')'); /* the name before it may hold anything */
-    return c && c[1] == ' ' && c[2] == 'R';
+    int st = co__procstat_state(tid);
+    return st == 'R' || st == CO__PROCSTAT_LATE;
 }
 
 /* Whether p's M has not scheduled because the host did not run its thread
@@ -363,11 +356,13 @@ static void *sysmon_main(void *arg) {
 
 int co__sysmon_start(void) {
     __atomic_store_n(&co__sched.coarse_ms, (uint32_t)((uint64_t)co_now() >> 20), __ATOMIC_RELAXED);
+    co__procstat_start();
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setstacksize(&attr, 256 * 1024);
     int rc = pthread_create(&co__sched.sysmon_thread, &attr, sysmon_main, NULL);
     pthread_attr_destroy(&attr);
+    if (rc != 0) co__procstat_stop();
     return rc == 0 ? 0 : -rc;
 }
 
@@ -379,6 +374,7 @@ void co__sysmon_kick(void) {
 void co__sysmon_stop(void) {
     co__sysmon_kick();
     pthread_join(co__sched.sysmon_thread, NULL);
+    co__procstat_stop();
 }
 
 /* ---- co_blocking: Go's entersyscall / exitsyscall ------------------------- */
