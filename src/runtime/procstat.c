@@ -66,6 +66,10 @@ static struct {
     /* 1: the reader exits. Stored (release) by co__procstat_stop before it
      * bumps req; the reader loads it (acquire) after each load of req. */
     uint32_t stop;
+    /* futex word: 1 once a reader stopped by co__procstat_stop is past its
+     * last touch of rd (release; the stop's wait acquires). Readers are
+     * detached: one that leaves idle touches nothing after its CAS. */
+    uint32_t exited;
 } rd;
 
 /* path's first bytes into buf, NUL-terminated: their length, or -1. */
@@ -122,29 +126,27 @@ static void *reader_main(void *arg) {
         __atomic_store_n(&rd.ans, v, __ATOMIC_RELEASE);
         co__futex_wake(&rd.ans, 1);
     }
+    __atomic_store_n(&rd.exited, 1, __ATOMIC_RELEASE); /* stopped: the last touch of rd */
+    co__futex_wake(&rd.exited, 1);
     return NULL;
 }
 
 /* sysmon: a reader, started; false if no table of its own is to be had
  * (or no thread), and none will be tried again. */
 static bool reader_spawn(void) {
-    rd.verdict = rd.req = rd.ans = rd.stop = 0;
+    rd.verdict = rd.req = rd.ans = rd.stop = rd.exited = 0;
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setstacksize(&attr, 64 * 1024);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
     int rc = pthread_create(&rd.thread, &attr, reader_main, NULL);
     pthread_attr_destroy(&attr);
     if (rc != 0) return false; /* for now: the next look tries again */
     uint32_t v;
     while ((v = __atomic_load_n(&rd.verdict, __ATOMIC_ACQUIRE)) == 0)
         co__futex_wait(&rd.verdict, 0, CO_FOREVER);
-    if (v == 1) {
-        rd.up = 1;
-        return true;
-    }
-    pthread_join(rd.thread, NULL);
-    rd.up = 2;
-    return false;
+    rd.up = v == 1 ? 1 : 2; /* 2: that reader has returned after its verdict */
+    return v == 1;
 }
 
 /* Before sysmon starts (co_init, or a fork's child): no reader yet. */
@@ -154,9 +156,11 @@ void co__procstat_start(void) { rd.up = 0; }
 void co__procstat_stop(void) {
     if (rd.up == 1) {
         __atomic_store_n(&rd.stop, 1, __ATOMIC_RELEASE);
-        __atomic_add_fetch(&rd.req, 1, __ATOMIC_RELEASE); /* fails a leaving CAS, or changes nothing */
+        /* fails a leaving CAS; if the reader has left already, it is gone */
+        uint32_t old = __atomic_fetch_add(&rd.req, 1, __ATOMIC_ACQ_REL);
         co__futex_wake(&rd.req, 1);
-        pthread_join(rd.thread, NULL);
+        if (!(old & GONE))
+            while (__atomic_load_n(&rd.exited, __ATOMIC_ACQUIRE) == 0) co__futex_wait(&rd.exited, 0, CO_FOREVER);
     }
     if (rd.up != 2) rd.up = 0;
 }
@@ -170,8 +174,7 @@ static int ask(int kind, int tid, int late) {
     for (int tries = 0; tries < 3; tries++) {
         if (rd.up == 2 || (rd.up == 0 && !reader_spawn())) return answer(kind, tid);
         uint32_t seq = __atomic_load_n(&rd.req, __ATOMIC_ACQUIRE);
-        if (seq & GONE) { /* left while idle: another */
-            pthread_join(rd.thread, NULL);
+        if (seq & GONE) { /* left while idle (detached, past its last touch): another */
             rd.up = 0;
             continue;
         }
