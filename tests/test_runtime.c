@@ -141,17 +141,21 @@ static void test_many_timers(void) {
  * channel with deadlines spread over 1..20 ms; non-blocking sends hand a
  * value to whoever waits longest, so their pending timers are removed
  * early, in every order, while the rest fire. Every waiter either got a
- * value or timed out at or after its deadline. */
+ * value or timed out at or after its deadline. One in 100 waits 30 s, so
+ * that some timers are surely deleted: a machine that stalls the sender
+ * past 20 ms would otherwise see every short one time out first. */
 static co_chan_t *tdel_ch;
-static atomic_long tdel_got, tdel_timedout, tdel_bad;
+static atomic_long tdel_got, tdel_timedout, tdel_bad, tdel_far_got;
 
 /* Receive with deadline dl and count the outcome: a value, a timeout at or
- * after dl, or anything else (bad). */
-static void tdel_recv(int64_t dl) {
+ * after dl, or anything else (bad); a value in *also too, if not NULL. */
+static void tdel_recv(int64_t dl, atomic_long *also) {
     int v = 0;
     int rc = co_chan_recv(tdel_ch, &v, dl);
-    if (rc == 0 && v == 7)
+    if (rc == 0 && v == 7) {
         atomic_fetch_add(&tdel_got, 1);
+        if (also) atomic_fetch_add(also, 1);
+    }
     else if (rc == CO_ETIMEDOUT && co_now() >= dl)
         atomic_fetch_add(&tdel_timedout, 1);
     else
@@ -159,8 +163,13 @@ static void tdel_recv(int64_t dl) {
     co_waitgroup_done(&wg);
 }
 
+#define TDEL_FAR_EVERY 100
 static void tdel_waiter(void *arg) {
-    tdel_recv(co_deadline_after((1 + (int64_t)((uintptr_t)arg % 20)) * 1000000));
+    uintptr_t i = (uintptr_t)arg;
+    if (i % TDEL_FAR_EVERY == 0)
+        tdel_recv(co_deadline_after(30000 * 1000000LL), &tdel_far_got);
+    else
+        tdel_recv(co_deadline_after((1 + (int64_t)(i * 7919u % 20)) * 1000000), NULL);
 }
 
 /* Fresh counters and channel; n waiters to come. */
@@ -194,7 +203,7 @@ static co_waitgroup_t tdel_gate = CO_WAITGROUP_INIT;
 static void tdel_same_waiter(void *arg) {
     (void)arg;
     co_waitgroup_wait(&tdel_gate);
-    tdel_recv(tdel_same_dl);
+    tdel_recv(tdel_same_dl, NULL);
 }
 
 static void test_timer_batch_races(void) {
@@ -218,16 +227,22 @@ static void test_timer_batch_races(void) {
 static void test_timer_deletes(void) {
     int n = sanitized() ? 2000 : 40000;
     tdel_begin(n);
-    for (int i = 0; i < n; i++) CHECK_EQ(co_go(tdel_waiter, (void *)(uintptr_t)(i * 7919u)), 0);
-    long sent = 0;
+    atomic_store(&tdel_far_got, 0);
+    for (int i = 0; i < n; i++) CHECK_EQ(co_go(tdel_waiter, (void *)(uintptr_t)i), 0);
+    long sent = 0, far = n / TDEL_FAR_EVERY;
     int v = 7;
-    for (int round = 0; round < 25; round++) { /* ~25 ms: past every deadline */
+    /* ~25 ms: past every short deadline; then on until each far waiter
+     * has its value (they time out after 30 s if none comes) */
+    int64_t give_up = co_now() + 29000 * 1000000LL;
+    for (int round = 0; round < 25 || (atomic_load(&tdel_far_got) < far && co_now() < give_up);
+         round++) {
         for (int k = 0; k < n / 50; k++)
             if (co_chan_send(tdel_ch, &v, 0) == 0) sent++;
         co_sleep(1000000);
     }
     tdel_end("timer deletes", n, sent);
-    CHECK(sent > 0);
+    CHECK_EQ(atomic_load(&tdel_far_got), far);
+    CHECK(sent >= far);
     CHECK(atomic_load(&tdel_timedout) > 0);
     co_chan_free(tdel_ch);
 }
