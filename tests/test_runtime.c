@@ -3,6 +3,7 @@
 // ctest-timeout: 300
 #include <colony.h>
 #include <errno.h>
+#include <fcntl.h>
 #if defined(__has_feature)
 #if __has_feature(address_sanitizer)
 #include <sanitizer/lsan_interface.h>
@@ -16,6 +17,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -1234,6 +1236,95 @@ static void test_stack_wait(void) {
     CHECK_EQ(WEXITSTATUS(st), 0);
 }
 
+/* A forked child's fresh runtime (co__test_reset_after_fork) polls on an
+ * epoll set of its own. It kept the parent's set and break eventfd, open
+ * file descriptions the two share, so the kernel could hand the child's
+ * events and breaks to the parent's poller: about once in a thousand
+ * forked starts, the break that gives the child's sleeping poller a P
+ * went to the parent, and a spawn from the child's main thread never ran.
+ * Here the parent's poller waits on a pipe of the parent's: no epoll set
+ * of the child's may hold it, and the child's read of its own pipe,
+ * written by its main thread, gets its byte. */
+typedef struct {
+    int fd;
+    atomic_int rc;
+    co_waitgroup_t wg;
+} fp_read_t;
+static void fp_reader(void *arg) {
+    fp_read_t *r = arg;
+    char c;
+    atomic_store(&r->rc, (int)co_read(r->fd, &c, 1, co_deadline_after(10000 * 1000000LL)));
+    co_waitgroup_done(&r->wg);
+}
+/* How many of this process's epoll sets hold a file of inode ino
+ * (/proc/self/fdinfo lists a set's files, "tfd: ... ino:<hex>"). */
+static int epoll_sets_holding(ino_t ino) {
+    int n = 0;
+    char want[64], path[64], line[256];
+    snprintf(want, sizeof want, " ino:%lx ", (unsigned long)ino);
+    for (int fd = 0; fd < 1024; fd++) {
+        snprintf(path, sizeof path, "/proc/self/fdinfo/%d", fd);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        bool held = false;
+        while (fgets(line, sizeof line, f)) {
+            size_t len = strlen(line);
+            if (len && line[len - 1] == '\n') line[len - 1] = ' ';
+            if (strncmp(line, "tfd:", 4) == 0 && strstr(line, want)) held = true;
+        }
+        fclose(f);
+        n += held;
+    }
+    return n;
+}
+static void test_fork_fresh_own_poller(void) {
+    if (t_tsan()) return; /* TSan cannot start threads in a forked child */
+    if (t_emulator()) { /* qemu-user may deadlock in a forked child itself */
+        fprintf(stderr, "  skipped: under an emulator\n");
+        return;
+    }
+    int p[2];
+    CHECK_EQ(pipe2(p, O_NONBLOCK | O_CLOEXEC), 0);
+    static fp_read_t pr = {.wg = CO_WAITGROUP_INIT}, cr = {.wg = CO_WAITGROUP_INIT};
+    pr.fd = p[0];
+    atomic_store(&pr.rc, -1);
+    co_waitgroup_add(&pr.wg, 1);
+    CHECK_EQ(co_go(fp_reader, &pr), 0);
+    struct stat pst;
+    CHECK_EQ(fstat(p[0], &pst), 0);
+    int held = 0; /* until the reader's pipe is in the parent's set (10 s) */
+    for (int i = 0; i < 1000 && (held = epoll_sets_holding(pst.st_ino)) == 0; i++) usleep(10000);
+    CHECK_EQ(held, 1);
+    co_sched_stats_t st;
+    for (int i = 0; i < 1000; i++) { /* until the parent's Ms are idle: one polls */
+        co_sched_stats(&st);
+        if (st.idle_procs == co_procs()) break;
+        usleep(1000);
+    }
+    pid_t pid = fork_fresh();
+    if (pid == 0) {
+        if (epoll_sets_holding(pst.st_ino) != 0) _exit(5); /* the parent's set */
+        int q[2];
+        if (pipe2(q, O_NONBLOCK | O_CLOEXEC) != 0) _exit(2);
+        cr.fd = q[0];
+        atomic_store(&cr.rc, -1);
+        co_waitgroup_add(&cr.wg, 1);
+        if (co_go(fp_reader, &cr) != 0) _exit(3);
+        usleep(50000); /* its read parked (or not: either way it must get the byte) */
+        if (write(q[1], "x", 1) != 1) _exit(2);
+        co_waitgroup_wait(&cr.wg);
+        _exit(atomic_load(&cr.rc) == 1 ? 0 : 4);
+    }
+    int cst = t_child_wait(pid, -1, NULL, 0, 60);
+    CHECK(cst != -1 && WIFEXITED(cst));
+    CHECK_EQ(WEXITSTATUS(cst), 0);
+    CHECK_EQ(write(p[1], "y", 1), 1);
+    co_waitgroup_wait(&pr.wg);
+    CHECK_EQ(atomic_load(&pr.rc), 1);
+    co_close(p[0]);
+    close(p[1]);
+}
+
 /* co_init with no file descriptor left for the netpoller (EMFILE) fails
  * with that error and starts nothing; so does the first co_go, which
  * starts the runtime; once fds are back, both work. In a child. */
@@ -1319,6 +1410,7 @@ int main(void) {
     T_RUN(test_enomem);
     T_RUN(test_stack_wait);
     T_RUN(test_init_no_fds);
+    T_RUN(test_fork_fresh_own_poller);
     T_RUN(test_shutdown_with_schedtrace);
     T_RUN(test_schedtrace_huge);
     T_RUN(test_shutdown_restart);
