@@ -842,7 +842,19 @@ static int limit_address_space(rlim_t extra) {
     return setrlimit(RLIMIT_AS, &lim);
 }
 
-/* ENOMEM: in a child with a small address-space limit, co_go fails cleanly. */
+/* ENOMEM: in a child with a small address-space limit, co_go fails cleanly.
+ * The big ones wait at a gate until every spawn was tried, so at most 3
+ * of the 512 MiB stacks fit in the 2 GiB whatever the timing (finishing
+ * at once, each freed its stack before the next spawn: on a loaded host
+ * all 20 could succeed). */
+typedef struct {
+    co_waitgroup_t gate, done;
+} big_t;
+static void big_wait(void *arg) {
+    big_t *b = arg;
+    co_waitgroup_wait(&b->gate);
+    co_waitgroup_done(&b->done);
+}
 static void test_enomem(void) {
     if (sanitized()) return; /* sanitizers reserve huge shadow mappings */
     if (t_emulator()) { /* qemu-user ignores setrlimit(RLIMIT_AS) */
@@ -853,13 +865,22 @@ static void test_enomem(void) {
     if (pid == 0) {
         co_attr_t big = {.stack_size = (size_t)512 * 1024 * 1024};
         if (limit_address_space((rlim_t)2 << 30) != 0) _exit(2);
+        static big_t b = {CO_WAITGROUP_INIT, CO_WAITGROUP_INIT};
+        co_waitgroup_add(&b.gate, 1);
         int fails = 0;
-        for (int i = 0; i < 20; i++)
-            if (co_go_with(&big, nop, NULL) == CO_ENOMEM) fails++;
+        for (int i = 0; i < 20; i++) {
+            co_waitgroup_add(&b.done, 1);
+            if (co_go_with(&big, big_wait, &b) == CO_ENOMEM) {
+                fails++;
+                co_waitgroup_done(&b.done);
+            }
+        }
         /* the process keeps running and can still spawn small ones */
         co_waitgroup_add(&wg, 1);
         int ok = co_go(incr, NULL) == 0;
-        co_waitgroup_wait(&wg);
+        if (ok) co_waitgroup_wait(&wg);
+        co_waitgroup_done(&b.gate);
+        co_waitgroup_wait(&b.done);
         _exit(fails > 0 && ok ? 0 : 1);
     }
     int st = t_child_wait(pid, -1, NULL, 0, 100);
