@@ -159,7 +159,9 @@ static void pool_burst(void *arg) {
     co_waitgroup_done(arg);
 }
 
-static void test_idle_p_gets_pool_batch(void) {
+/* As with idle_p_try, the OS may stall the idle P's thread for a whole
+ * burst: the spread must show in one of a few tries. */
+static int idle_p_pool_try(void) {
     CHECK_EQ(co_pool_new(&pool, 64, NULL), 0);
     memset(pool_long_thread, 0, sizeof pool_long_thread);
     co_waitgroup_t wg = CO_WAITGROUP_INIT;
@@ -175,6 +177,14 @@ static void test_idle_p_gets_pool_batch(void) {
     int others = 0;
     for (int i = 1; i < NLONG; i++)
         others += !pthread_equal(pool_long_thread[i], pool_long_thread[0]);
+    return others;
+}
+static void test_idle_p_gets_pool_batch(void) {
+    int others = 0;
+    for (int t = 0; t < 5 && others < 2; t++) {
+        others = idle_p_pool_try();
+        if (others < 2) fprintf(stderr, "try %d: %d long tasks off the first one's thread\n", t + 1, others);
+    }
     CHECK(others >= 2);
 }
 

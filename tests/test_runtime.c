@@ -3,6 +3,7 @@
 // ctest-timeout: 300
 #include <colony.h>
 #include <errno.h>
+#include <fcntl.h>
 #if defined(__has_feature)
 #if __has_feature(address_sanitizer)
 #include <sanitizer/lsan_interface.h>
@@ -16,6 +17,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -141,17 +143,21 @@ static void test_many_timers(void) {
  * channel with deadlines spread over 1..20 ms; non-blocking sends hand a
  * value to whoever waits longest, so their pending timers are removed
  * early, in every order, while the rest fire. Every waiter either got a
- * value or timed out at or after its deadline. */
+ * value or timed out at or after its deadline. One in 100 waits 30 s, so
+ * that some timers are surely deleted: a machine that stalls the sender
+ * past 20 ms would otherwise see every short one time out first. */
 static co_chan_t *tdel_ch;
-static atomic_long tdel_got, tdel_timedout, tdel_bad;
+static atomic_long tdel_got, tdel_timedout, tdel_bad, tdel_far_got;
 
 /* Receive with deadline dl and count the outcome: a value, a timeout at or
- * after dl, or anything else (bad). */
-static void tdel_recv(int64_t dl) {
+ * after dl, or anything else (bad); a value in *also too, if not NULL. */
+static void tdel_recv(int64_t dl, atomic_long *also) {
     int v = 0;
     int rc = co_chan_recv(tdel_ch, &v, dl);
-    if (rc == 0 && v == 7)
+    if (rc == 0 && v == 7) {
         atomic_fetch_add(&tdel_got, 1);
+        if (also) atomic_fetch_add(also, 1);
+    }
     else if (rc == CO_ETIMEDOUT && co_now() >= dl)
         atomic_fetch_add(&tdel_timedout, 1);
     else
@@ -159,8 +165,13 @@ static void tdel_recv(int64_t dl) {
     co_waitgroup_done(&wg);
 }
 
+#define TDEL_FAR_EVERY 100
 static void tdel_waiter(void *arg) {
-    tdel_recv(co_deadline_after((1 + (int64_t)((uintptr_t)arg % 20)) * 1000000));
+    uintptr_t i = (uintptr_t)arg;
+    if (i % TDEL_FAR_EVERY == 0)
+        tdel_recv(co_deadline_after(30000 * 1000000LL), &tdel_far_got);
+    else
+        tdel_recv(co_deadline_after((1 + (int64_t)(i * 7919u % 20)) * 1000000), NULL);
 }
 
 /* Fresh counters and channel; n waiters to come. */
@@ -194,7 +205,7 @@ static co_waitgroup_t tdel_gate = CO_WAITGROUP_INIT;
 static void tdel_same_waiter(void *arg) {
     (void)arg;
     co_waitgroup_wait(&tdel_gate);
-    tdel_recv(tdel_same_dl);
+    tdel_recv(tdel_same_dl, NULL);
 }
 
 static void test_timer_batch_races(void) {
@@ -218,16 +229,22 @@ static void test_timer_batch_races(void) {
 static void test_timer_deletes(void) {
     int n = sanitized() ? 2000 : 40000;
     tdel_begin(n);
-    for (int i = 0; i < n; i++) CHECK_EQ(co_go(tdel_waiter, (void *)(uintptr_t)(i * 7919u)), 0);
-    long sent = 0;
+    atomic_store(&tdel_far_got, 0);
+    for (int i = 0; i < n; i++) CHECK_EQ(co_go(tdel_waiter, (void *)(uintptr_t)i), 0);
+    long sent = 0, far = n / TDEL_FAR_EVERY;
     int v = 7;
-    for (int round = 0; round < 25; round++) { /* ~25 ms: past every deadline */
+    /* ~25 ms: past every short deadline; then on until each far waiter
+     * has its value (they time out after 30 s if none comes) */
+    int64_t give_up = co_now() + 29000 * 1000000LL;
+    for (int round = 0; round < 25 || (atomic_load(&tdel_far_got) < far && co_now() < give_up);
+         round++) {
         for (int k = 0; k < n / 50; k++)
             if (co_chan_send(tdel_ch, &v, 0) == 0) sent++;
         co_sleep(1000000);
     }
     tdel_end("timer deletes", n, sent);
-    CHECK(sent > 0);
+    CHECK_EQ(atomic_load(&tdel_far_got), far);
+    CHECK(sent >= far);
     CHECK(atomic_load(&tdel_timedout) > 0);
     co_chan_free(tdel_ch);
 }
@@ -825,7 +842,19 @@ static int limit_address_space(rlim_t extra) {
     return setrlimit(RLIMIT_AS, &lim);
 }
 
-/* ENOMEM: in a child with a small address-space limit, co_go fails cleanly. */
+/* ENOMEM: in a child with a small address-space limit, co_go fails cleanly.
+ * The big ones wait at a gate until every spawn was tried, so at most 3
+ * of the 512 MiB stacks fit in the 2 GiB whatever the timing (finishing
+ * at once, each freed its stack before the next spawn: on a loaded host
+ * all 20 could succeed). */
+typedef struct {
+    co_waitgroup_t gate, done;
+} big_t;
+static void big_wait(void *arg) {
+    big_t *b = arg;
+    co_waitgroup_wait(&b->gate);
+    co_waitgroup_done(&b->done);
+}
 static void test_enomem(void) {
     if (sanitized()) return; /* sanitizers reserve huge shadow mappings */
     if (t_emulator()) { /* qemu-user ignores setrlimit(RLIMIT_AS) */
@@ -836,13 +865,22 @@ static void test_enomem(void) {
     if (pid == 0) {
         co_attr_t big = {.stack_size = (size_t)512 * 1024 * 1024};
         if (limit_address_space((rlim_t)2 << 30) != 0) _exit(2);
+        static big_t b = {CO_WAITGROUP_INIT, CO_WAITGROUP_INIT};
+        co_waitgroup_add(&b.gate, 1);
         int fails = 0;
-        for (int i = 0; i < 20; i++)
-            if (co_go_with(&big, nop, NULL) == CO_ENOMEM) fails++;
+        for (int i = 0; i < 20; i++) {
+            co_waitgroup_add(&b.done, 1);
+            if (co_go_with(&big, big_wait, &b) == CO_ENOMEM) {
+                fails++;
+                co_waitgroup_done(&b.done);
+            }
+        }
         /* the process keeps running and can still spawn small ones */
         co_waitgroup_add(&wg, 1);
         int ok = co_go(incr, NULL) == 0;
-        co_waitgroup_wait(&wg);
+        if (ok) co_waitgroup_wait(&wg);
+        co_waitgroup_done(&b.gate);
+        co_waitgroup_wait(&b.done);
         _exit(fails > 0 && ok ? 0 : 1);
     }
     int st = t_child_wait(pid, -1, NULL, 0, 100);
@@ -1219,6 +1257,95 @@ static void test_stack_wait(void) {
     CHECK_EQ(WEXITSTATUS(st), 0);
 }
 
+/* A forked child's fresh runtime (co__test_reset_after_fork) polls on an
+ * epoll set of its own. It kept the parent's set and break eventfd, open
+ * file descriptions the two share, so the kernel could hand the child's
+ * events and breaks to the parent's poller: about once in a thousand
+ * forked starts, the break that gives the child's sleeping poller a P
+ * went to the parent, and a spawn from the child's main thread never ran.
+ * Here the parent's poller waits on a pipe of the parent's: no epoll set
+ * of the child's may hold it, and the child's read of its own pipe,
+ * written by its main thread, gets its byte. */
+typedef struct {
+    int fd;
+    atomic_int rc;
+    co_waitgroup_t wg;
+} fp_read_t;
+static void fp_reader(void *arg) {
+    fp_read_t *r = arg;
+    char c;
+    atomic_store(&r->rc, (int)co_read(r->fd, &c, 1, co_deadline_after(10000 * 1000000LL)));
+    co_waitgroup_done(&r->wg);
+}
+/* How many of this process's epoll sets hold a file of inode ino
+ * (/proc/self/fdinfo lists a set's files, "tfd: ... ino:<hex>"). */
+static int epoll_sets_holding(ino_t ino) {
+    int n = 0;
+    char want[64], path[64], line[256];
+    snprintf(want, sizeof want, " ino:%lx ", (unsigned long)ino);
+    for (int fd = 0; fd < 1024; fd++) {
+        snprintf(path, sizeof path, "/proc/self/fdinfo/%d", fd);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        bool held = false;
+        while (fgets(line, sizeof line, f)) {
+            size_t len = strlen(line);
+            if (len && line[len - 1] == '\n') line[len - 1] = ' ';
+            if (strncmp(line, "tfd:", 4) == 0 && strstr(line, want)) held = true;
+        }
+        fclose(f);
+        n += held;
+    }
+    return n;
+}
+static void test_fork_fresh_own_poller(void) {
+    if (t_tsan()) return; /* TSan cannot start threads in a forked child */
+    if (t_emulator()) { /* qemu-user may deadlock in a forked child itself */
+        fprintf(stderr, "  skipped: under an emulator\n");
+        return;
+    }
+    int p[2];
+    CHECK_EQ(pipe2(p, O_NONBLOCK | O_CLOEXEC), 0);
+    static fp_read_t pr = {.wg = CO_WAITGROUP_INIT}, cr = {.wg = CO_WAITGROUP_INIT};
+    pr.fd = p[0];
+    atomic_store(&pr.rc, -1);
+    co_waitgroup_add(&pr.wg, 1);
+    CHECK_EQ(co_go(fp_reader, &pr), 0);
+    struct stat pst;
+    CHECK_EQ(fstat(p[0], &pst), 0);
+    int held = 0; /* until the reader's pipe is in the parent's set (10 s) */
+    for (int i = 0; i < 1000 && (held = epoll_sets_holding(pst.st_ino)) == 0; i++) usleep(10000);
+    CHECK_EQ(held, 1);
+    co_sched_stats_t st;
+    for (int i = 0; i < 1000; i++) { /* until the parent's Ms are idle: one polls */
+        co_sched_stats(&st);
+        if (st.idle_procs == co_procs()) break;
+        usleep(1000);
+    }
+    pid_t pid = fork_fresh();
+    if (pid == 0) {
+        if (epoll_sets_holding(pst.st_ino) != 0) _exit(5); /* the parent's set */
+        int q[2];
+        if (pipe2(q, O_NONBLOCK | O_CLOEXEC) != 0) _exit(2);
+        cr.fd = q[0];
+        atomic_store(&cr.rc, -1);
+        co_waitgroup_add(&cr.wg, 1);
+        if (co_go(fp_reader, &cr) != 0) _exit(3);
+        usleep(50000); /* its read parked (or not: either way it must get the byte) */
+        if (write(q[1], "x", 1) != 1) _exit(2);
+        co_waitgroup_wait(&cr.wg);
+        _exit(atomic_load(&cr.rc) == 1 ? 0 : 4);
+    }
+    int cst = t_child_wait(pid, -1, NULL, 0, 60);
+    CHECK(cst != -1 && WIFEXITED(cst));
+    CHECK_EQ(WEXITSTATUS(cst), 0);
+    CHECK_EQ(write(p[1], "y", 1), 1);
+    co_waitgroup_wait(&pr.wg);
+    CHECK_EQ(atomic_load(&pr.rc), 1);
+    co_close(p[0]);
+    close(p[1]);
+}
+
 /* co_init with no file descriptor left for the netpoller (EMFILE) fails
  * with that error and starts nothing; so does the first co_go, which
  * starts the runtime; once fds are back, both work. In a child. */
@@ -1304,6 +1431,7 @@ int main(void) {
     T_RUN(test_enomem);
     T_RUN(test_stack_wait);
     T_RUN(test_init_no_fds);
+    T_RUN(test_fork_fresh_own_poller);
     T_RUN(test_shutdown_with_schedtrace);
     T_RUN(test_schedtrace_huge);
     T_RUN(test_shutdown_restart);

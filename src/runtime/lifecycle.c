@@ -302,6 +302,7 @@ int co__test_reset_after_fork(void) {
     rt_holds = 0;
     memset(holds_by_kind, 0, sizeof holds_by_kind);
     co__tls_m_forget();
+    co__netpoll_forget();
     __atomic_store_n(&co__rt_state, CO__RT_DOWN, __ATOMIC_RELEASE);
     return co_init(NULL);
 }

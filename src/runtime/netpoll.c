@@ -80,6 +80,8 @@ void co__pd_forget_all(void) {
     }
 }
 
+void co__pd_forget_table(void) { memset(pd_dir, 0, sizeof pd_dir); }
+
 /* ---- waking -------------------------------------------------------------- */
 
 /* Under pd->lock: pop every waiter of q, claim it with `result`, and chain

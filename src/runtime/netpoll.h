@@ -126,6 +126,9 @@ CO_HIDDEN int co__pd_wait(co__pd_t *pd, int modes, uint32_t rseq, uint32_t wseq,
 /* Forget every registration (the backend's kernel object is going away:
  * co__netpoll_fini calls it). */
 CO_HIDDEN void co__pd_forget_all(void);
+/* Forget the whole table, leaking it: a forked child's fresh runtime
+ * (co__netpoll_forget), whose parent's threads may hold its locks. */
+CO_HIDDEN void co__pd_forget_table(void);
 
 /* ---- the backend (netpoll_<backend>.c) ---------------------------------- */
 

@@ -89,6 +89,18 @@ void co__netpoll_fini(void) {
     np.epfd = -1;
 }
 
+void co__netpoll_forget(void) {
+    if (np.epfd >= 0) {
+        close(np.evfd);
+        close(np.epfd);
+    }
+    np.evfd = np.epfd = -1;
+    __atomic_store_n(&np.sleeping, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&np.wake_sig, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&np.waiters, 0, __ATOMIC_RELAXED);
+    co__pd_forget_table();
+}
+
 int co__np_register(int fd) {
     if (np.epfd < 0)
         return -EBADF;

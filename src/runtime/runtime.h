@@ -461,6 +461,11 @@ CO_HIDDEN void co__timer_wait_fired(co__timer_t *t);
 /* ---- netpoll hooks (netpoll_epoll.c) ----------------------------------- */
 CO_HIDDEN int co__netpoll_init(void);
 CO_HIDDEN void co__netpoll_fini(void);
+/* In a forked child that starts a runtime of its own: drop the parent's
+ * epoll set and break eventfd, open file descriptions the two share (the
+ * parent's poller would take the child's breaks and events), and the
+ * descriptor table, without the locks a parent's thread may hold. */
+CO_HIDDEN void co__netpoll_forget(void);
 /* Wait up to delay_ns (<0 forever, 0 poll) and unpark every waiter whose fd
  * became ready. Returns the number of waiters made runnable. */
 CO_HIDDEN int co__netpoll(int64_t delay_ns);
