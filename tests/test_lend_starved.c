@@ -11,6 +11,7 @@
 // ctest-timeout: 60
 // ctest-no-chaos
 #include "t.h"
+#include "t_lend.h"
 
 #include <colony.h>
 
@@ -20,41 +21,6 @@
 #include <time.h>
 
 #define MS 1000000LL
-#define GIVE_UP_NS (10000 * MS)
-
-static int queued_ran; /* atomic: set by the coroutine queued behind the holder */
-
-static void queued(void *arg) {
-    co_waitgroup_t *wg = arg;
-    __atomic_store_n(&queued_ran, 1, __ATOMIC_RELEASE);
-    co_waitgroup_done(wg);
-}
-
-/* Plain nanosleep, not co_blocking: the thread sleeps in the kernel with
- * the P held, until the queued coroutine has run (through a lend) or
- * GIVE_UP_NS. */
-static void sleep_in_kernel(void *arg) {
-    co_waitgroup_t *wg = arg;
-    int64_t end = co_now() + GIVE_UP_NS;
-    while (!__atomic_load_n(&queued_ran, __ATOMIC_ACQUIRE) && co_now() < end) {
-        struct timespec ts = {0, MS};
-        nanosleep(&ts, NULL);
-    }
-    co_waitgroup_done(wg);
-}
-
-/* holder takes the only P, a coroutine is queued behind it, and both are
- * waited for: whether the queued one ran */
-static bool hold_and_queue(void (*holder)(void *)) {
-    __atomic_store_n(&queued_ran, 0, __ATOMIC_RELAXED);
-    co_waitgroup_t wg = CO_WAITGROUP_INIT;
-    co_waitgroup_add(&wg, 2);
-    CHECK_EQ(co_go(holder, &wg), 0);
-    co_yield(); /* the holder takes the P first */
-    CHECK_EQ(co_go(queued, &wg), 0);
-    co_waitgroup_wait(&wg);
-    return __atomic_load_n(&queued_ran, __ATOMIC_ACQUIRE);
-}
 
 static void test_asleep_in_kernel_gets_spare(void) { CHECK(hold_and_queue(sleep_in_kernel)); }
 

@@ -22,6 +22,7 @@
 // ctest-timeout: 60
 #include "t.h"
 #include "t_internal.h"
+#include "t_lend.h"
 
 #include <colony.h>
 
@@ -33,7 +34,6 @@
 #include <time.h>
 
 #define MS 1000000LL
-#define GIVE_UP_NS (10000 * MS)
 #define EPISODES 20
 
 static bool fd_open(int fd) { return fcntl(fd, F_GETFD) != -1 || errno != EBADF; }
@@ -73,39 +73,9 @@ static void *watcher(void *arg) {
 
 /* ---- the episodes (as test_lend_starved's) -------------------------------- */
 
-static int queued_ran; /* atomic: set by the coroutine queued behind the holder */
-
-static void queued(void *arg) {
-    co_waitgroup_t *wg = arg;
-    __atomic_store_n(&queued_ran, 1, __ATOMIC_RELEASE);
-    co_waitgroup_done(wg);
-}
-
-/* Plain nanosleep, not co_blocking: the thread sleeps in the kernel with
- * the P held, until the queued coroutine has run (through a lend) or
- * GIVE_UP_NS. */
-static void sleep_in_kernel(void *arg) {
-    co_waitgroup_t *wg = arg;
-    int64_t end = co_now() + GIVE_UP_NS;
-    while (!__atomic_load_n(&queued_ran, __ATOMIC_ACQUIRE) && co_now() < end) {
-        struct timespec ts = {0, MS};
-        nanosleep(&ts, NULL);
-    }
-    co_waitgroup_done(wg);
-}
-
 /* Whether the coroutine queued behind a holder asleep in the kernel ran
  * while the holder held the only P: sysmon judged the holder's thread. */
-static bool judged_episode(void) {
-    __atomic_store_n(&queued_ran, 0, __ATOMIC_RELAXED);
-    co_waitgroup_t wg = CO_WAITGROUP_INIT;
-    co_waitgroup_add(&wg, 2);
-    CHECK_EQ(co_go(sleep_in_kernel, &wg), 0);
-    co_yield(); /* the holder takes the P first */
-    CHECK_EQ(co_go(queued, &wg), 0);
-    co_waitgroup_wait(&wg);
-    return __atomic_load_n(&queued_ran, __ATOMIC_ACQUIRE);
-}
+static bool judged_episode(void) { return hold_and_queue(sleep_in_kernel); }
 
 static void test_no_file_opened_and_closed(void) {
     (void)judged_episode(); /* the Ms exist before the watch begins */
