@@ -422,7 +422,8 @@ typedef struct co_sched {
      * leaves its P idle for one of them rather than make a thread while one
      * is about to be spare (nwanted counts those Ps); an M leaving transit
      * takes one then (an idle P, at stopm or the poll), or wakes for it if
-     * it took a P of its own. nwanted <= ntransit. Both under lock. */
+     * it took a P of its own. nwanted <= ntransit, and <= npidle (a P left
+     * idle and taken by another M is that M's to run). Both under lock. */
     int ntransit;
     int nwanted;
     /* The global run queue: arrays of G pointers in chunks, so moving Gs in
@@ -558,11 +559,11 @@ CO_HIDDEN void co__handoffp(co_p_t *p);
 CO_HIDDEN co_p_t *co__pidleget(void);
 CO_HIDDEN void co__transit_begin(co_m_t *m);     /* m is in transit (sched.ntransit) */
 CO_HIDDEN void co__transit_begin_locked(co_m_t *m); /* the same, sched.lock held */
-CO_HIDDEN void co__transit_end(co_m_t *m);
+CO_HIDDEN void co__transit_end(co_m_t *m);       /* m, in transit, took a P itself */
 /* An idle P, or, with none, m in transit (in one section: sched.lock). */
 CO_HIDDEN co_p_t *co__pidleget_or_transit(co_m_t *m);
 CO_HIDDEN void co__transit_pause(void); /* chaos and tests: sleep a little in transit */
-CO_HIDDEN extern uint64_t co__transit_taken; /* Ps taken at sleep, left for an M in transit */       /* m, in transit, took a P itself */
+CO_HIDDEN extern uint64_t co__transit_taken; /* Ps taken at sleep, left for an M in transit */
 /* sched.lock held, s->naffq > 0: hand p to an M asleep on the idle list
  * with Gs on its affq; false if there is none (sched.c) */
 CO_HIDDEN bool co__affine_handoff_locked(co_p_t *p);
