@@ -258,20 +258,28 @@ __attribute__((unused, noinline)) static int t_recurse(int n) {
 
 /* Race-detector tests: re-execute this test binary as `<prog> --child
  * <name>` with stderr captured and TSan's reports counted, not fatal (the
- * child runs to its end and exits 66 if there was one): its wait status,
- * its stderr in buf. */
-__attribute__((unused)) static int t_race_child(const char *prog, const char *name, char *buf,
-                                                size_t size) {
+ * child runs to its end and exits 66 if there was one), with supp (a file
+ * in tests/, or NULL) as its suppressions: its wait status, its stderr in
+ * buf. */
+__attribute__((unused)) static int t_race_child_supp(const char *prog, const char *name,
+                                                     const char *supp, char *buf, size_t size) {
     int fd = -1;
     pid_t pid = t_fork_piped(2, &fd);
     CHECK(pid >= 0);
     if (pid < 0) return -1;
     if (pid == 0) {
-        setenv("TSAN_OPTIONS", "halt_on_error=0:exitcode=66", 1);
+        char opts[1024];
+        snprintf(opts, sizeof opts, "halt_on_error=0:exitcode=66%s%s",
+                 supp ? ":suppressions=" CO_SOURCE_DIR "/tests/" : "", supp ? supp : "");
+        setenv("TSAN_OPTIONS", opts, 1);
         t_execl("/proc/self/exe", prog, "--child", name, (char *)NULL);
         _exit(127);
     }
     return t_drain_and_wait(fd, buf, size, pid);
+}
+__attribute__((unused)) static int t_race_child(const char *prog, const char *name, char *buf,
+                                                size_t size) {
+    return t_race_child_supp(prog, name, NULL, buf, size);
 }
 
 /* Misuse tests: re-execute this test binary as `<prog> --misuse <name>` in

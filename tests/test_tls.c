@@ -931,7 +931,7 @@ static void test_curl(void) {
 /* ---- TSan still sees races beside OpenSSL ------------------------------ */
 /* The suppressions name only frees inside OpenSSL: a race in the program
  * beside TLS traffic is still reported. The child (this program again,
- * with --race DIR) has its client and server coroutines each write a plain
+ * with --child DIR) has its client and server coroutines each write a plain
  * int once their handshake is done, then sleep before their next socket
  * call (TSan orders everything after a socket write before everything
  * after a later socket read, of any socket; a sleep orders nothing), on
@@ -989,17 +989,7 @@ static void test_race_seen(void) {
         fprintf(stderr, "skipped: not a TSan build\n");
         return;
     }
-    int fd = -1;
-    pid_t pid = t_fork_piped(2, &fd);
-    CHECK(pid >= 0);
-    if (pid < 0) return;
-    if (pid == 0) {
-        setenv("TSAN_OPTIONS",
-               "halt_on_error=0:exitcode=66:suppressions=" CO_SOURCE_DIR "/tests/tsan_openssl.supp", 1);
-        t_execl("/proc/self/exe", "test_tls", "--race", dir, (char *)NULL);
-        _exit(127);
-    }
-    int st = t_drain_and_wait(fd, race_out, sizeof race_out, pid);
+    int st = t_race_child_supp("test_tls", dir, "tsan_openssl.supp", race_out, sizeof race_out);
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 66);
     CHECK_EQ(t_count(race_out, "WARNING: ThreadSanitizer: data race"), 1);
     CHECK(strstr(race_out, "racy_put") != NULL && strstr(race_out, "race_reader") != NULL);
@@ -1025,7 +1015,7 @@ static int run(void *arg) {
 }
 
 int main(int argc, char **argv) {
-    if (argc == 3 && !strcmp(argv[1], "--race")) { /* test_race_seen's child */
+    if (argc == 3 && !strcmp(argv[1], "--child")) { /* test_race_seen's, in directory argv[2] */
         snprintf(dir, sizeof dir, "%s", argv[2]);
         t_begin(60);
         CHECK_EQ(co_main(race_child, NULL), 0);
