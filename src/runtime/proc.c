@@ -89,11 +89,8 @@ void co__transit_pause(void) {
  * transit and too few are left to take them, it wants another M. */
 void co__transit_end(co_m_t *m) {
     co_sched_t *s = &co__sched;
+    if (!m->transit) return; /* read by its own M, the only writer */
     co__lock(&s->lock);
-    if (!m->transit) {
-        co__unlock(&s->lock);
-        return;
-    }
     m->transit = false;
     s->ntransit--;
     bool wake = s->nwanted > s->ntransit;

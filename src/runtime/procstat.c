@@ -51,8 +51,7 @@
 enum { RQ_STATE, RQ_THREADS };
 
 static struct {
-    pthread_t thread;
-    /* 0: no reader; 1: a reader started (joinable, maybe gone: see req);
+    /* 0: no reader; 1: a reader started (detached, maybe gone: see req);
      * 2: no table of its own to be had. Written and read by sysmon, and
      * by co__procstat_start before sysmon starts and co__procstat_stop
      * after it has been joined. */
@@ -139,7 +138,8 @@ static bool reader_spawn(void) {
     pthread_attr_init(&attr);
     pthread_attr_setstacksize(&attr, 64 * 1024);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    int rc = pthread_create(&rd.thread, &attr, reader_main, NULL);
+    pthread_t t; /* detached: never joined */
+    int rc = pthread_create(&t, &attr, reader_main, NULL);
     pthread_attr_destroy(&attr);
     if (rc != 0) return false; /* for now: the next look tries again */
     uint32_t v;
