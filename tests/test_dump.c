@@ -47,8 +47,10 @@ __attribute__((noinline)) void dump_select_worker(void *a) {
     __asm__ volatile("" ::"r"(r) : "memory");
 }
 
+static int64_t long_started; /* atomic: when dump_long_worker began its receive */
 __attribute__((noinline)) void dump_long_worker(void *a) {
     int v;
+    __atomic_store_n(&long_started, co_now(), __ATOMIC_RELEASE);
     int r = co_chan_recv(a, &v, CO_FOREVER);
     __asm__ volatile("" ::"r"(r) : "memory");
 }
@@ -147,7 +149,10 @@ static int main_co(void *arg) {
     co_chan_t *lch;
     CHECK_EQ(co_chan_new(&lch, sizeof(int), 0), 0);
     CHECK_EQ(co_go_with(&(co_attr_t){.name = "long"}, dump_long_worker, lch), 0);
-    co_sleep(2500 * 1000000LL);
+    /* 2.5 s from its receive's start, not from its spawn: a loaded host
+     * may run it late */
+    while (__atomic_load_n(&long_started, __ATOMIC_ACQUIRE) == 0) co_sleep(1000000LL);
+    while (co_now() - __atomic_load_n(&long_started, __ATOMIC_ACQUIRE) < 2500 * 1000000LL) co_sleep(10 * 1000000LL);
     d = t_dump();
     CHECK(d != NULL);
     const char *lh = d ? strstr(d, "'long' [waiting, chan receive, ") : NULL;
