@@ -32,10 +32,13 @@ static int t_cur_failed;
     } while (0)
 
 static int t_passed, t_failed;
+static int t_checks_in_runs; /* of t_checks_failed, those a t_run counted */
 __attribute__((unused)) static void t_run(const char *name, void (*fn)(void)) {
     t_cur_failed = 0;
     fprintf(stderr, "-- %s\n", name);
+    int before = __atomic_load_n(&t_checks_failed, __ATOMIC_RELAXED);
     fn();
+    t_checks_in_runs += __atomic_load_n(&t_checks_failed, __ATOMIC_RELAXED) - before;
     if (__atomic_load_n(&t_cur_failed, __ATOMIC_RELAXED)) {
         t_failed++;
         fprintf(stderr, "FAIL %s\n", name);
@@ -55,9 +58,14 @@ static void t_begin(unsigned seconds) {
     signal(SIGALRM, t_watchdog);
     alarm(seconds);
 }
+/* A check that failed outside every t_run (in main, before or after the
+ * tests, or in a thread still running after its test) fails the program
+ * too. */
 static int t_end(void) {
+    int outside = __atomic_load_n(&t_checks_failed, __ATOMIC_RELAXED) - t_checks_in_runs;
+    if (outside > 0) fprintf(stderr, "FAIL %d check(s) outside the tests\n", outside);
     printf("%d passed, %d failed\n", t_passed, t_failed);
-    return t_failed ? 1 : 0;
+    return t_failed || outside > 0 ? 1 : 0;
 }
 
 /* co_init with procs Ps, checked; and co_shutdown once the coroutines

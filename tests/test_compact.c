@@ -404,7 +404,7 @@ static void test_pool_task_refused(void) {
     CHECK_EQ(co_chan_send(shared_ch, &v, CO_FOREVER), 0);
     co_waitgroup_wait(&wg);
     CHECK_EQ(t_compactions() - c0, 1);
-    co_pool_release(pool);
+    co_pool_destroy(pool);
     co_chan_free(pool_ch);
     co_chan_free(shared_ch);
 }
@@ -444,8 +444,7 @@ static int run(void *arg) {
 int main(void) {
     t_begin(110);
     CHECK_EQ(co_main(run, NULL), 0);
-    /* a released pool is freed by its last worker, which may still be on
-     * its way out: every coroutine gone before the process ends */
+    /* every coroutine and pool gone before the process ends */
     CHECK_EQ(T_SHUTDOWN(), 0);
     return t_end();
 }

@@ -508,6 +508,12 @@ static int gb_main(void *arg) {
         co_waitgroup_add(&wg, 1);
         CHECK_EQ(co_go(bb_hog, NULL), 0);
         while (!atomic_load(&bb_hog_on)) co_yield();
+        /* The scene also needs the spawner's P to stay its own: sysmon may
+         * lend a spare in its place while it waits below (after 1 ms in
+         * chaos mode), and its M, without a P at the co_go's yield, may
+         * then take the hog's P, lent in turn, and run the backlog there. */
+        co_p_t *p0 = co__getm()->p;
+        uint32_t lends0 = __atomic_load_n(&p0->lends, __ATOMIC_RELAXED);
         co_waitgroup_add(&bb_wg, n + 1);
         pthread_t th;
         CHECK_EQ(pthread_create(&th, NULL, gb_thread, (void *)(long)n), 0);
@@ -522,6 +528,8 @@ static int gb_main(void *arg) {
         CHECK_EQ(co_go(gb_noop, NULL), 0);
         atomic_store(&gb_in_go, 0);
         int during = atomic_load(&gb_ran);
+        set_up = set_up && co__getm()->p == p0 &&
+                 __atomic_load_n(&p0->lends, __ATOMIC_RELAXED) == lends0;
         if (set_up) {
             hits++;
             fprintf(stderr,

@@ -300,6 +300,11 @@ typedef struct co_p {
      * coroutine ran > 10 ms without yielding; the owner M retires the P at
      * its next scheduler entry. atomic: sysmon store-release, owner acquire. */
     uint32_t retire;
+    /* How many times it was lent away so (retire set). Written by sysmon
+     * under sched.lock, relaxed; read by tests: a P seen again with the
+     * same count was not retired meanwhile, even if it came back from
+     * pspare to the same M. */
+    uint32_t lends;
 
     /* sysmon bookkeeping (sysmon only). */
     uint32_t sysmon_tick;

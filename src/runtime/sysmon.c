@@ -236,6 +236,7 @@ static bool lend_spare(co_p_t *p, int i, int64_t now) {
     p->link = s->pretiring;
     s->pretiring = p;
     __atomic_store_n(&s->allp[i], np, __ATOMIC_RELEASE);
+    __atomic_store_n(&p->lends, p->lends + 1, __ATOMIC_RELAXED);
     /* store-release: p's owner sees it at its next scheduler entry */
     __atomic_store_n(&p->retire, 1, __ATOMIC_RELEASE);
     co__unlock(&s->lock);
