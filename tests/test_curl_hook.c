@@ -124,7 +124,7 @@ int main(void) {
         fprintf(stderr, "skip: curl_global_init failed\n");
         return 77;
     }
-    t_begin(55);
+    t_begin(50);
     co_main(run, NULL);
     curl_global_cleanup();
     return t_end();

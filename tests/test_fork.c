@@ -259,7 +259,7 @@ static void shutdown_then_fork(void) {
 int main(int argc, char **argv) {
     self = argv[0];
     if (argc > 1 && strcmp(argv[1], "exec-child") == 0) return exec_child();
-    t_begin(280);
+    t_begin(110);
     T_RUN(fork_plain);
     T_RUN(fork_in_coroutine);
     T_RUN(fork_in_coroutine_quiet);

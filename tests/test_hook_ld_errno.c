@@ -155,7 +155,7 @@ int main(int argc, char **argv) {
     }
     co_config_t cfg = {.procs = 4};
     if (co_init(&cfg) < 0) return 1;
-    t_begin(85);
+    t_begin(80);
     co_main(run, NULL);
     return t_end();
 }

@@ -209,7 +209,7 @@ static void release_reboot_race(void) {
 }
 
 int main(void) {
-    t_begin(120);
+    t_begin(110);
     T_RUN_SEL(errors);
     T_RUN_SEL(t15_multipool);
     T_RUN_SEL(rr_retry_on_overload);

@@ -262,7 +262,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     self_path = "/proc/self/exe";
-    t_begin(120);
+    t_begin(110);
     T_RUN(test_unrecovered); /* first: forks before this process starts Ms */
     T_RUN(test_recover_basic);
     T_RUN(test_nested);

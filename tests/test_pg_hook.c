@@ -273,7 +273,7 @@ int main(void) {
     }
     snprintf(conninfo, sizeof conninfo,
              "hostaddr=127.0.0.1 port=%d user=postgres dbname=postgres connect_timeout=15", port);
-    t_begin(85);
+    t_begin(80);
     co_main(run, NULL);
     pg_ctl("stop", "immediate"); /* stopped already by the last test, unless it failed */
     rm_dir();

@@ -210,7 +210,7 @@ int main(void) {
         hs_stop(server, SIGKILL);
         return 77;
     }
-    t_begin(55);
+    t_begin(50);
     co_main(run, NULL);
     hs_stop(server, SIGTERM);
     return t_end();

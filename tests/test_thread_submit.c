@@ -124,7 +124,7 @@ static void test_many_threads(void) {
 }
 
 int main(void) {
-    t_begin(120);
+    t_begin(110);
     T_RUN(test_stuck_ms);
     T_RUN(test_many_threads);
     return t_end();

@@ -139,7 +139,7 @@ int main(void) {
         fprintf(stderr, "openssl could not make a certificate\n");
         return 1;
     }
-    t_begin(55);
+    t_begin(50);
     CHECK_EQ(co_main(run, NULL), 0);
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     run_cmd(cmd);

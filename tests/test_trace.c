@@ -233,7 +233,7 @@ int main(void) {
         fprintf(stderr, "skip: python3 (with json) not found\n");
         return 77;
     }
-    t_begin(60);
+    t_begin(50);
     CHECK(mkdtemp(dir) != NULL);
     co_config_t cfg = {.procs = 2};
     CHECK_EQ(co_init(&cfg), 0);

@@ -123,7 +123,7 @@ int main(void) {
         fprintf(stderr, "skip: python3 not found\n");
         return 77;
     }
-    t_begin(90);
+    t_begin(80);
     CHECK(mkdtemp(dir) != NULL);
     T_RUN(test_page);
     char cmd[256];

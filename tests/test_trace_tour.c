@@ -56,7 +56,7 @@ int main(void) {
         fprintf(stderr, "skip: python3 not found\n");
         return 77;
     }
-    t_begin(120);
+    t_begin(110);
     T_RUN(test_tour_trace);
     return t_end();
 }

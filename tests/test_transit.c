@@ -101,7 +101,7 @@ static int run(void *arg) {
 }
 
 int main(void) {
-    t_begin(120);
+    t_begin(110);
     t_start(2);
     int rc = co_main(run, NULL);
     CHECK_EQ(rc, 0);

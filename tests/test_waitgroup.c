@@ -124,7 +124,7 @@ static int run_all(void *arg) {
 }
 
 int main(void) {
-    t_begin(120);
+    t_begin(110);
     CHECK_EQ(co_main(run_all, NULL), 0);
     CHECK_EQ(T_SHUTDOWN(), 0);
     return t_end();

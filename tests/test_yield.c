@@ -370,7 +370,7 @@ static void test_yielders_spread(void) {
 }
 
 int main(void) {
-    t_begin(120);
+    t_begin(110);
     T_RUN(test_order);
     T_RUN(test_gosched);
     T_RUN(test_hog_behind_yielder);
