@@ -230,11 +230,13 @@ static void dump_creator(FILE *out, co_g_t *g) {
 
 /* How long a waiting coroutine has waited, Go's way but finer: nothing
  * under a second (a dump of a busy program stays quiet), then seconds,
- * then minutes from two minutes on. Good to about 10 ms (coarse_ms is
- * sysmon's clock). */
+ * then minutes from two minutes on. The park read sysmon's coarse clock,
+ * which lags by up to a sysmon round (10 ms, more on a host that does not
+ * run sysmon), so a wait may show a little longer, never shorter: the
+ * dump's own time is read afresh, in the same 2^20 ns units. */
 static void wait_for(char *buf, size_t len, co_g_t *g) {
     uint32_t since = __atomic_load_n(&g->waitsince, __ATOMIC_RELAXED);
-    uint32_t now = __atomic_load_n(&co__sched.coarse_ms, __ATOMIC_RELAXED);
+    uint32_t now = (uint32_t)((uint64_t)co_now() >> 20);
     uint64_t sec = (uint64_t)(uint32_t)(now - since) * (1u << 20) / 1000000000u;
     buf[0] = 0;
     if (sec >= 120)
