@@ -53,6 +53,17 @@ static struct {
     int32_t pwait2;
 } np = {.epfd = -1, .evfd = -1};
 
+/* Before a use of the poller's descriptors by a thread that may be a
+ * plain one (a wake-up's write, a registration): under TSan, co_init's
+ * making of them happens before, by the runtime's own order, which TSan
+ * does not see (the runtime is not instrumented). An M's start says so
+ * for its thread (co__m_race_start); this says it for the others. */
+static inline void np_race_seen(void) {
+#ifdef CO_TSAN
+    co__race_init_seen();
+#endif
+}
+
 int co__netpoll_init(void) {
     if (np.epfd >= 0)
         return 0;
@@ -104,6 +115,7 @@ void co__netpoll_forget(void) {
 int co__np_register(int fd) {
     if (np.epfd < 0)
         return -EBADF;
+    np_race_seen();
     struct epoll_event e = {
         .events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLPRI | EPOLLET,
         .data.u64 = (uint64_t)(uint32_t)fd,
@@ -123,6 +135,7 @@ int co__np_register(int fd) {
 int co__np_ensure(int fd) {
     if (np.epfd < 0)
         return -EBADF;
+    np_race_seen();
     /* The kernel keys its set by (number, open file description): ADD
      * fails with EEXIST exactly when this number's current file is in. */
     struct epoll_event e = {
@@ -135,8 +148,10 @@ int co__np_ensure(int fd) {
 }
 
 void co__np_unregister(int fd) {
-    if (np.epfd >= 0)
+    if (np.epfd >= 0) {
+        np_race_seen();
         (void)epoll_ctl(np.epfd, EPOLL_CTL_DEL, fd, NULL);
+    }
 }
 
 void co__np_waiters_add(int delta) {
@@ -155,6 +170,7 @@ void co__netpoll_break(void) {
                                      __ATOMIC_RELAXED))
         return; /* a write is already pending */
     uint64_t one = 1;
+    np_race_seen();
     for (;;) {
         ssize_t n = write(np.evfd, &one, sizeof one);
         if (n == (ssize_t)sizeof one || errno != EINTR)

@@ -785,6 +785,7 @@ CO_HIDDEN void co__race_take(co_g_t *g);    /* unstarted g, taken over: its spaw
 CO_HIDDEN void co__race_ready(co_g_t *g);   /* a waker, readying g: its past is g's */
 CO_HIDDEN void co__race_woken(co_g_t *g);   /* g, back from a park: its wakers' past */
 CO_HIDDEN void co__race_init(void);          /* co_init, before the runtime is up */
+CO_HIDDEN void co__race_init_seen(void);     /* a plain thread: co_init's past (its fds) */
 CO_HIDDEN void co__m_race_start(co_m_t *m); /* an M's thread, first thing: its g0's fiber */
 CO_HIDDEN void co__race_enter(co_m_t *m);   /* after a switch: the fiber of whoever runs now */
 CO_HIDDEN void co__race_timers_run(co_m_t *m, co_p_t *p, int64_t now); /* on g0's fiber */

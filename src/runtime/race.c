@@ -112,6 +112,7 @@ void co__race_woken(co_g_t *g) {
  * they start with nothing else (proc.c's newm). */
 static char init_key;
 void co__race_init(void) { __tsan_release(&init_key); }
+void co__race_init_seen(void) { __tsan_acquire(&init_key); }
 
 void co__m_race_start(co_m_t *m) {
     __tsan_acquire(&init_key);
