@@ -19,17 +19,18 @@ static co_waitgroup_t wg = CO_WAITGROUP_INIT;
 
 static void sender(void *arg) {
     (void)arg;
-    for (int i = 0; i < 300; i++) co_chan_send(ch, &i, CO_FOREVER);
+    for (int i = 0; i < 300; i++) CHECK_EQ(co_chan_send(ch, &i, CO_FOREVER), 0);
     co_waitgroup_done(&wg);
 }
+
+static volatile long work_sink; /* keeps the receiver's busy loop */
 
 static void receiver(void *arg) {
     (void)arg;
     int v;
     for (int i = 0; i < 300; i++) {
-        co_chan_recv(ch, &v, CO_FOREVER);
-        volatile long x = 0;
-        for (int k = 0; k < 20000; k++) x += k ^ v; /* slices wide enough to see */
+        CHECK_EQ(co_chan_recv(ch, &v, CO_FOREVER), 0);
+        for (int k = 0; k < 20000; k++) work_sink += k ^ v; /* slices wide enough to see */
         if (i % 30 == 0) co_sleep(200 * 1000);
     }
     co_waitgroup_done(&wg);
