@@ -29,6 +29,8 @@ static co_p_t *pidleget_locked(void) {
     return p;
 }
 
+co_p_t *co__pidleget_locked(void) { return pidleget_locked(); }
+
 co_p_t *co__pidleget(void) {
     co__lock(&co__sched.lock);
     co_p_t *p = pidleget_locked();

@@ -572,6 +572,7 @@ CO_HIDDEN extern uint64_t co__transit_taken; /* Ps taken at sleep, left for an M
 /* sched.lock held, s->naffq > 0: hand p to an M asleep on the idle list
  * with Gs on its affq; false if there is none (sched.c) */
 CO_HIDDEN bool co__affine_handoff_locked(co_p_t *p);
+CO_HIDDEN co_p_t *co__pidleget_locked(void); /* sched.lock held: an idle P, or NULL */
 /* m's first affine G, or NULL (sched.c) */
 CO_HIDDEN co_g_t *co__affq_take(co_m_t *m);
 /* Run-queue entries: in the Ps' rings (runq.c), globq.c's global queue
