@@ -6,10 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
-#include <sys/syscall.h>
-#include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <colony.h>
@@ -59,79 +55,6 @@ static void t_watchdog(int sig) {
     _exit(99);
 }
 
-/* The watchdog is a process of its own, forked by t_begin: a signal in the
- * test itself may never be handled. Under TSan a signal that lands on a
- * thread asleep in a raw futex call waits for that thread's next
- * intercepted call, so a hung test ran on to ctest's timeout with nothing
- * said. (Not a thread: tests count the process's threads, and so does the
- * deadlock check.) On time it says so, prints every thread's stack with
- * gdb where it can (not under an emulator: gdb would show the
- * emulator's), and kills the test. It dies with the test (PR_SET_PDEATHSIG)
- * and holds none of its files but the standard ones. */
-#define T_WATCHDOG_GDB_SECONDS 8
-static void t_watchdog_say(const char *s) { (void)!write(2, s, strlen(s)); }
-__attribute__((noreturn)) static void t_watchdog_run(pid_t test, unsigned seconds) {
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != test) _exit(0); /* the test ended before the line above */
-    signal(SIGALRM, SIG_DFL);
-    syscall(SYS_close_range, 3U, ~0U, 0U);
-    struct timespec ts = {(time_t)seconds, 0};
-    while (nanosleep(&ts, &ts) != 0) {
-    }
-    if (getppid() != test) _exit(0);
-    char msg[160];
-    snprintf(msg, sizeof msg, "watchdog: test %d timed out after %u s (deadlock?)%s\n", (int)test,
-             seconds,
-             getenv("COLONY_TEST_EMULATOR") ? "" : "; its threads' stacks follow (gdb)");
-    t_watchdog_say(msg);
-    if (!getenv("COLONY_TEST_EMULATOR")) {
-        pid_t g = fork();
-        if (g == 0) {
-            char pid[16];
-            snprintf(pid, sizeof pid, "%d", (int)test);
-            prctl(PR_SET_PDEATHSIG, SIGKILL); /* not past the watchdog */
-            dup2(2, 1);
-#ifdef CO_SOURCE_DIR /* and colony's own view: each P and M, each coroutine's wait */
-            execlp("gdb", "gdb", "-p", pid, "-batch", "-nx", "-ex", "set pagination off", "-ex",
-                   "thread apply all bt 40", "-x", CO_SOURCE_DIR "/tools/colony-gdb.py", "-ex",
-                   "info colony", "-ex", "info coroutines", (char *)NULL);
-#else
-            execlp("gdb", "gdb", "-p", pid, "-batch", "-nx", "-ex", "set pagination off", "-ex",
-                   "thread apply all bt 40", (char *)NULL);
-#endif
-            t_watchdog_say("watchdog: no gdb to show the stacks\n");
-            _exit(127);
-        }
-        for (int i = 0; g > 0 && i < T_WATCHDOG_GDB_SECONDS * 10; i++) {
-            if (waitpid(g, NULL, WNOHANG) == g) {
-                g = 0;
-                break;
-            }
-            struct timespec tick = {0, 100 * 1000 * 1000};
-            nanosleep(&tick, NULL);
-        }
-        if (g > 0) {
-            kill(g, SIGKILL);
-            waitpid(g, NULL, 0);
-        }
-    }
-    t_watchdog_say("watchdog: killing the test\n");
-    kill(test, SIGKILL);
-    _exit(99);
-}
-
-/* Arms the watchdog: the test is stopped after `seconds`, which must leave
- * ctest's timeout for the test at least T_WATCHDOG_GDB_SECONDS + 2 more.
- * Its own alarm stays as the backstop, that much later, for when the
- * watchdog could not be forked or gdb holds the test. */
-static void t_begin(unsigned seconds) {
-    signal(SIGALRM, t_watchdog);
-    pid_t test = getpid();
-    fflush(NULL);
-    pid_t w = fork();
-    if (w == 0) t_watchdog_run(test, seconds);
-    alarm(w > 0 ? seconds + T_WATCHDOG_GDB_SECONDS + 2 : seconds);
-}
 /* A check that failed outside every t_run (in main, before or after the
  * tests, or in a thread still running after its test) fails the program
  * too. */
@@ -192,6 +115,8 @@ __attribute__((unused)) static char *t_dump(void) {
 
 #include <poll.h>
 #include <stdarg.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 
@@ -326,6 +251,67 @@ __attribute__((unused)) static int t_child_wait(pid_t pid, int fd, char *buf, si
  * (-1 if it hung: see t_child_wait). */
 __attribute__((unused)) static int t_drain_and_wait(int fd, char *buf, size_t size, pid_t pid) {
     return t_child_wait(pid, fd, buf, size, T_CHILD_SECONDS);
+}
+
+/* The watchdog is a process of its own, forked by t_begin: a signal in the
+ * test itself may never be handled. Under TSan a signal that lands on a
+ * thread asleep in a raw futex call waits for that thread's next
+ * intercepted call, so a hung test ran on to ctest's timeout with nothing
+ * said. (Not a thread: tests count the process's threads, and so does the
+ * deadlock check.) On time it says so, prints every thread's stack with
+ * gdb where it can (not under an emulator: gdb would show the
+ * emulator's), and kills the test. It dies with the test (PR_SET_PDEATHSIG)
+ * and holds none of its files but the standard ones. */
+#define T_WATCHDOG_GDB_SECONDS 8
+static void t_watchdog_say(const char *s) { (void)!write(2, s, strlen(s)); }
+__attribute__((noreturn)) static void t_watchdog_run(pid_t test, unsigned seconds) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != test) _exit(0); /* the test ended before the line above */
+    signal(SIGALRM, SIG_DFL);
+    syscall(SYS_close_range, 3U, ~0U, 0U);
+    struct timespec ts = {(time_t)seconds, 0};
+    while (nanosleep(&ts, &ts) != 0) {
+    }
+    if (getppid() != test) _exit(0);
+    bool gdb = !t_emulator();
+    char msg[160];
+    snprintf(msg, sizeof msg, "watchdog: test %d timed out after %u s (deadlock?)%s\n", (int)test,
+             seconds, gdb ? "; its threads' stacks follow (gdb)" : "");
+    t_watchdog_say(msg);
+    pid_t g = gdb ? fork() : -1;
+    if (g == 0) {
+        char pid[16];
+        snprintf(pid, sizeof pid, "%d", (int)test);
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* not past the watchdog */
+        dup2(2, 1);
+        const char *argv[] = {"gdb", "-p", pid, "-batch", "-nx", "-ex", "set pagination off", "-ex",
+                              "thread apply all bt 40",
+#ifdef CO_SOURCE_DIR /* and colony's own view: each P and M, each coroutine's wait */
+                              "-x", CO_SOURCE_DIR "/tools/colony-gdb.py", "-ex", "info colony",
+                              "-ex", "info coroutines",
+#endif
+                              NULL};
+        execvp("gdb", (char *const *)argv);
+        t_watchdog_say("watchdog: no gdb to show the stacks\n");
+        _exit(127);
+    }
+    if (g > 0) (void)t_child_wait(g, -1, NULL, 0, T_WATCHDOG_GDB_SECONDS); /* killed past it */
+    t_watchdog_say("watchdog: killing the test\n");
+    kill(test, SIGKILL);
+    _exit(99);
+}
+
+/* Arms the watchdog: the test is stopped after `seconds`, which must leave
+ * ctest's timeout for the test at least T_WATCHDOG_GDB_SECONDS + 2 more.
+ * Its own alarm stays as the backstop, that much later, for when the
+ * watchdog could not be forked or gdb holds the test. */
+static void t_begin(unsigned seconds) {
+    signal(SIGALRM, t_watchdog);
+    pid_t test = getpid();
+    fflush(NULL);
+    pid_t w = fork();
+    if (w == 0) t_watchdog_run(test, seconds);
+    alarm(w > 0 ? seconds + T_WATCHDOG_GDB_SECONDS + 2 : seconds);
 }
 
 /* Overflow tests: n frames of 512+ bytes each, none of which the compiler
