@@ -757,29 +757,27 @@ static void post_affine(co_g_t *g, void *arg) {
     home->affq_tail = g;
     s->naffq++;
     co_p_t *p = m->p;
-    bool asleep = home->onmidle && !__atomic_load_n(&s->stopping, __ATOMIC_ACQUIRE);
-    bool give = asleep && p && !__atomic_load_n(&p->retire, __ATOMIC_ACQUIRE);
-    if (give) {
-        CO_TRACE(CO__TEV_P_RELEASE, p->id, 0);
-        m->p = NULL;
-        co__transit_begin_locked(m); /* on its way to sleep, P-less */
-        p->m = NULL;
-        __atomic_store_n(&p->status, CO_P_IDLE, __ATOMIC_RELEASE);
-        affine_wake_locked(home, p);
-    } else if (asleep) {
-        /* This M's P cannot go (sysmon lent it away meanwhile), but home
-         * sleeps with a G only it may run: an idle P for it, or else the
-         * next P to go idle (pidleput_locked's handoff). Without this,
-         * with every P already idle, nothing woke home again. */
-        co_p_t *ip = co__pidleget_locked();
-        if (ip) {
-            affine_wake_locked(home, ip);
-            give = true;
+    co_p_t *hp = NULL; /* the P an asleep home wakes with */
+    if (home->onmidle && !__atomic_load_n(&s->stopping, __ATOMIC_ACQUIRE)) {
+        if (p && !__atomic_load_n(&p->retire, __ATOMIC_ACQUIRE)) {
+            CO_TRACE(CO__TEV_P_RELEASE, p->id, 0);
+            m->p = NULL;
+            co__transit_begin_locked(m); /* on its way to sleep, P-less */
+            p->m = NULL;
+            __atomic_store_n(&p->status, CO_P_IDLE, __ATOMIC_RELEASE);
+            hp = p;
+        } else {
+            /* This M's P cannot go (sysmon lent it away meanwhile): an
+             * idle P, or else the next P to go idle (pidleput_locked's
+             * handoff). Without this, with every P already idle, nothing
+             * woke home again. */
+            hp = co__pidleget_locked();
         }
     }
+    if (hp) affine_wake_locked(home, hp);
     co__unlock(&s->lock);
     /* home may be the poller, or on its way to sleep: it looks again */
-    if (!give) co__netpoll_break();
+    if (!hp) co__netpoll_break();
 }
 
 void co_thread_return(void *home) {
