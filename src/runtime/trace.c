@@ -41,6 +41,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -52,9 +53,10 @@
 uint32_t co__trace_on;
 
 #define MAX_SLOTS 512
-#define DEF_CHUNKS 256       /* 16 MiB of buffers by default */
-#define DEF_CHUNK_EV 2048    /* 64 KiB a chunk */
+#define DEF_CHUNKS 256       /* 8 MiB of buffers by default */
+#define DEF_CHUNK_EV 2048    /* 32 KiB a chunk (16-byte records) */
 #define NO_P 0xffff
+#define WRITER_POLL_NS (10 * 1000000LL)
 
 /* The converter's event: a record decoded, its thread's slot added. */
 typedef struct tev {
@@ -119,8 +121,9 @@ static struct {
     bool fenced;              /* stop waits out recorders with membarrier: they take busy
                                * with plain stores (set by start, before the trace is on) */
     int nchunks, chunk_ev;
-    rec_t *evmem;             /* nchunks * chunk_ev records, touched by start (no page
-                               * faults while recording) */
+    rec_t *evmem;             /* nchunks * chunk_ev records, mapped populated by start (no
+                               * page faults while recording) */
+    size_t evbytes;           /* evmem's length */
     uint32_t *cn;             /* records in each chunk, set by its filler before it goes full */
     uint16_t *cslot;          /* its filler's slot, likewise */
     int32_t *cnext;           /* the full list's links, written by the pusher */
@@ -130,6 +133,9 @@ static struct {
     int32_t full_head;        /* atomic: pushed chunks (index + 1, 0 empty); pushers CAS
                                * (release), the writer takes all by exchange (acquire) */
     uint32_t wword;           /* futex: bumped to wake the writer */
+    uint32_t nfull;           /* atomic relaxed: chunks pushed and not yet taken by the
+                               * writer (a hint for when to wake it, not a count it trusts) */
+    uint32_t wake_at;         /* nfull's value whose push wakes the writer; set by start */
     uint32_t wstop, whold;    /* atomic: the writer's orders */
     int werr;                 /* the writer's first write error (errno); read after its join */
     pthread_t writer;
@@ -232,8 +238,15 @@ static bool chunk_next(slot_t *s) {
                                             __ATOMIC_RELAXED));
         s->chunk = -1;
         s->cap = 0;
-        __atomic_add_fetch(&T.wword, 1, __ATOMIC_RELAXED);
-        co__futex_wake(&T.wword, 1);
+        /* The writer is woken once per wake_at chunks, and polls between:
+         * a wake-up is a system call and, here, an interrupt to another
+         * CPU, several records' worth of time each. Only the push that
+         * brings the count to wake_at wakes (the count passes through it
+         * on its way up: pushes add one at a time). */
+        if (__atomic_add_fetch(&T.nfull, 1, __ATOMIC_RELAXED) == T.wake_at) {
+            __atomic_add_fetch(&T.wword, 1, __ATOMIC_RELAXED);
+            co__futex_wake(&T.wword, 1);
+        }
     }
     int n = T.nchunks;
     uint32_t start = __atomic_fetch_add(&T.chint, 1, __ATOMIC_RELAXED);
@@ -500,12 +513,15 @@ static bool drain_full(void) {
     int32_t h = __atomic_exchange_n(&T.full_head, 0, __ATOMIC_ACQUIRE);
     if (!h) return false;
     int32_t rev = 0; /* the pushes' order back (a thread's chunks in its order) */
+    uint32_t taken = 0;
     while (h) {
         int32_t c = h - 1;
         h = T.cnext[c];
         T.cnext[c] = rev;
         rev = c + 1;
+        taken++;
     }
+    __atomic_sub_fetch(&T.nfull, taken, __ATOMIC_RELAXED);
     while (rev) {
         int32_t c = rev - 1;
         rev = T.cnext[c];
@@ -527,7 +543,8 @@ static void *writer_main(void *arg) {
             if (drain_full()) continue;
             if (stop) break;
         }
-        co__futex_wait(&T.wword, w, co_now() + 50 * 1000000LL);
+        /* the poll: chunks short of wake_at are written within WRITER_POLL_NS */
+        co__futex_wait(&T.wword, w, co_now() + WRITER_POLL_NS);
     }
     return NULL;
 }
@@ -584,7 +601,7 @@ static void trace_forked(void) {
 }
 
 static void free_buffers(void) {
-    free(T.evmem);
+    if (T.evmem) munmap(T.evmem, T.evbytes);
     free(T.cn);
     free(T.cslot);
     T.cslot = NULL;
@@ -656,7 +673,13 @@ int co__trace_start_with(const char *path, int chunks, int chunk_events) {
     free(raw);
     T.nchunks = chunks;
     T.chunk_ev = chunk_events;
-    T.evmem = malloc((size_t)chunks * (size_t)chunk_events * sizeof(rec_t));
+    /* Every page of the buffers faulted in now, not by the first record in
+     * each (a page fault is microseconds). MAP_POPULATE, not malloc and a
+     * memset: compilers turn that pair into calloc, which touches nothing. */
+    T.evbytes = (size_t)chunks * (size_t)chunk_events * sizeof(rec_t);
+    T.evmem = mmap(NULL, T.evbytes, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+    if (T.evmem == MAP_FAILED) T.evmem = NULL;
     T.cn = calloc((size_t)chunks, sizeof *T.cn);
     T.cslot = calloc((size_t)chunks, sizeof *T.cslot);
     T.cnext = calloc((size_t)chunks, sizeof *T.cnext);
@@ -669,9 +692,10 @@ int co__trace_start_with(const char *path, int chunks, int chunk_events) {
     }
     T.out = out;
     T.rawfd = fd;
-    /* Every page of the buffers touched now, not by the first record in
-     * each (a page fault is microseconds). */
-    memset(T.evmem, 0, (size_t)chunks * (size_t)chunk_events * sizeof(rec_t));
+    /* and written once from here: under shadow page tables (a PVM guest,
+     * say) a page's first write from user space faults even after the
+     * kernel has populated it */
+    for (size_t off = 0; off < T.evbytes; off += 4096) ((volatile char *)T.evmem)[off] = 0;
     /* The slots reset, and handed out for the new session (its number:
      * only start changes T.gen, under api). The last stop closed them. */
     uint32_t ngen = __atomic_load_n(&T.gen, __ATOMIC_RELAXED) + 1;
@@ -685,6 +709,8 @@ int co__trace_start_with(const char *path, int chunks, int chunk_events) {
     pthread_mutex_unlock(&T.setup);
     T.fenced = fenced_ok();
     __atomic_store_n(&T.full_head, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&T.nfull, 0, __ATOMIC_RELAXED);
+    T.wake_at = chunks / 8 > 1 ? (uint32_t)chunks / 8 : 1;
     __atomic_store_n(&T.lost_global, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&T.wstop, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&T.whold, 0, __ATOMIC_RELAXED);
