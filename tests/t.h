@@ -301,11 +301,28 @@ __attribute__((noreturn)) static void t_watchdog_run(pid_t test, unsigned second
     _exit(99);
 }
 
-/* Arms the watchdog: the test is stopped after `seconds`, which must leave
- * ctest's timeout for the test at least T_WATCHDOG_GDB_SECONDS + 2 more.
- * Its own alarm stays as the backstop, that much later, for when the
- * watchdog could not be forked or gdb holds the test. */
+/* Under TSan every time limit is T_TIME_SCALE times as long, here and in
+ * ctest's timeouts (CMakeLists.txt): a coroutine's lifetime is a TSan fiber
+ * of its own, mapped and unmapped, which makes spawn-heavy tests several
+ * times slower where mmap is slow. */
+#if defined(__SANITIZE_THREAD__)
+#define T_TIME_SCALE 3u
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define T_TIME_SCALE 3u
+#endif
+#endif
+#ifndef T_TIME_SCALE
+#define T_TIME_SCALE 1u
+#endif
+
+/* Arms the watchdog: the test is stopped after `seconds` (times
+ * T_TIME_SCALE), which must leave ctest's timeout for the test (likewise
+ * scaled) at least T_WATCHDOG_GDB_SECONDS + 2 more. Its own alarm stays
+ * as the backstop, that much later, for when the watchdog could not be
+ * forked or gdb holds the test. */
 static void t_begin(unsigned seconds) {
+    seconds *= T_TIME_SCALE;
     signal(SIGALRM, t_watchdog);
     pid_t test = getpid();
     fflush(NULL);
