@@ -135,7 +135,8 @@ static struct {
     uint32_t wword;           /* futex: bumped to wake the writer */
     uint32_t nfull;           /* atomic relaxed: chunks pushed and not yet taken by the
                                * writer (a hint for when to wake it, not a count it trusts) */
-    uint32_t wake_at;         /* nfull's value whose push wakes the writer; set by start */
+    uint32_t wake_at;         /* atomic relaxed: nfull's value whose push wakes the writer;
+                               * set by start, lowered by slot_setup as slots take chunks */
     uint32_t wstop, whold;    /* atomic: the writer's orders */
     int werr;                 /* the writer's first write error (errno); read after its join */
     pthread_t writer;
@@ -223,6 +224,11 @@ static inline uint64_t stamp(slot_t *s, uint16_t p, co_g_t *g1, co_g_t *g2) {
     return t;
 }
 
+static void wake_writer(void) {
+    __atomic_add_fetch(&T.wword, 1, __ATOMIC_RELAXED);
+    co__futex_wake(&T.wword, 1);
+}
+
 /* Slot s (busy held): its chunk, if any, goes to the writer; takes a free
  * one. false if none is free. Once per chunk_ev records. */
 static bool chunk_next(slot_t *s) {
@@ -243,10 +249,9 @@ static bool chunk_next(slot_t *s) {
          * CPU, several records' worth of time each. Only the push that
          * brings the count to wake_at wakes (the count passes through it
          * on its way up: pushes add one at a time). */
-        if (__atomic_add_fetch(&T.nfull, 1, __ATOMIC_RELAXED) == T.wake_at) {
-            __atomic_add_fetch(&T.wword, 1, __ATOMIC_RELAXED);
-            co__futex_wake(&T.wword, 1);
-        }
+        if (__atomic_add_fetch(&T.nfull, 1, __ATOMIC_RELAXED) ==
+            __atomic_load_n(&T.wake_at, __ATOMIC_RELAXED))
+            wake_writer();
     }
     int n = T.nchunks;
     uint32_t start = __atomic_fetch_add(&T.chint, 1, __ATOMIC_RELAXED);
@@ -262,6 +267,9 @@ static bool chunk_next(slot_t *s) {
             return true;
         }
     }
+    /* none free: whatever is full must go out now, not at the next poll
+     * (the count may never have reached wake_at, the slots holding the rest) */
+    if (__atomic_load_n(&T.nfull, __ATOMIC_RELAXED) != 0) wake_writer();
     return false;
 }
 
@@ -384,6 +392,11 @@ static __attribute__((noinline)) slot_t *slot_setup(uint32_t gen) {
     pthread_mutex_lock(&T.setup);
     if (T.setup_gen == gen && T.nslots < MAX_SLOTS) {
         s = &T.slots[T.nslots++];
+        /* each slot keeps a chunk: wake the writer before half of those
+         * left to be filled are full */
+        uint32_t left = T.nchunks > (int)T.nslots ? (uint32_t)T.nchunks - T.nslots : 0;
+        if (left / 2 < __atomic_load_n(&T.wake_at, __ATOMIC_RELAXED))
+            __atomic_store_n(&T.wake_at, left / 2 > 1 ? left / 2 : 1, __ATOMIC_RELAXED);
         s->busyp = &tls_bw->busy;
         s->gen = gen;
         s->chunk = -1;
@@ -710,7 +723,7 @@ int co__trace_start_with(const char *path, int chunks, int chunk_events) {
     T.fenced = fenced_ok();
     __atomic_store_n(&T.full_head, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&T.nfull, 0, __ATOMIC_RELAXED);
-    T.wake_at = chunks / 8 > 1 ? (uint32_t)chunks / 8 : 1;
+    __atomic_store_n(&T.wake_at, chunks / 8 > 1 ? (uint32_t)chunks / 8 : 1, __ATOMIC_RELAXED);
     __atomic_store_n(&T.lost_global, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&T.wstop, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&T.whold, 0, __ATOMIC_RELAXED);
