@@ -2,6 +2,7 @@
  * release of idle objects over time (the victim cache), Go's pool_test.go
  * cases that apply, bad input, and a stress run from coroutines and threads
  * that counts every object made and destroyed. */
+// ctest-timeout: 250
 #include "colony.h"
 #include "t.h"
 #include "t_internal.h"

@@ -1,5 +1,6 @@
 /* Context: background, cancel trees, deadlines, values, free orders,
  * errors, misuse and concurrent stress. */
+// ctest-timeout: 250
 #include "colony.h"
 #include "t.h"
 #include "t_internal.h"

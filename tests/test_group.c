@@ -1,5 +1,6 @@
 /* Group (errgroup): first error, context canceled on error and on wait,
  * limit, use from threads, errors and misuse. */
+// ctest-timeout: 250
 #include "colony.h"
 #include "t.h"
 

@@ -2,6 +2,7 @@
  * Go's map_test.go cases that apply, Range while storing and deleting,
  * bad input, and a stress run from coroutines and threads with exact
  * accounting (ASan sees a node freed under a reader; TSan a missing edge). */
+// ctest-timeout: 250
 #include "colony.h"
 #include "t.h"
 

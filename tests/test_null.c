@@ -6,6 +6,7 @@
  * dereference panics; a free or destroy of NULL does nothing; a getter
  * gives the documented value. The aborting calls run in a child process
  * (this binary re-executed with --null <case>). */
+// ctest-timeout: 250
 #include "colony.h"
 #include "t.h"
 #include "t_internal.h"

@@ -5,7 +5,7 @@
  * checked; pg_sleep parked without a thread each; a reconnect storm; the
  * server stopped (immediate) mid-run gives every coroutine libpq's error,
  * none hangs; no fd left. Behaviour, not timing. */
-// ctest-timeout: 250
+// ctest-timeout: 300
 // ctest-preload-hook
 // ctest-uses: libpq
 // ctest-no-chaos

@@ -1,5 +1,6 @@
 /* Weighted semaphore: FIFO, a large waiter is not starved, deadlines,
  * try_acquire, errors and misuse. */
+// ctest-timeout: 250
 #include "colony.h"
 #include "t.h"
 #include "t_internal.h"

@@ -1,5 +1,6 @@
 /* Mutex, RWMutex, Cond, Once and Spinlock: unit tests of every function,
  * from coroutines and plain threads, and the misuse that must abort. */
+// ctest-timeout: 250
 #include "colony.h"
 #include "t.h"
 #include "t_internal.h"
