@@ -222,6 +222,12 @@ int co__netpoll(int64_t delay_ns) {
         /* A P handed to this poller before it could break the poll
          * (co__startm; the Dekker pair is in proc.h): do not block. */
         if (__atomic_load_n(&co__sched.poller_given, __ATOMIC_SEQ_CST)) delay_ns = 0;
+        /* Nor with a coroutine sent home to this M meanwhile: post_affine
+         * queues it, then (seq_cst fence) breaks the poll only if it sees
+         * sleeping set; this store of sleeping, then this load, is the
+         * other half. */
+        co_m_t *me = co__getm();
+        if (me && __atomic_load_n(&me->affq, __ATOMIC_SEQ_CST) != NULL) delay_ns = 0;
         n = np_wait(evs, delay_ns);
         __atomic_store_n(&np.sleeping, 0, __ATOMIC_SEQ_CST);
     } else {

@@ -776,8 +776,15 @@ static void post_affine(co_g_t *g, void *arg) {
     }
     if (hp) affine_wake_locked(home, hp);
     co__unlock(&s->lock);
-    /* home may be the poller, or on its way to sleep: it looks again */
-    if (!hp) co__netpoll_break();
+    /* home may be the poller, or on its way to sleep: it looks again. The
+     * break writes only to a poller that has set its sleeping flag: the
+     * fence orders the queueing above before that load, as co__netpoll
+     * orders its store of the flag before its load of affq (else both
+     * could miss the other and the poller sleep with g queued). */
+    if (!hp) {
+        __atomic_thread_fence(__ATOMIC_SEQ_CST);
+        co__netpoll_break();
+    }
 }
 
 void co_thread_return(void *home) {
