@@ -224,8 +224,10 @@ static inline uint64_t stamp(slot_t *s, uint16_t p, co_g_t *g1, co_g_t *g2) {
     return t;
 }
 
+/* Bumps the writer's futex word and wakes it. release: an order stored
+ * before (whold, wstop) is seen by the writer's acquire load of wword. */
 static void wake_writer(void) {
-    __atomic_add_fetch(&T.wword, 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&T.wword, 1, __ATOMIC_RELEASE);
     co__futex_wake(&T.wword, 1);
 }
 
@@ -564,8 +566,7 @@ static void *writer_main(void *arg) {
 
 void co__trace_hold_writer(bool hold) {
     __atomic_store_n(&T.whold, hold, __ATOMIC_RELEASE);
-    __atomic_add_fetch(&T.wword, 1, __ATOMIC_RELEASE);
-    co__futex_wake(&T.wword, 1);
+    wake_writer();
 }
 
 int64_t co__trace_lost(void) {
@@ -1344,8 +1345,7 @@ int co_trace_stop(void) {
     T.c1 = T.ns_clock ? (uint64_t)co_now() : co__cycles();
     T.t1 = co_now();
     __atomic_store_n(&T.wstop, 1, __ATOMIC_RELEASE);
-    __atomic_add_fetch(&T.wword, 1, __ATOMIC_RELEASE);
-    co__futex_wake(&T.wword, 1);
+    wake_writer();
     pthread_join(T.writer, NULL);
     int rc = T.werr ? -T.werr : convert();
     if (fclose(T.out) != 0 && rc == 0) rc = -errno;
