@@ -306,15 +306,16 @@ __attribute__((noreturn)) static void t_watchdog_run(pid_t test, unsigned second
  * of its own, mapped and unmapped, which makes spawn-heavy tests several
  * times slower where mmap is slow. */
 #if defined(__SANITIZE_THREAD__)
-#define T_TIME_SCALE 3u
+#define T_TSAN 1
 #elif defined(__has_feature)
 #if __has_feature(thread_sanitizer)
-#define T_TIME_SCALE 3u
+#define T_TSAN 1
 #endif
 #endif
-#ifndef T_TIME_SCALE
-#define T_TIME_SCALE 1u
+#ifndef T_TSAN
+#define T_TSAN 0
 #endif
+#define T_TIME_SCALE (T_TSAN ? 3u : 1u)
 
 /* Arms the watchdog: the test is stopped after `seconds` (times
  * T_TIME_SCALE), which must leave ctest's timeout for the test (likewise
@@ -418,16 +419,7 @@ __attribute__((unused)) static int t_small(void) {
 }
 
 /* Under TSan only (its shadow memory makes the resident set meaningless). */
-__attribute__((unused)) static int t_tsan(void) {
-#if defined(__SANITIZE_THREAD__)
-    return 1;
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-    return 1;
-#endif
-#endif
-    return 0;
-}
+__attribute__((unused)) static int t_tsan(void) { return T_TSAN; }
 
 /* Open fds, pipes excepted (a sanitizer's symbolizer talks through pipes). */
 __attribute__((unused)) static int t_count_fds(void) {
