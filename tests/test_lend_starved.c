@@ -6,7 +6,8 @@
  * run either.
  *
  * One P throughout: a coroutine queued behind the one that holds the P
- * runs before that one is done only if a spare P is lent.
+ * runs before that one is done only if a spare P is lent. A timer armed
+ * by the holder after the lend fires while it still holds that P.
  */
 // ctest-timeout: 60
 // ctest-no-chaos
@@ -23,6 +24,34 @@
 #define MS 1000000LL
 
 static void test_asleep_in_kernel_gets_spare(void) { CHECK(hold_and_queue(sleep_in_kernel)); }
+
+/* A coroutine that computes on after its P was lent away (it still holds
+ * that P) and arms a timer meanwhile: the timer goes where sysmon and the
+ * other Ms look, and fires while the coroutine is still computing. */
+static int lent_fired, lent_armed; /* atomic */
+static void on_lent_timer(void *arg) {
+    (void)arg;
+    __atomic_store_n(&lent_fired, 1, __ATOMIC_RELEASE);
+}
+static void compute_then_arm(void *arg) {
+    co_waitgroup_t *wg = arg;
+    int64_t end = co_now() + T_LEND_GIVE_UP_NS;
+    while (!__atomic_load_n(&queued_ran, __ATOMIC_ACQUIRE) && co_now() < end) {}
+    co_timer_t *t = NULL;
+    if (__atomic_load_n(&queued_ran, __ATOMIC_ACQUIRE) &&
+        co_after_func(&t, CO_MILLISECOND, on_lent_timer, NULL) == 0) {
+        __atomic_store_n(&lent_armed, 1, __ATOMIC_RELAXED);
+        end = co_now() + T_LEND_GIVE_UP_NS;
+        while (!__atomic_load_n(&lent_fired, __ATOMIC_ACQUIRE) && co_now() < end) {}
+        co_timer_free(t);
+    }
+    co_waitgroup_done(wg);
+}
+static void test_timer_armed_on_lent_p(void) {
+    CHECK(hold_and_queue(compute_then_arm)); /* lent */
+    CHECK_EQ(__atomic_load_n(&lent_armed, __ATOMIC_RELAXED), 1);
+    CHECK_EQ(__atomic_load_n(&lent_fired, __ATOMIC_ACQUIRE), 1);
+}
 
 /* ---- a thread the host does not run ----------------------------------------
  * The holder's M is pinned to one CPU beside always-runnable hog threads
@@ -87,6 +116,7 @@ static void test_starved_thread_gets_no_spare(void) {
 static int run(void *arg) {
     (void)arg;
     T_RUN(test_asleep_in_kernel_gets_spare);
+    T_RUN(test_timer_armed_on_lent_p);
     /* Last: the M that ran the holder stays SCHED_IDLE (an unprivileged
      * thread cannot go back); nothing runs after it but the exit. Under
      * qemu-user the emulator's own locks may put the thread to sleep in

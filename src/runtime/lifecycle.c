@@ -366,6 +366,7 @@ static void wake_idle_ms_locked(void) {
     co_sched_t *s = &co__sched;
     for (co_m_t *m = s->midle; m; m = m->link) {
         m->onmidle = false;
+        co__unstrand_locked(m);
         __atomic_store_n(&m->park, 1, __ATOMIC_RELEASE);
         co__futex_wake(&m->park, 1);
     }

@@ -36,9 +36,10 @@ static struct {
     /* atomic, seq_cst: 1 while an M is (about to be) blocked in epoll with
      * a non-zero delay. Set and cleared by that M around the wait; read by
      * co__netpoll_break so that a break with nobody blocked costs one load.
-     * A break issued before the poller stored 1 is not delivered: the
-     * scheduler covers that window itself (it wakes another M, as Go's
-     * wakeNetPoller does when sched.lastpoll != 0). */
+     * A break issued before the poller stored 1 is not delivered: after
+     * its store the poller looks again at what each breaker publishes
+     * before its break (poller_given, its affq, the timers) and does not
+     * block past it. */
     uint32_t sleeping;
     /* atomic: 1 from a break's eventfd write until a blocking poll drains
      * it, so that a storm of breaks writes the eventfd once. CAS 0->1 by
@@ -228,6 +229,16 @@ int co__netpoll(int64_t delay_ns) {
          * other half. */
         co_m_t *me = co__getm();
         if (me && __atomic_load_n(&me->affq, __ATOMIC_SEQ_CST) != NULL) delay_ns = 0;
+        /* Nor past a timer added meanwhile: co__timer_add stores its P's
+         * timer0_when, then (seq_cst) breaks the poll only if it sees
+         * sleeping set; a timer it stored after the caller read the
+         * timers, whose break came before that flag, is seen here. */
+        int64_t next = co__timers_next();
+        if (next && delay_ns != 0) {
+            int64_t d = next - co_now();
+            if (d < 0) d = 0;
+            if (delay_ns < 0 || d < delay_ns) delay_ns = d;
+        }
         n = np_wait(evs, delay_ns);
         __atomic_store_n(&np.sleeping, 0, __ATOMIC_SEQ_CST);
     } else {

@@ -221,6 +221,7 @@ static void startm(co_p_t *p, bool spinning, bool recheck) {
             s->midle = m->link;
             s->nmidle--;
             m->onmidle = false;
+            co__unstrand_locked(m);
             break;
         }
         if (!no_m && s->poller) {
@@ -334,7 +335,8 @@ static void stopm(co_m_t *m) {
     }
     if (m->affq) {
         /* Gs only this M may run wait: take an idle P for them, or sleep
-         * until a P going idle is handed over (co__affine_handoff_locked) */
+         * until a P going idle is handed over (co__affine_handoff_locked)
+         * or a busy P's next look hands its own (co__relieve_stranded) */
         co_p_t *p = pidleget_locked();
         if (p) {
             m->nextp = p;
@@ -347,6 +349,7 @@ static void stopm(co_m_t *m) {
     s->midle = m;
     s->nmidle++;
     m->onmidle = true;
+    if (m->affq) co__strand_locked(m); /* no P for it: a busy P's next look hands one */
     co__unlock(&s->lock);
     /* acquire: pairs with startm's store-release */
     CO_TRACE(CO__TEV_M_SLEEP, 0, 0);

@@ -378,6 +378,10 @@ typedef struct co_m {
      * owner's next look (findrunnable, every 61st schedule, stopm). */
     co_g_t *affq, *affq_tail;
     bool onmidle;              /* under sched.lock: asleep in stopm, on the idle M list */
+    /* Under sched.lock: on the idle list with Gs on affq and no P handed
+     * to it (counted in sched.nstranded). Set by stopm and post_affine,
+     * cleared by whatever takes it off the idle list. */
+    bool stranded;
     bool transit;              /* under sched.lock, set and cleared by the M itself: counted
                                 * in sched.ntransit */
     uint32_t pin;              /* co__pin_enter's sequence, odd inside a pinned section:
@@ -449,6 +453,11 @@ typedef struct co_sched {
     co_p_t *pretiring;         /* Ps lent away whose M has not retired them yet */
     int naffq;                 /* Gs queued on Ms' affq (under lock): a P going idle
                                 * goes to an idle M with one instead (pidleput_locked) */
+    /* Ms with co_m_t.stranded set: written under sched.lock; loaded
+     * relaxed, as a hint, by every 61st schedule (runq_next_fast), which
+     * then goes to g0 to hand its P over (co__relieve_stranded), and by
+     * sysmon. With every P busy, nothing else would give those Ms one. */
+    uint32_t nstranded;
 
     /* gcache_lock protects the caches of gcache.c: gfree, sfree,
      * stackwait, tokwait, nstackwait. Not sched.lock: dead Gs spilled by
@@ -572,6 +581,12 @@ CO_HIDDEN extern uint64_t co__transit_taken; /* Ps taken at sleep, left for an M
 /* sched.lock held, s->naffq > 0: hand p to an M asleep on the idle list
  * with Gs on its affq; false if there is none (sched.c) */
 CO_HIDDEN bool co__affine_handoff_locked(co_p_t *p);
+/* sched.lock held: m, on the idle list with Gs on its affq, waits for a
+ * P (co_m_t.stranded); co__unstrand_locked when it leaves the list. */
+CO_HIDDEN void co__strand_locked(co_m_t *m);
+CO_HIDDEN void co__unstrand_locked(co_m_t *m);
+/* g0 of m, which holds a P: give it to a stranded M; false if none. */
+CO_HIDDEN bool co__relieve_stranded(co_m_t *m);
 CO_HIDDEN co_p_t *co__pidleget_locked(void); /* sched.lock held: an idle P, or NULL */
 /* m's first affine G, or NULL (sched.c) */
 CO_HIDDEN co_g_t *co__affq_take(co_m_t *m);

@@ -560,9 +560,12 @@ __attribute__((noinline)) void co__yield_slow(co_m_t *m, co_g_t *g, co_p_t *p,
                                               void (*post)(co_g_t *, void *)) {
     co_g_t *next = runq_next_fast(p);
     if (!next) {
-        if (!p || !__atomic_load_n(&p->retire, __ATOMIC_ACQUIRE))
+        if (!p || (!__atomic_load_n(&p->retire, __ATOMIC_ACQUIRE) &&
+                   !__atomic_load_n(&co__sched.nstranded, __ATOMIC_RELAXED)))
             return; /* nothing else is runnable here: keep running */
-        next = &m->g0; /* our P was lent away: requeue globally via g0 */
+        /* our P was lent away (requeue globally via g0), or an M waits
+         * for it (g0 hands it over, g in its queue) */
+        next = &m->g0;
     }
     co__stack_check(g);
     m->post_fn = post; /* run_post handles post_yield inline */
@@ -714,6 +717,7 @@ static void affine_wake_locked(co_m_t *m, co_p_t *p) {
         }
     }
     m->onmidle = false;
+    co__unstrand_locked(m);
     m->spinning = false;
     m->nextp = p;
     /* store-release: publishes nextp to the woken M's acquire load (stopm) */
@@ -735,6 +739,53 @@ bool co__affine_handoff_locked(co_p_t *p) {
     /* none asleep: the one with Gs may be the poller; it takes p after */
     co__netpoll_break();
     return false;
+}
+
+void co__strand_locked(co_m_t *m) {
+    if (m->stranded) return;
+    m->stranded = true;
+    co_sched_t *s = &co__sched;
+    __atomic_store_n(&s->nstranded, s->nstranded + 1, __ATOMIC_RELAXED);
+}
+
+void co__unstrand_locked(co_m_t *m) {
+    if (!m->stranded) return;
+    m->stranded = false;
+    co_sched_t *s = &co__sched;
+    __atomic_store_n(&s->nstranded, s->nstranded - 1, __ATOMIC_RELAXED);
+}
+
+/* sched.lock held: m, on g0, gives its P p to home, asleep on the idle
+ * list (as Go's startlockedm), and goes on P-less, on its way to sleep. */
+static void give_p_locked(co_m_t *m, co_p_t *p, co_m_t *home) {
+    CO_TRACE(CO__TEV_P_RELEASE, p->id, 0);
+    m->p = NULL;
+    co__transit_begin_locked(m);
+    p->m = NULL;
+    __atomic_store_n(&p->status, CO_P_IDLE, __ATOMIC_RELEASE);
+    affine_wake_locked(home, p);
+}
+
+bool co__relieve_stranded(co_m_t *m) {
+    co_sched_t *s = &co__sched;
+    co_p_t *p = m->p;
+    co__lock(&s->lock);
+    co_m_t *home = NULL;
+    if (p && !__atomic_load_n(&p->retire, __ATOMIC_ACQUIRE) &&
+        !__atomic_load_n(&s->stopping, __ATOMIC_ACQUIRE))
+        for (home = s->midle; home && !home->stranded; home = home->link) {}
+    if (!home) {
+        co__unlock(&s->lock);
+        return false;
+    }
+    /* P-less, this M must not count as spinning (see findrunnable) */
+    if (m->spinning) {
+        m->spinning = false;
+        __atomic_sub_fetch(&s->nmspinning, 1, __ATOMIC_SEQ_CST);
+    }
+    give_p_locked(m, p, home);
+    co__unlock(&s->lock);
+    return true;
 }
 
 /* g0 of the M that woke g, after g switched away: g goes to its home M's
@@ -760,21 +811,21 @@ static void post_affine(co_g_t *g, void *arg) {
     co_p_t *hp = NULL; /* the P an asleep home wakes with */
     if (home->onmidle && !__atomic_load_n(&s->stopping, __ATOMIC_ACQUIRE)) {
         if (p && !__atomic_load_n(&p->retire, __ATOMIC_ACQUIRE)) {
-            CO_TRACE(CO__TEV_P_RELEASE, p->id, 0);
-            m->p = NULL;
-            co__transit_begin_locked(m); /* on its way to sleep, P-less */
-            p->m = NULL;
-            __atomic_store_n(&p->status, CO_P_IDLE, __ATOMIC_RELEASE);
             hp = p;
+            give_p_locked(m, p, home);
         } else {
             /* This M's P cannot go (sysmon lent it away meanwhile): an
-             * idle P, or else the next P to go idle (pidleput_locked's
-             * handoff). Without this, with every P already idle, nothing
-             * woke home again. */
+             * idle P, or else a busy P's next look (co__relieve_stranded)
+             * or the next P to go idle (pidleput_locked's handoff).
+             * Without this, with every P already idle, nothing woke home
+             * again. */
             hp = co__pidleget_locked();
+            if (hp)
+                affine_wake_locked(home, hp);
+            else
+                co__strand_locked(home);
         }
     }
-    if (hp) affine_wake_locked(home, hp);
     co__unlock(&s->lock);
     /* home may be the poller, or on its way to sleep: it looks again. The
      * break writes only to a poller that has set its sleeping flag: the
@@ -837,6 +888,10 @@ static co_g_t *findrunnable(co_m_t *m) {
             co__block_idle(m);
             continue;
         }
+        /* An M asleep with Gs only it may run, every P busy: this one */
+        if (CO_UNLIKELY(__atomic_load_n(&s->nstranded, __ATOMIC_RELAXED) != 0) &&
+            co__relieve_stranded(m))
+            continue;
         int64_t tw = __atomic_load_n(&p->timer0_when, __ATOMIC_ACQUIRE);
         if (tw && tw <= co_now()) co__timers_run(p, co_now());
         co_g_t *g;
@@ -845,9 +900,12 @@ static co_g_t *findrunnable(co_m_t *m) {
             return g;
         g = runq_next_fast(p);
         if (g) return g;
-        /* Lent away just now: runq_next_fast gave up without looking at the
-         * queue, which may be full. Retire at the top; never steal into it. */
-        if (CO_UNLIKELY(__atomic_load_n(&p->retire, __ATOMIC_ACQUIRE))) continue;
+        /* Lent away just now, or an M stranded since the look above:
+         * runq_next_fast gave up without looking at the queue, which may
+         * be full. Retire or hand over at the top; never steal into it. */
+        if (CO_UNLIKELY(__atomic_load_n(&p->retire, __ATOMIC_ACQUIRE)) ||
+            CO_UNLIKELY(__atomic_load_n(&s->nstranded, __ATOMIC_RELAXED) != 0))
+            continue;
         if (co__netpoll_has_waiters() && __atomic_load_n(&s->polling, __ATOMIC_ACQUIRE) == 0) {
             int ready = co__netpoll(0);
             /* relaxed: a hint for co__netpoll_soon and sysmon */

@@ -444,6 +444,10 @@ static inline __attribute__((always_inline)) co_g_t *runq_next_fast(co_p_t *p) {
         if (CO_UNLIKELY(__atomic_load_n(&m->affq, __ATOMIC_RELAXED) != NULL) &&
             (g = co__affq_take(m)))
             return g;
+        /* another M asleep with Gs only it may run, and no idle P (a P
+         * going idle would have gone to it): to g0, which hands this P
+         * over (findrunnable, co__relieve_stranded) */
+        if (CO_UNLIKELY(__atomic_load_n(&co__sched.nstranded, __ATOMIC_RELAXED) != 0)) return NULL;
         /* the ring before the fresh deque, this once (runq.c) */
         if (p->flbot != __atomic_load_n(&p->fltop, __ATOMIC_RELAXED)) return co__fair_next(p);
     }

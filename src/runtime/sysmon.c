@@ -183,7 +183,8 @@ static bool lend_spare(co_p_t *p, int i, int64_t now) {
     if (__atomic_load_n(&p->retire, __ATOMIC_ACQUIRE)) return false;
     bool work = !co__runq_empty(p) || co__globrunq_pending(__ATOMIC_ACQUIRE) ||
                 __atomic_load_n(&p->timer0_when, __ATOMIC_ACQUIRE) != 0 ||
-                co__netpoll_has_waiters();
+                co__netpoll_has_waiters() ||
+                __atomic_load_n(&s->nstranded, __ATOMIC_RELAXED) != 0;
     if (!work) return false;
     /* First ask the coroutine to yield at its next I/O call, and give it
      * 1 ms to (a coroutine whose reads never wait, say); a spare P and a
@@ -241,9 +242,12 @@ static bool lend_spare(co_p_t *p, int i, int64_t now) {
     __atomic_store_n(&p->retire, 1, __ATOMIC_RELEASE);
     co__unlock(&s->lock);
     CO_TRACE(CO__TEV_RETAKE, p->id, 1);
-    /* p's timers to np. The owner may be retiring p at the same time and
-     * moving them too: both move p -> np under both heap locks. */
-    co__timers_move(p, np, false);
+    /* p's timers to np, and p closed to timers: its coroutine runs on
+     * (m->p is still p) and may arm more, which must go to np, where
+     * sysmon and the idle Ms look (allp), not stay on p until that
+     * coroutine next schedules. The owner may be retiring p at the same
+     * time and moving them too: both move p -> np under both heap locks. */
+    co__timers_move(p, np, true);
     runnext_to_front(p);
     co__flifo_move(p, np); /* before the drain: in order, not to the global queue */
     co__runq_drain_global(p);
