@@ -21,7 +21,10 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
+#include <sys/select.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
@@ -131,6 +134,139 @@ static void test_user_nonblock(void) {
     join_writer(wj);
     close(sv[0]);
     close(sv[1]);
+}
+
+/* A copy of a hooked socket (dup, dup2, dup3, F_DUPFD) is the program's
+ * blocking socket as the original is: F_GETFL shows no O_NONBLOCK (the
+ * kernel's, which the hook set, is shared by the copies), and a read on
+ * the copy parks until data comes instead of failing with EAGAIN. */
+static void test_dup_blocks(void) {
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    char c;
+    int wj = spawn_writer(sv[1]);
+    CHECK_EQ(read(sv[0], &c, 1), 1); /* hooked now: O_NONBLOCK in the kernel */
+    join_writer(wj);
+    int hi = sv[0] > sv[1] ? sv[0] : sv[1];
+    int copies[4] = {dup(sv[0]), dup2(sv[0], hi + 10), dup3(sv[0], hi + 11, O_CLOEXEC),
+                     fcntl(sv[0], F_DUPFD_CLOEXEC, hi + 12)};
+    for (int i = 0; i < 4; i++) {
+        int d = copies[i];
+        CHECK(d >= 0);
+        if (d < 0) continue;
+        CHECK_EQ(fcntl(d, F_GETFL) & O_NONBLOCK, 0);
+        wj = spawn_writer(sv[1]);
+        err_clear();
+        ssize_t n = read(d, &c, 1);
+        if (n != 1) fprintf(stderr, "   copy %d (fd %d): read %zd, errno %d\n", i, d, n, err_now());
+        CHECK_EQ(n, 1);
+        join_writer(wj);
+        close(d);
+    }
+    close(sv[0]);
+    close(sv[1]);
+}
+
+/* The hook's select, and its poll of an fd it does not park on (an
+ * eventfd), run inside co_blocking, which may park the coroutine (its cap
+ * reached, or no P free when the call returns): like every other hooked
+ * call, they return on the thread they were called on. */
+enum { NHOMEW = 8, NHOMEC = 40 };
+static int home_moved, home_calls;
+static co_waitgroup_t home_wg = CO_WAITGROUP_INIT;
+static __attribute__((noinline)) long tid_now(void) { return syscall(SYS_gettid); }
+static void home_worker(void *arg) {
+    int efd = (int)(intptr_t)arg;
+    for (int i = 0; i < NHOMEC; i++) {
+        long before = tid_now();
+        if (i % 2) {
+            struct timeval tv = {0, 1000};
+            (void)select(0, NULL, NULL, NULL, &tv);
+        } else {
+            struct pollfd p = {.fd = efd, .events = POLLIN};
+            (void)poll(&p, 1, 1);
+        }
+        if (tid_now() != before) __atomic_add_fetch(&home_moved, 1, __ATOMIC_RELAXED);
+        __atomic_add_fetch(&home_calls, 1, __ATOMIC_RELAXED);
+        for (volatile int k = 0; k < 20000; k++) {}
+    }
+    co_waitgroup_done(&home_wg);
+}
+static void test_blocking_calls_home(void) {
+    int efd = eventfd(0, EFD_CLOEXEC);
+    CHECK(efd >= 0);
+    co_waitgroup_add(&home_wg, NHOMEW);
+    for (int i = 0; i < NHOMEW; i++) CHECK_EQ(co_go(home_worker, (void *)(intptr_t)efd), 0);
+    CHECK_EQ(co_waitgroup_wait_until(&home_wg, co_deadline_after(GIVE_UP)), 0);
+    CHECK_EQ(home_calls, NHOMEW * NHOMEC);
+    if (home_moved) fprintf(stderr, "   %d calls returned on another thread\n", home_moved);
+    CHECK_EQ(home_moved, 0);
+    close(efd);
+}
+
+/* A coroutine sent home while its home thread is inside co_blocking: the
+ * thread comes back from the call to find every P busy with coroutines
+ * that only yield, and sleeps with the coroutine queued for it. A busy P
+ * must hand itself over: no P would ever go idle for it. */
+static int strand_flag, strand_stop; /* atomic */
+static co_waitgroup_t strand_wg = CO_WAITGROUP_INIT;
+static void strand_spin(void *arg) {
+    (void)arg;
+    while (!__atomic_load_n(&strand_flag, __ATOMIC_ACQUIRE) &&
+           !__atomic_load_n(&strand_stop, __ATOMIC_ACQUIRE))
+        co_yield();
+    co_waitgroup_done(&strand_wg);
+}
+static void strand_block(void *arg) {
+    (void)arg;
+    usleep(60000); /* inside co_blocking: libc's */
+}
+static void strand_blocker(void *arg) {
+    co_blocking(strand_block, NULL);
+    strand_spin(arg);
+}
+static void *strand_writer(void *arg) {
+    usleep(15000);
+    (void)!write((int)(intptr_t)arg, "s", 1);
+    return NULL;
+}
+static void strand_reader(void *arg) {
+    int fd = (int)(intptr_t)arg;
+    co_sched_stats_t st;
+    co_sched_stats(&st);
+    for (int i = 0; i < st.procs; i++) CHECK_EQ(co_go(strand_spin, NULL), 0);
+    /* spawned last: likely to run on this thread once the read parks */
+    CHECK_EQ(co_go(strand_blocker, NULL), 0);
+    char c = 0;
+    CHECK_EQ(read(fd, &c, 1), 1);
+    CHECK_EQ(c, 's');
+    __atomic_store_n(&strand_flag, 1, __ATOMIC_RELEASE);
+    co_waitgroup_done(&strand_wg);
+}
+static void test_home_while_blocking(void) {
+    for (int round = 0; round < 5; round++) {
+        int sv[2];
+        CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+        __atomic_store_n(&strand_flag, 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&strand_stop, 0, __ATOMIC_RELAXED);
+        co_sched_stats_t st;
+        co_sched_stats(&st);
+        co_waitgroup_add(&strand_wg, st.procs + 2);
+        pthread_t th;
+        CHECK_EQ(pthread_create(&th, NULL, strand_writer, (void *)(intptr_t)sv[1]), 0);
+        CHECK_EQ(co_go(strand_reader, (void *)(intptr_t)sv[0]), 0);
+        int64_t t0 = co_now();
+        while (!__atomic_load_n(&strand_flag, __ATOMIC_ACQUIRE) && co_now() - t0 < GIVE_UP)
+            co_sleep(MS);
+        bool returned = __atomic_load_n(&strand_flag, __ATOMIC_ACQUIRE);
+        if (!returned) fprintf(stderr, "   round %d: the read had not returned in 10 s\n", round);
+        CHECK(returned);
+        __atomic_store_n(&strand_stop, 1, __ATOMIC_RELEASE);
+        CHECK_EQ(co_waitgroup_wait_until(&strand_wg, co_deadline_after(GIVE_UP)), 0);
+        pthread_join(th, NULL);
+        close(sv[0]);
+        close(sv[1]);
+    }
 }
 
 /* SO_RCVTIMEO: a read with nothing to read fails with EAGAIN once it passes. */
@@ -572,6 +708,9 @@ static int run(void *arg) {
     int fds0 = t_count_fds();
     T_RUN(test_reads_park);
     T_RUN(test_user_nonblock);
+    T_RUN(test_dup_blocks);
+    T_RUN(test_blocking_calls_home);
+    T_RUN(test_home_while_blocking);
     T_RUN(test_rcvtimeo);
     T_RUN(test_close_retires);
     T_RUN(test_tcp_echo);

@@ -125,6 +125,24 @@ static void hfd_reset(int fd) {
     __atomic_store_n(&h->sndtimeo, 0, __ATOMIC_RELAXED);
 }
 
+/* nfd now names the same open file as fd (a dup): the same record, so
+ * the program's own O_NONBLOCK is not read from the kernel's flag, which
+ * the hook set (SO_RCVTIMEO/SO_SNDTIMEO belong to the file too). */
+static void hfd_copy(int fd, int nfd) {
+    hfd_t *h = hfd(fd), *n = hfd(nfd);
+    if (!n) return;
+    if (!h || __atomic_load_n(&h->kind, __ATOMIC_RELAXED) != FD_HOOKED) {
+        hfd_reset(nfd);
+        return;
+    }
+    __atomic_store_n(&n->kind, FD_UNKNOWN, __ATOMIC_RELAXED);
+    __atomic_store_n(&n->user_nb, __atomic_load_n(&h->user_nb, __ATOMIC_RELAXED), __ATOMIC_RELAXED);
+    __atomic_store_n(&n->rcvtimeo, __atomic_load_n(&h->rcvtimeo, __ATOMIC_RELAXED), __ATOMIC_RELAXED);
+    __atomic_store_n(&n->sndtimeo, __atomic_load_n(&h->sndtimeo, __ATOMIC_RELAXED), __ATOMIC_RELAXED);
+    co__io_fresh(nfd); /* what the io layer's slot remembers is a former file's */
+    __atomic_store_n(&n->kind, FD_HOOKED, __ATOMIC_RELAXED);
+}
+
 /* A coroutine that can park here. Not inside co_blocking's fn (the hook's
  * own or the program's): there colony's waits block the thread and call
  * libc's sleeps and polls themselves, which must then be libc's. */
@@ -225,6 +243,15 @@ static int co_wait(int fd, int ev, int64_t deadline) {
     int r = fd >= 0 ? co_wait_fd(fd, ev, deadline) : co_sleep_until(deadline);
     co_thread_return(home);
     return r;
+}
+
+/* fn(arg) in co_blocking, back on this thread after it unless
+ * MODE_MIGRATE: co_blocking may park the coroutine (its cap reached, or
+ * no P free when fn returns) and resume it on another thread. */
+static void blocking_call(void (*fn)(void *), void *arg) {
+    void *home = mode() == MODE_HOME ? co_thread_home() : NULL;
+    co_blocking(fn, arg);
+    co_thread_return(home);
 }
 
 /* Wait until fd is ready for `ev` (CO_READABLE / CO_WRITABLE) or timeo ns
@@ -470,20 +497,24 @@ HOOK_API int close(int fd) {
 }
 HOOK_API int dup(int fd) {
     int r = REAL(dup)(fd);
-    if (r >= 0) hfd_reset(r);
+    if (r >= 0) hfd_copy(fd, r);
     return r;
 }
 HOOK_API int dup2(int fd, int nfd) {
     if (fd != nfd) retire(nfd);
-    return REAL(dup2)(fd, nfd);
+    int r = REAL(dup2)(fd, nfd);
+    if (r >= 0 && fd != nfd) hfd_copy(fd, nfd);
+    return r;
 }
 HOOK_API int dup3(int fd, int nfd, int fl) {
     if (fd != nfd) retire(nfd);
-    return REAL(dup3)(fd, nfd, fl);
+    int r = REAL(dup3)(fd, nfd, fl);
+    if (r >= 0) hfd_copy(fd, nfd);
+    return r;
 }
 
 /* F_GETFL shows the program's own O_NONBLOCK; F_SETFL records it and keeps
- * the kernel's set; F_DUPFD* give a fresh number. */
+ * the kernel's set; F_DUPFD* give the copy the original's record. */
 static int fcntl_impl(int fd, int cmd, va_list ap) {
     void *arg = va_arg(ap, void *);
     hfd_t *h = hfd(fd);
@@ -500,7 +531,7 @@ static int fcntl_impl(int fd, int cmd, va_list ap) {
         return r;
     }
     int r = REAL(fcntl)(fd, cmd, arg);
-    if (r >= 0 && (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC)) hfd_reset(r);
+    if (r >= 0 && (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC)) hfd_copy(fd, r);
     return r;
 }
 HOOK_API int fcntl(int fd, int cmd, ...) {
@@ -634,7 +665,7 @@ HOOK_API int poll(struct pollfd *p, nfds_t n, int ms) {
         if (r != -2) return r;
     }
     struct poll_args a = {p, n, ms, 0, 0};
-    co_blocking(poll_blocking, &a);
+    blocking_call(poll_blocking, &a);
     set_errno(a.err);
     return a.r;
 }
@@ -654,7 +685,7 @@ HOOK_API int select(int n, fd_set *r, fd_set *w, fd_set *e, struct timeval *tv) 
     if (!in_coroutine() || (tv && tv->tv_sec == 0 && tv->tv_usec == 0))
         return REAL(select)(n, r, w, e, tv);
     struct select_args a = {n, r, w, e, tv, 0, 0};
-    co_blocking(select_blocking, &a);
+    blocking_call(select_blocking, &a);
     set_errno(a.err);
     return a.res;
 }
