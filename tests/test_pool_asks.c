@@ -677,6 +677,45 @@ static void no_task_lost_storm(void) {
     co_pool_destroy(storm_pool);
 }
 
+/* A submitter blocked on a full pool and sent round again by a resize
+ * that makes room may drop the pool's lock to allocate a worker record
+ * (CO__FAIL_SLOW_ALLOC holds it there 100 ms): co_pool_destroy waits for
+ * it, as for any blocked submitter, and does not free the pool under it
+ * (a use after free, which the ASan build reports). */
+static atomic_int dr_gate, dr_b_ran, dr_rc = 1;
+static void dr_task_a(void *arg) {
+    (void)arg;
+    while (!atomic_load(&dr_gate)) co_sleep(CO_MILLISECOND);
+}
+static void dr_task_b(void *arg) {
+    (void)arg;
+    atomic_store(&dr_b_ran, 1);
+}
+static void *dr_submitter(void *arg) {
+    atomic_store(&dr_rc, co_pool_submit(arg, dr_task_b, NULL));
+    return NULL;
+}
+static void destroy_waits_for_retry(void) {
+    co_pool_t *p;
+    CHECK_EQ(co_pool_new(&p, 1, NULL), 0);
+    CHECK_EQ(co_pool_submit(p, dr_task_a, NULL), 0);
+    pthread_t th;
+    CHECK_EQ(pthread_create(&th, NULL, dr_submitter, p), 0);
+    int64_t end = co_now() + 10 * CO_SECOND;
+    while (co_pool_waiting(p) != 1 && co_now() < end) usleep(1000);
+    CHECK_EQ(co_pool_waiting(p), 1);
+    t_fail(CO__FAIL_SLOW_ALLOC, true);
+    co_pool_tune(p, 2); /* room: the submitter goes round again, and allocates */
+    usleep(20000);
+    atomic_store(&dr_gate, 1);
+    co_pool_destroy(p);
+    t_fail(CO__FAIL_SLOW_ALLOC, false);
+    pthread_join(th, NULL);
+    int rc = atomic_load(&dr_rc);
+    CHECK(rc == 0 || rc == CO_ECLOSED);
+    CHECK_EQ(atomic_load(&dr_b_ran), rc == 0); /* accepted: ran; refused: never */
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "child-destroy-self")) {
         signal(SIGABRT, SIG_DFL);
@@ -696,6 +735,7 @@ int main(int argc, char **argv) {
     T_RUN_SEL(token_oom);
     T_RUN_SEL(chute_races);
     T_RUN_SEL(release_reboot_race);
+    T_RUN_SEL(destroy_waits_for_retry);
     T_RUN_SEL(churn);
     T_RUN_SEL(no_task_lost_storm);
     return t_end();

@@ -18,6 +18,7 @@ enum {
     CO__FAIL_SELECT_MEM = 1 << 4, /* a select's scratch arrays past 16 cases (chan/select.c) */
     CO__FAIL_NO_M = 1 << 5,       /* co__startm finds no idle M and cannot make one */
     CO__FAIL_SLOW_IDLE = 1 << 6,  /* an M that gave its P up is slow to sleep (runtime/sched.c) */
+    CO__FAIL_SLOW_ALLOC = 1 << 7, /* a pool submit's worker record takes 100 ms (pool/submit.c) */
 };
 
 CO_HIDDEN extern int co__test_fail; /* CO__FAIL_* bits; defined in base/cpu.c */

@@ -287,7 +287,8 @@ void co_pool_destroy(co_pool_t *p) {
     (void)co__pool_release_begin(p);
     (void)co__pool_drain_until(p, CO_FOREVER);
     /* Submitters that timed out while being released still re-lock the
-     * pool to unlink themselves: wait for them (rare and brief). */
+     * pool to unlink themselves, and one sent round again (RETRY) may be
+     * allocating without the lock: wait for them (rare and brief). */
     for (;;) {
         plock(p);
         int n = p->sub_parked;

@@ -291,8 +291,9 @@ struct co_pool {
                            * worker on the chute still counts until drained */
     int32_t busy_old;     /* [L] busy workers activated before the last release */
     int32_t waiting;      /* [L, atomic] submitters linked in submitq */
-    int32_t sub_parked;   /* [L] submitters parked and not yet accounted for by a
-                           * waker's claim or by their own timeout (destroy waits) */
+    int32_t sub_parked;   /* [L] submitters parked, or sent round again (RETRY), and
+                           * not yet accounted for by a waker's claim or by the end
+                           * of their submit (destroy waits) */
 
     co__wq_t idle;        /* [L] idle worker records */
     co__pw_t *spare;      /* [L] retired records kept for reuse */

@@ -175,8 +175,8 @@ static inline void busy_dec_locked(co_pool_t *p, uint64_t gen, wakelist_t *wl) {
 
 /* Lock held. Pop blocked submitters until one is claimed; NULL if none.
  * With result 0 or CO_ECLOSED the submitter returns without touching the
- * pool again, so we account for it (sub_parked); a RETRY submitter re-locks
- * and does that itself. */
+ * pool again, so we account for it (sub_parked); a RETRY submitter stays
+ * counted until its submit ends, and uncounts itself (submit.c). */
 static inline co__waiter_t *claim_submitter_locked(co_pool_t *p, wakelist_t *wl, int result) {
     co__waiter_t *w;
     while ((w = co__waitq_pop(&p->submitq))) {

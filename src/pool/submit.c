@@ -15,8 +15,10 @@
  */
 #include "pool/pool_locked.h"
 #include "arch/ctx.h" /* co__cycles */
+#include "base/testhook.h"
 
 #include <string.h>
+#include <time.h>
 
 /* Start a coroutine for an activated record (lock not held). On failure the
  * activation is undone and the task will not run. */
@@ -67,11 +69,23 @@ typedef struct submit {
     wakelist_t wl;
     bool raised;        /* waiters raised and the chute drained since the lock was taken */
     bool spun;          /* a plain thread watched the chute before parking */
+    /* In p->sub_parked: from its first park until the submit ends. A RETRY
+     * keeps it counted, so that destroy waits for a submitter sent round
+     * again while it drops the lock (fresh_alloc). */
+    bool counted;
 } submit_t;
+
+/* Lock held: the submit ends and no longer holds destroy back. */
+static void uncount_locked(submit_t *s) {
+    if (!s->counted) return;
+    s->p->sub_parked--;
+    s->counted = false;
+}
 
 /* Lock held; released. The submit fails with rc, counted as a rejection. */
 static int submit_refuse(submit_t *s, int rc) {
     co_pool_t *p = s->p;
+    uncount_locked(s);
     rejected_inc(p);
     if (s->fresh) rec_put_locked(p, s->fresh, &s->tofree);
     punlock(p);
@@ -83,6 +97,7 @@ static int submit_refuse(submit_t *s, int rc) {
 /* Lock held; released. The task goes to w, an idle or new record. */
 static int submit_start(submit_t *s, co__pw_t *w) {
     co_pool_t *p = s->p;
+    uncount_locked(s); /* the worker's busy count holds destroy from here */
     activate_locked(p, w, s->task.fn, s->task.arg);
     if (s->fresh) rec_put_locked(p, s->fresh, &s->tofree);
     punlock(p);
@@ -113,8 +128,17 @@ static int fresh_alloc(submit_t *s) {
      * submitter's and its worker's), and one line is one miss per
      * crossing. */
     co__pw_t *w = NULL;
+    if (co__test_failing(CO__FAIL_SLOW_ALLOC)) {
+        struct timespec ts = {0, 100000000};
+        nanosleep(&ts, NULL);
+    }
     if (posix_memalign((void **)&w, CO__CACHELINE, sizeof *w) != 0) {
         rejected_inc(p);
+        if (s->counted) { /* last: destroy may go on once it is uncounted */
+            plock(p);
+            uncount_locked(s);
+            punlock(p);
+        }
         wl_wake(&s->wl);
         rec_free_list(s->tofree);
         return CO_ENOMEM;
@@ -180,7 +204,8 @@ static int submit_wait(submit_t *s) {
         co__waitq_insert_by_n(&p->submitq, wt);
     }
     st32(&p->waiting, p->waiting + 1);
-    p->sub_parked++;
+    if (!s->counted) p->sub_parked++; /* once: a RETRY kept it counted */
+    s->counted = true;
     wl_wake(&s->wl); /* before parking: nobody would wake them after */
     int rc = pwait(p, wt, s->deadline, CO__WAIT_KEEP_LOCK);
     s->raised = false;
@@ -189,12 +214,10 @@ static int submit_wait(submit_t *s) {
             co__waitq_remove(wt);
             st32(&p->waiting, p->waiting - 1);
         }
-        p->sub_parked--;
-        return submit_refuse(s, CO_ETIMEDOUT);
+        return submit_refuse(s, CO_ETIMEDOUT); /* uncounts it */
     }
-    if (wt->result == RETRY) { /* the waker left sub_parked to us */
+    if (wt->result == RETRY) { /* the waker left sub_parked to us: kept till the end */
         plock(p);
-        p->sub_parked--;
         return RETRY;
     }
     /* 0: a worker took the task; CO_ECLOSED: release (counted as a
