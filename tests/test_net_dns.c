@@ -280,6 +280,15 @@ static void test_answers(void) {
     inet_pton(AF_INET, "10.9.9.9", &sa.sin_addr);
     CHECK_EQ(co_lookup_addr(NULL, (struct sockaddr *)&sa, sizeof sa, name, sizeof name,
                             co_deadline_after(10 * SEC)), CO_ENOTFOUND);
+    /* addrlen of a sockaddr_storage, a common idiom: the same answer */
+    struct sockaddr_storage ss;
+    memset(&ss, 0, sizeof ss);
+    memcpy(&ss, &sa, sizeof sa);
+    inet_pton(AF_INET, "10.0.0.1", &((struct sockaddr_in *)&ss)->sin_addr);
+    name[0] = 0;
+    CHECK_EQ(co_lookup_addr(NULL, (struct sockaddr *)&ss, sizeof ss, name, sizeof name,
+                            co_deadline_after(10 * SEC)), 0);
+    CHECK_EQ(strcmp(name, "a.test"), 0);
 }
 
 static void test_deadline_holds(void) {
@@ -574,6 +583,10 @@ static void test_bad_input(void) {
     CHECK(co_resolver_configure(&bad) < 0);
     co_resolver_conf_t neg = {.attempts = -1};
     CHECK_EQ(co_resolver_configure(&neg), CO_EINVAL);
+    /* a refused configuration leaves the one in force: the test's
+     * responder still answers */
+    struct sockaddr_storage a1[2];
+    CHECK_EQ(co_lookup_host(NULL, "a.test", a1, 2, co_deadline_after(10 * SEC)) >= 1, 1);
 }
 
 int main(void) {

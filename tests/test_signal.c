@@ -56,6 +56,15 @@ static void test_bad_input(void) {
     CHECK_EQ(co_signal_stop(ch), 0); /* never registered: fine */
     CHECK_EQ(co_signal_ignore(NULL, 1), CO_EINVAL);
     co_chan_free(ch);
+    /* an element wider than the relay fills */
+    co_chan_t *wide;
+    CHECK_EQ(co_chan_new(&wide, 65, 1), 0);
+    CHECK_EQ(co_signal_notify(wide, &s, 1), CO_EINVAL);
+    co_chan_free(wide);
+    CHECK_EQ(co_chan_new(&wide, 64, 1), 0);
+    CHECK_EQ(co_signal_notify(wide, &s, 1), 0);
+    CHECK_EQ(co_signal_stop(wide), 0);
+    co_chan_free(wide);
 }
 
 static void raise_co(void *arg) { raise(*(int *)arg); }

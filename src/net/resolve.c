@@ -582,8 +582,7 @@ int co_resolver_configure(const co_resolver_conf_t *conf) {
         }
     }
     co_mutex_lock(&rs_mu);
-    free(rs_conf.servers);
-    free(rs_conf.search);
+    __typeof__(rs_conf) old = rs_conf;
     rs_conf.set = conf != NULL;
     rs_conf.servers = sv;
     rs_conf.search = se;
@@ -591,10 +590,20 @@ int co_resolver_configure(const co_resolver_conf_t *conf) {
     rs_conf.attempts = conf ? conf->attempts : 0;
     rs_conf.timeout_ns = conf ? conf->timeout_ns : 0;
     rs_gen++;
-    /* check the servers now, so that a bad string is an error here */
+    /* check the servers now, so that a bad string is an error here and
+     * the configuration in force stays (nobody saw the new one: both
+     * under rs_mu) */
     rchan_t *probe = NULL;
     int rc = rchan_new(&probe, rs_gen);
+    if (rc != 0) {
+        rs_conf = old;
+        rs_gen--;
+        old.servers = sv;
+        old.search = se;
+    }
     co_mutex_unlock(&rs_mu);
+    free(old.servers);
+    free(old.search);
     if (rc == 0)
         rchan_give(probe);
     return rc;
@@ -809,6 +818,10 @@ int co_lookup_addr(co_ctx_t *ctx, const struct sockaddr *addr, socklen_t addrlen
     if (!((addr->sa_family == AF_INET && addrlen >= sizeof(struct sockaddr_in)) ||
           (addr->sa_family == AF_INET6 && addrlen >= sizeof(struct sockaddr_in6))))
         return CO_EADDR;
+    /* the address's own size: a longer addrlen (sizeof(struct
+     * sockaddr_storage), a common idiom) is c-ares's ENOTIMP, and the
+     * fallback copies only that much */
+    addrlen = addr->sa_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
     int err;
     if (ctx && (err = co_ctx_err(ctx)) < 0)
         return err;

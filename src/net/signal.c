@@ -25,6 +25,7 @@
 #include <colony.h>
 
 #include "chan/chan.h"
+#include "chan/chan_impl.h" /* elem_size */
 
 #include <errno.h>
 #include <fcntl.h>
@@ -36,6 +37,7 @@
 #include <unistd.h>
 
 #define SIG_MAX 65 /* signal numbers 1..64 (NSIG on Linux) */
+#define SIG_ELEM_MAX 64 /* the widest channel element a relay fills */
 
 typedef struct sig_reg {
     co_chan_t *ch;
@@ -122,7 +124,7 @@ static void *relay_main(void *arg) {
              * with a wider element (a long) still reads the number */
             union {
                 int sig;
-                unsigned char pad[64];
+                unsigned char pad[SIG_ELEM_MAX];
             } e;
             memset(&e, 0, sizeof e);
             e.sig = s;
@@ -213,6 +215,8 @@ int co_signal_notify(co_chan_t *ch, const int *sigs, int n) {
     if (!ch || n < 0 || (n > 0 && !sigs))
         return CO_EINVAL;
     co__chan_check(ch, "co_signal_notify");
+    if (ch->elem_size > SIG_ELEM_MAX)
+        return CO_EINVAL; /* the relay sends from an element of that size */
     uint64_t m = 0;
     if (n == 0) {
         for (int s = 1; s < SIG_MAX; s++)
