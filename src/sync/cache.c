@@ -174,7 +174,10 @@ static inline bool shard_enter(shard_t *s, co_cache_t *c, int mode) {
     if (mode == 1) {
         __atomic_store_n(&s->busy, 1, __ATOMIC_RELAXED);
         __atomic_signal_fence(__ATOMIC_SEQ_CST); /* the sweep's membarrier makes it a full fence */
-        if (__builtin_expect(!__atomic_load_n(&c->sweeping, __ATOMIC_RELAXED), 1)) return true;
+        /* acquire: a 0 stored by a sweep that ended meanwhile (its
+         * release store) brings that sweep's writes of n and obj; the
+         * membarrier orders only a sweep's start against busy */
+        if (__builtin_expect(!__atomic_load_n(&c->sweeping, __ATOMIC_ACQUIRE), 1)) return true;
     } else {
         __atomic_store_n(&s->busy, 1, __ATOMIC_SEQ_CST); /* pairs with the sweep's seq_cst */
         if (__builtin_expect(!__atomic_load_n(&c->sweeping, __ATOMIC_SEQ_CST), 1)) return true;
