@@ -301,10 +301,12 @@ void co_cache_put(co_cache_t *c, void *obj) {
     OBJ_REL(obj);
     int sl = slot_get();
     shard_t *s = my_shard(c, sl);
-    if (__builtin_expect(s != NULL, 1) && __builtin_expect(__atomic_load_n(&c->armed, __ATOMIC_RELAXED), 1) &&
-        shard_enter(s, c, __atomic_load_n(&mb_mode, __ATOMIC_RELAXED))) {
+    if (__builtin_expect(s != NULL, 1) && shard_enter(s, c, __atomic_load_n(&mb_mode, __ATOMIC_RELAXED))) {
         int n = __atomic_load_n(&s->n, __ATOMIC_RELAXED);
-        if (n < SHARD_CAP) {
+        /* armed read inside the section: a sweep that ended meanwhile
+         * cleared it before its release of sweeping, which shard_enter
+         * acquired; one still to come sees this shard */
+        if (n < SHARD_CAP && __builtin_expect(__atomic_load_n(&c->armed, __ATOMIC_RELAXED), 1)) {
             __atomic_store_n(&s->obj[n], obj, __ATOMIC_RELAXED);
             __atomic_store_n(&s->n, n + 1, __ATOMIC_RELAXED);
             shard_exit(s);
@@ -346,12 +348,13 @@ static void cache_sweep(void *arg) {
         __atomic_store_n(&s->n, n - k, __ATOMIC_RELAXED);
         if (n - k) left = true;
     }
-    __atomic_store_n(&c->sweeping, 0, __ATOMIC_RELEASE);
     bool keep = left || c->victim.n;
+    /* before the flag goes down (release): an owner that sees the flag
+     * down sees armed cleared and arms again (put_slow) */
+    if (!keep) __atomic_store_n(&c->armed, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&c->sweeping, 0, __ATOMIC_RELEASE);
     if (keep)
         co__timer_add(&c->tm, co__time_add(co_now(), c->period));
-    else
-        __atomic_store_n(&c->armed, 0, __ATOMIC_RELAXED);
     co__unlock(&c->lock);
     for (size_t i = 0; i < dead.n; i++) {
         OBJ_ACQ(dead.v[i]);
