@@ -635,6 +635,56 @@ static void test_full_duplex(void) {
     co_tls_config_free(scfg);
 }
 
+/* A reader parked in co_tls_read while another coroutine co_closes the
+ * fd gets CO_ECLOSED; the number is then free, and a new file may take
+ * it. co_tls_close after that frees the connection only: it neither
+ * writes its close_notify into the new file nor closes it. */
+typedef struct {
+    co_tls_t *c;
+    ssize_t rc;
+    co_waitgroup_t done;
+} gone_t;
+static void gone_reader(void *arg) {
+    gone_t *g = arg;
+    char b[64];
+    g->rc = co_tls_read(g->c, b, sizeof b, co_deadline_after(20 * SEC));
+    co_waitgroup_done(&g->done);
+}
+static void test_closed_under_read(void) {
+    co_tls_config_t *scfg = server_cfg("good");
+    srv_t s;
+    int port;
+    srv_start(&s, scfg, 1, &port);
+    co_tls_config_t *ccfg = client_cfg(true);
+    int fd = connect_to(port, co_deadline_after(5 * SEC));
+    co_tls_t *c = NULL;
+    CHECK_EQ(co_tls_client(&c, fd, ccfg, "localhost", co_deadline_after(10 * SEC)), 0);
+    if (c) {
+        gone_t g = {.c = c, .rc = 1};
+        co_waitgroup_add(&g.done, 1);
+        CHECK_EQ(co_go(gone_reader, &g), 0);
+        co_sleep(20 * MS); /* parked in its read (or about to: it sees the close) */
+        CHECK_EQ(co_close(fd), 0);
+        co_waitgroup_wait(&g.done);
+        CHECK_EQ(g.rc, CO_ECLOSED);
+        int nv[2];
+        CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, nv), 0);
+        bool reused = nv[0] == fd || nv[1] == fd;
+        CHECK_EQ(co_tls_close(c), 0);
+        CHECK(fcntl(nv[0], F_GETFD) >= 0); /* not closed by co_tls_close */
+        CHECK(fcntl(nv[1], F_GETFD) >= 0);
+        char junk[64];
+        CHECK_EQ(recv(nv[0], junk, sizeof junk, MSG_DONTWAIT), -1); /* nothing written */
+        CHECK_EQ(recv(nv[1], junk, sizeof junk, MSG_DONTWAIT), -1);
+        if (!reused) fprintf(stderr, "   (the freed number was not reused: %d, %d, %d)\n", fd, nv[0], nv[1]);
+        close(nv[0]);
+        close(nv[1]);
+    }
+    srv_wait(&s);
+    co_tls_config_free(ccfg);
+    co_tls_config_free(scfg);
+}
+
 /* ---- ALPN with nothing in common, mutual TLS, an unclean end ------------ */
 
 static void test_alpn_mtls_eof(void) {
@@ -1006,6 +1056,7 @@ static int run(void *arg) {
     T_RUN(test_verification);
     T_RUN(test_bad_peers);
     T_RUN(test_full_duplex);
+    T_RUN(test_closed_under_read);
     T_RUN(test_alpn_mtls_eof);
     T_RUN(test_concurrent_handshakes);
     T_RUN(test_openssl_s_server);

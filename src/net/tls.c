@@ -102,6 +102,12 @@ struct co_tls {
      * BIO does not): never while parked in co_wait_fd. */
     co_mutex_t mu;
     int ioerr;          /* the last send/recv error of the BIO, -errno; 0: none */
+    /* atomic relaxed: set by a call that returned CO_ECLOSED (someone
+     * co_close'd the fd under it): the number is no longer this
+     * connection's, and may already name another file, so nothing may
+     * write to it or close it again. Read by co_tls_close, which runs
+     * after every other call on c has returned. */
+    bool fd_gone;
     char *name;         /* client: the name given (session cache key); may be NULL */
     char alpn[256];     /* the protocol agreed, "" if none; set by the handshake */
 };
@@ -644,10 +650,14 @@ static ssize_t tls_op(co_tls_t *c, op_t op, void *buf, size_t len, int64_t deadl
         if (r == -EAGAIN) {
             /* an fd the netpoller cannot watch: wait by asking the kernel */
             int w = co_wait_fd(c->fd, a.how == CO__IO_READ ? CO_READABLE : CO_WRITABLE, deadline);
+            if (w == CO_ECLOSED)
+                __atomic_store_n(&c->fd_gone, true, __ATOMIC_RELAXED);
             if (w < 0)
                 return w;
             continue;
         }
+        if (r == CO_ECLOSED)
+            __atomic_store_n(&c->fd_gone, true, __ATOMIC_RELAXED);
         if (r < 0)
             return r; /* CO_ETIMEDOUT, CO_ECLOSED, ... */
         if (!a.other)
@@ -761,7 +771,8 @@ fail_conn:
 fail:
     if (out)
         *out = NULL;
-    if (fd >= 0)
+    /* CO_ECLOSED: closed under the handshake, the number no longer ours */
+    if (fd >= 0 && rc != CO_ECLOSED)
         co_close(fd);
     return rc;
 }
@@ -814,16 +825,17 @@ int co_tls_close(co_tls_t *c) {
         return 0;
     /* a close_notify if it goes out at once (Go's Close sends one too);
      * a peer that is gone or slow does not hold the close up */
+    bool gone = __atomic_load_n(&c->fd_gone, __ATOMIC_RELAXED);
     co_mutex_lock(&c->mu);
     OSSL_IN();
-    if (SSL_is_init_finished(c->ssl) && !(SSL_get_shutdown(c->ssl) & SSL_SENT_SHUTDOWN))
+    if (!gone && SSL_is_init_finished(c->ssl) && !(SSL_get_shutdown(c->ssl) & SSL_SENT_SHUTDOWN))
         (void)SSL_shutdown(c->ssl);
     ERR_clear_error();
     OSSL_OUT();
     co_mutex_unlock(&c->mu);
     int fd = c->fd;
     conn_free(c);
-    return co_close(fd);
+    return gone ? 0 : co_close(fd);
 }
 
 int co_tls_fd(const co_tls_t *c) { return c ? c->fd : -1; }
