@@ -15,7 +15,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #define MS 1000000LL
 #define MIN_TICKS 5
@@ -425,6 +427,47 @@ static void batch_spawner(void *arg) {
     co_waitgroup_done(arg);
 }
 
+/* co_blocking_on_thread's way back with the only P busy (coroutines that
+ * only yield): the call returns, on its own thread, without waiting for
+ * the P to go idle (it never would). */
+static int pin_back, pin_same; /* atomic */
+static void pin_nap(void *arg) {
+    (void)arg;
+    usleep(5000);
+}
+static __attribute__((noinline)) long pin_tid(void) { return syscall(SYS_gettid); }
+static void pin_caller(void *arg) {
+    co_waitgroup_t *wg = arg;
+    long before = pin_tid();
+    co_blocking_on_thread(pin_nap, NULL);
+    __atomic_store_n(&pin_same, pin_tid() == before, __ATOMIC_RELAXED);
+    __atomic_store_n(&pin_back, 1, __ATOMIC_RELEASE);
+    co_waitgroup_done(wg);
+}
+static int pin_seen_back; /* atomic: a yielder saw the call back */
+static void pin_yielder(void *arg) {
+    co_waitgroup_t *wg = arg;
+    int64_t end = co_now() + 10000 * MS;
+    while (!__atomic_load_n(&pin_back, __ATOMIC_ACQUIRE) && co_now() < end) co_yield();
+    if (__atomic_load_n(&pin_back, __ATOMIC_ACQUIRE)) __atomic_store_n(&pin_seen_back, 1, __ATOMIC_RELAXED);
+    co_waitgroup_done(wg);
+}
+static void test_pinned_back_while_busy(void) {
+    for (int round = 0; round < 5; round++) {
+        __atomic_store_n(&pin_back, 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&pin_seen_back, 0, __ATOMIC_RELAXED);
+        co_waitgroup_t wg = CO_WAITGROUP_INIT;
+        co_waitgroup_add(&wg, 3);
+        CHECK_EQ(co_go(pin_caller, &wg), 0);
+        co_yield(); /* the caller runs into its call */
+        CHECK_EQ(co_go(pin_yielder, &wg), 0);
+        CHECK_EQ(co_go(pin_yielder, &wg), 0);
+        co_waitgroup_wait(&wg);
+        CHECK_EQ(__atomic_load_n(&pin_seen_back, __ATOMIC_RELAXED), 1);
+        CHECK_EQ(__atomic_load_n(&pin_same, __ATOMIC_RELAXED), 1);
+    }
+}
+
 static void test_batch_behind_computation(void) {
     __atomic_store_n(&batch_ran, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&batch_hog_saw, 0, __ATOMIC_RELAXED);
@@ -450,5 +493,6 @@ int main(void) {
     T_RUN(test_lend_while_going_idle);
     T_RUN(test_lend_chain_keeps_timers);
     T_RUN(test_batch_behind_computation);
+    T_RUN(test_pinned_back_while_busy);
     return t_end();
 }

@@ -247,9 +247,15 @@ static int co_wait(int fd, int ev, int64_t deadline) {
 
 /* fn(arg) in co_blocking, back on this thread after it unless
  * MODE_MIGRATE: co_blocking may park the coroutine (its cap reached, or
- * no P free when fn returns) and resume it on another thread. */
+ * no P free when fn returns) and resume it on another thread. MODE_PIN:
+ * co_blocking_on_thread, which never leaves the thread. */
 static void blocking_call(void (*fn)(void *), void *arg) {
-    void *home = mode() == MODE_HOME ? co_thread_home() : NULL;
+    int m = mode();
+    if (m == MODE_PIN) {
+        co_blocking_on_thread(fn, arg);
+        return;
+    }
+    void *home = m == MODE_HOME ? co_thread_home() : NULL;
     co_blocking(fn, arg);
     co_thread_return(home);
 }

@@ -585,6 +585,9 @@ CO_HIDDEN bool co__affine_handoff_locked(co_p_t *p);
  * P (co_m_t.stranded); co__unstrand_locked when it leaves the list. */
 CO_HIDDEN void co__strand_locked(co_m_t *m);
 CO_HIDDEN void co__unstrand_locked(co_m_t *m);
+/* The current G, on a P-less M (co_blocking_on_thread's way back), waits
+ * on its own M's affq to go on there once the M gets a P (sched.c). */
+CO_HIDDEN void co__park_home(void);
 /* g0 of m, which holds a P: give it to a stranded M; false if none. */
 CO_HIDDEN bool co__relieve_stranded(co_m_t *m);
 CO_HIDDEN co_p_t *co__pidleget_locked(void); /* sched.lock held: an idle P, or NULL */

@@ -838,6 +838,20 @@ static void post_affine(co_g_t *g, void *arg) {
     }
 }
 
+void co__park_home(void) {
+    co_m_t *m = getm();
+    co_g_t *g = m->curg;
+    __atomic_store_n(&g->wait_reason, (int8_t)CO__WR_NONE, __ATOMIC_RELAXED);
+    co__stack_check(g);
+    m->post_fn = post_affine;
+    m->post_g = g;
+    m->post_arg = m;
+    gogo(m, g, &m->g0, false, CO__TEV_PARK);
+#ifdef CO_TSAN
+    co__race_woken(g);
+#endif
+}
+
 void co_thread_return(void *home) {
     co_m_t *m = getm();
     if (!home || m == home || !m || !m->curg || !m->p) return;
@@ -888,16 +902,18 @@ static co_g_t *findrunnable(co_m_t *m) {
             co__block_idle(m);
             continue;
         }
+        co_g_t *g;
+        /* this M's own sent-home Gs first: a P handed over for them must
+         * not be handed on before they run */
+        if (CO_UNLIKELY(__atomic_load_n(&m->affq, __ATOMIC_RELAXED) != NULL) &&
+            (g = co__affq_take(m)))
+            return g;
         /* An M asleep with Gs only it may run, every P busy: this one */
         if (CO_UNLIKELY(__atomic_load_n(&s->nstranded, __ATOMIC_RELAXED) != 0) &&
             co__relieve_stranded(m))
             continue;
         int64_t tw = __atomic_load_n(&p->timer0_when, __ATOMIC_ACQUIRE);
         if (tw && tw <= co_now()) co__timers_run(p, co_now());
-        co_g_t *g;
-        if (CO_UNLIKELY(__atomic_load_n(&m->affq, __ATOMIC_RELAXED) != NULL) &&
-            (g = co__affq_take(m)))
-            return g;
         g = runq_next_fast(p);
         if (g) return g;
         /* Lent away just now, or an M stranded since the look above:

@@ -444,23 +444,12 @@ static void blocking_exit(bool pinned) {
         return;
     }
     if (pinned) {
-        /* The coroutine must go on on this thread: wait here, as a thread,
-         * for a P to come free (an idle one, or one sysmon retakes from an
-         * M in co_blocking), backing off from 10 us to 1 ms. */
-        for (long ns = 10000;; ns = ns < 1000000 ? ns * 2 : ns) {
-            struct timespec ts = {0, ns};
-            nanosleep(&ts, NULL);
-            if ((p2 = co__pidleget()) != NULL) {
-                m->p = p2;
-                p2->m = m;
-                co__p_owner_hint(p2, m);
-                __atomic_store_n(&p2->schedtick, p2->schedtick + 1, __ATOMIC_RELAXED);
-                __atomic_store_n(&p2->status, CO_P_RUNNING, __ATOMIC_RELEASE);
-                return;
-            }
-            if (steal_syscall_p(m))
-                return;
-        }
+        /* The coroutine must go on on this thread: it waits on this M's
+         * own queue of sent-home coroutines, and the M for a P as any
+         * home does (an idle P, one going idle, or a busy P's hand-over:
+         * co__relieve_stranded). */
+        co__park_home();
+        return;
     }
     co__park_current(post_requeue, NULL, CO__WR_NONE); /* its wake-up may find this M */
 }
