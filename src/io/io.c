@@ -254,9 +254,10 @@ int co_close(int fd) {
  * for the operations under way, the registration dropped and the slot's
  * knowledge reset, so that the number's next file starts afresh. Safe
  * whether the file is still open (its owner closes it after) or already
- * closed, or the number already names another file (the poller's set is
- * keyed by number and file: the stale entry, if any, only costs a
- * spurious wake-up). */
+ * closed. If the number already names another file, that file's waiting
+ * calls are woken with CO_ECLOSED and its registration dropped (its next
+ * wait registers it again): the forget cannot tell the files apart, as
+ * docs/io.md says. */
 int co_fd_forget(int fd) {
     if (fd < 0)
         return -EBADF;
