@@ -598,15 +598,25 @@ static void duplex_writer(void *arg) {
     co_waitgroup_done(&d->done);
 }
 
-static void test_full_duplex(void) {
-    co_tls_config_t *scfg = server_cfg("good");
-    srv_t s;
+/* A verified client connection to an echo server of one connection
+ * started in *s; *fd is its socket. NULL (and a failed check) if the
+ * handshake failed. */
+static co_tls_t *verified_client(srv_t *s, co_tls_config_t **scfg, co_tls_config_t **ccfg, int *fd) {
+    *scfg = server_cfg("good");
     int port;
-    srv_start(&s, scfg, 1, &port);
-    co_tls_config_t *ccfg = client_cfg(true);
-    int fd = connect_to(port, co_deadline_after(5 * SEC));
+    srv_start(s, *scfg, 1, &port);
+    *ccfg = client_cfg(true);
+    *fd = connect_to(port, co_deadline_after(5 * SEC));
     co_tls_t *c = NULL;
-    CHECK_EQ(co_tls_client(&c, fd, ccfg, "localhost", co_deadline_after(10 * SEC)), 0);
+    CHECK_EQ(co_tls_client(&c, *fd, *ccfg, "localhost", co_deadline_after(10 * SEC)), 0);
+    return c;
+}
+
+static void test_full_duplex(void) {
+    co_tls_config_t *scfg, *ccfg;
+    srv_t s;
+    int fd;
+    co_tls_t *c = verified_client(&s, &scfg, &ccfg, &fd);
     if (c) {
         /* 4 MiB: far more than the socket buffers hold, so the writer
          * blocks until this reader drains the echo, and both wait on the
@@ -651,14 +661,10 @@ static void gone_reader(void *arg) {
     co_waitgroup_done(&g->done);
 }
 static void test_closed_under_read(void) {
-    co_tls_config_t *scfg = server_cfg("good");
+    co_tls_config_t *scfg, *ccfg;
     srv_t s;
-    int port;
-    srv_start(&s, scfg, 1, &port);
-    co_tls_config_t *ccfg = client_cfg(true);
-    int fd = connect_to(port, co_deadline_after(5 * SEC));
-    co_tls_t *c = NULL;
-    CHECK_EQ(co_tls_client(&c, fd, ccfg, "localhost", co_deadline_after(10 * SEC)), 0);
+    int fd;
+    co_tls_t *c = verified_client(&s, &scfg, &ccfg, &fd);
     if (c) {
         gone_t g = {.c = c, .rc = 1};
         co_waitgroup_add(&g.done, 1);

@@ -838,23 +838,9 @@ static void post_affine(co_g_t *g, void *arg) {
     }
 }
 
-void co__park_home(void) {
-    co_m_t *m = getm();
-    co_g_t *g = m->curg;
-    __atomic_store_n(&g->wait_reason, (int8_t)CO__WR_NONE, __ATOMIC_RELAXED);
-    co__stack_check(g);
-    m->post_fn = post_affine;
-    m->post_g = g;
-    m->post_arg = m;
-    gogo(m, g, &m->g0, false, CO__TEV_PARK);
-#ifdef CO_TSAN
-    co__race_woken(g);
-#endif
-}
-
-void co_thread_return(void *home) {
-    co_m_t *m = getm();
-    if (!home || m == home || !m || !m->curg || !m->p) return;
+/* m's current G to home's affq, by way of g0 (post_affine), until home
+ * runs it. */
+static void park_to_home(co_m_t *m, co_m_t *home) {
     co_g_t *g = m->curg;
     __atomic_store_n(&g->wait_reason, (int8_t)CO__WR_NONE, __ATOMIC_RELAXED);
     co__stack_check(g);
@@ -866,6 +852,17 @@ void co_thread_return(void *home) {
 #ifdef CO_TSAN
     co__race_woken(g);
 #endif
+}
+
+void co__park_home(void) {
+    co_m_t *m = getm();
+    park_to_home(m, m);
+}
+
+void co_thread_return(void *home) {
+    co_m_t *m = getm();
+    if (!home || m == home || !m || !m->curg || !m->p) return;
+    park_to_home(m, home);
 }
 
 
