@@ -725,16 +725,28 @@ static void affine_wake_locked(co_m_t *m, co_p_t *p) {
     co__futex_wake(&m->park, 1);
 }
 
+/* sched.lock held: the first M asleep on the idle list with Gs on its
+ * affq (stranded: no P was handed to it), or NULL. */
+static co_m_t *stranded_home_locked(void) {
+    for (co_m_t *m = co__sched.midle; m; m = m->link)
+        if (m->affq && m->onmidle) return m;
+    return NULL;
+}
+
+/* sched.lock held: p, which its M has let go, to home, woken with it. */
+static void hand_p_locked(co_p_t *p, co_m_t *home) {
+    p->m = NULL;
+    __atomic_store_n(&p->status, CO_P_IDLE, __ATOMIC_RELEASE);
+    affine_wake_locked(home, p);
+}
+
 bool co__affine_handoff_locked(co_p_t *p) {
     co_sched_t *s = &co__sched;
     if (__atomic_load_n(&s->stopping, __ATOMIC_ACQUIRE)) return false;
-    for (co_m_t *m = s->midle; m; m = m->link) {
-        if (m->affq && m->onmidle) {
-            p->m = NULL;
-            __atomic_store_n(&p->status, CO_P_IDLE, __ATOMIC_RELEASE);
-            affine_wake_locked(m, p);
-            return true;
-        }
+    co_m_t *m = stranded_home_locked();
+    if (m) {
+        hand_p_locked(p, m);
+        return true;
     }
     /* none asleep: the one with Gs may be the poller; it takes p after */
     co__netpoll_break();
@@ -761,9 +773,7 @@ static void give_p_locked(co_m_t *m, co_p_t *p, co_m_t *home) {
     CO_TRACE(CO__TEV_P_RELEASE, p->id, 0);
     m->p = NULL;
     co__transit_begin_locked(m);
-    p->m = NULL;
-    __atomic_store_n(&p->status, CO_P_IDLE, __ATOMIC_RELEASE);
-    affine_wake_locked(home, p);
+    hand_p_locked(p, home);
 }
 
 bool co__relieve_stranded(co_m_t *m) {
@@ -773,7 +783,7 @@ bool co__relieve_stranded(co_m_t *m) {
     co_m_t *home = NULL;
     if (p && !__atomic_load_n(&p->retire, __ATOMIC_ACQUIRE) &&
         !__atomic_load_n(&s->stopping, __ATOMIC_ACQUIRE))
-        for (home = s->midle; home && !home->stranded; home = home->link) {}
+        home = stranded_home_locked();
     if (!home) {
         co__unlock(&s->lock);
         return false;
