@@ -321,7 +321,9 @@ void co__timer_add(co__timer_t *t, int64_t when) {
     __atomic_store_n(&t->p, p, __ATOMIC_RELEASE);
     int64_t old = timers_min(p);
     heap_push(p, t);
-    __atomic_store_n(&t->state, CO__TM_PENDING, __ATOMIC_RELAXED);
+    /* release: pairs with co__timer_del's acquire load of PENDING, which
+     * must then see the t->p stored above */
+    __atomic_store_n(&t->state, CO__TM_PENDING, __ATOMIC_RELEASE);
     bool first = old == 0 || when < old;
     if (first) set_timer0(p);
     co__unlock(&p->timers_lock);
@@ -360,7 +362,15 @@ bool co__timer_del(co__timer_t *t) {
             co__unlock(&p->timers_lock);
             continue;
         }
-        if (__atomic_load_n(&t->state, __ATOMIC_RELAXED) == CO__TM_PENDING) {
+        if (__atomic_load_n(&t->state, __ATOMIC_ACQUIRE) == CO__TM_PENDING) {
+            /* A callback in flight may have re-added t to another P's heap
+             * between the check of t->p above and this load (under that
+             * P's lock, not this one): PENDING then names that heap. Its
+             * store of t->p came before its release of PENDING. */
+            if (__atomic_load_n(&t->p, __ATOMIC_RELAXED) != p) {
+                co__unlock(&p->timers_lock);
+                continue;
+            }
             if (CO_UNLIKELY(t->slot == CO__TSLOT_LIST)) {
                 list_del(p, t);
             } else if (t->slot <= -2) {
