@@ -124,6 +124,58 @@ static int blocking_main(void *a) {
     return v == 2 ? 0 : 1;
 }
 
+/* A deadlock while a trace session is on: its writer thread is colony's
+ * own and wakes nobody, so the report still comes. */
+static int trace_main(void *a) {
+    (void)a;
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/test_deadlock_trace.%d.json", (int)getpid());
+    if (co_trace_start(path) != 0) return 98;
+    return chan_main(NULL);
+}
+
+/* main leaves by pthread_exit with a coroutine waiting for ever: its
+ * thread stays in the process's thread count as a zombie, and is not one
+ * that could call in. */
+static void waiter(void *a) {
+    (void)a;
+    int v;
+    co_chan_recv(ch, &v, CO_FOREVER);
+}
+static int pthread_exit_case(void) {
+    co_chan_new(&ch, sizeof(int), 0);
+    co_go(waiter, NULL);
+    pthread_exit(NULL);
+}
+
+/* fork after co_shutdown (what the fork message recommends) while a plain
+ * thread of the parent waits in a channel receive: that thread is not in
+ * the child, and must count neither for a deadlock nor against one. The
+ * child runs fn under co_main; the case exits with its status. */
+static co_chan_t *parent_ch;
+static void *parent_parked(void *a) {
+    (void)a;
+    int v;
+    co_chan_recv(parent_ch, &v, CO_FOREVER);
+    return NULL;
+}
+static int fork_case(int (*fn)(void *)) {
+    co_chan_new(&parent_ch, sizeof(int), 0);
+    pthread_t t;
+    pthread_create(&t, NULL, parent_parked, NULL);
+    co_alive_t al = {0};
+    while (co_alive(&al) == 0 && al.plain_parked < 1) usleep(1000);
+    if (co_shutdown() != 0) return 97;
+    pid_t pid = fork();
+    if (pid == 0) {
+        alarm(15); /* not inherited: the child's own */
+        _exit(co_main(fn, NULL));
+    }
+    int st;
+    if (waitpid(pid, &st, 0) != pid) return 96;
+    _exit(WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
+}
+
 static int run_case(const char *name) {
     alarm(15); /* a report that never comes fails the case, not the whole test's timeout */
     if (!strcmp(name, "chan")) return co_main(chan_main, NULL);
@@ -133,6 +185,10 @@ static int run_case(const char *name) {
     if (!strcmp(name, "sleep")) return co_main(sleep_main, NULL);
     if (!strcmp(name, "socket")) return co_main(socket_main, NULL);
     if (!strcmp(name, "blocking")) return co_main(blocking_main, NULL);
+    if (!strcmp(name, "trace")) return co_main(trace_main, NULL);
+    if (!strcmp(name, "pthread_exit")) return pthread_exit_case();
+    if (!strcmp(name, "fork_thread")) return fork_case(thread_main);
+    if (!strcmp(name, "fork_chan")) return fork_case(chan_main);
     if (!strcmp(name, "off")) return co_main(wg_main, NULL); /* run with nodeadlock: killed by the parent */
     return 99;
 }
@@ -152,6 +208,10 @@ static kid_t kids[] = {
     {"chan", 2, {"all coroutines are asleep - deadlock!", "[waiting, chan receive", "'main'"}, 0, 0, {0}, 0},
     {"mutex", 2, {"all coroutines are asleep - deadlock!", "[waiting, sync.Mutex.Lock", "[waiting, sync.WaitGroup.Wait"}, 0, 0, {0}, 0},
     {"wg", 2, {"all coroutines are asleep - deadlock!", "[waiting, sync.WaitGroup.Wait", NULL}, 0, 0, {0}, 0},
+    {"trace", 2, {"all coroutines are asleep - deadlock!", "[waiting, chan receive", NULL}, 0, 0, {0}, 0},
+    {"pthread_exit", 2, {"all coroutines are asleep - deadlock!", "[waiting, chan receive", NULL}, 0, 0, {0}, 0},
+    {"fork_chan", 2, {"all coroutines are asleep - deadlock!", "[waiting, chan receive", NULL}, 0, 0, {0}, 0},
+    {"fork_thread", 0, {NULL}, 0, 0, {0}, 0},
     {"thread", 0, {NULL}, 0, 0, {0}, 0},
     {"sleep", 0, {NULL}, 0, 0, {0}, 0},
     {"socket", 0, {NULL}, 0, 0, {0}, 0},
@@ -178,6 +238,11 @@ static void test_cases(void) {
             fprintf(stderr, "case %s: status %#x (want exit %d), output:\n%s\n", k->name, k->st, k->want_status,
                     k->out);
         CHECK(ok);
+        if (!strcmp(k->name, "trace")) {
+            char path[64];
+            snprintf(path, sizeof path, "/tmp/test_deadlock_trace.%d.json", (int)k->pid);
+            unlink(path);
+        }
     }
 }
 

@@ -12,8 +12,8 @@
  *    on an idle socket may be answered), and no plain thread waits in a
  *    colony call with a deadline;
  *  - the process has no thread colony does not account for: its Ms,
- *    sysmon and its /proc reader, and plain threads parked in a colony
- *    call with no deadline.
+ *    sysmon and its /proc reader, the trace's writer, and plain threads
+ *    parked in a colony call with no deadline.
  *    A thread colony knows nothing of may still call in (wake a channel,
  *    unlock a mutex), so any such thread keeps the detector quiet: so do
  *    the signal relay (co_signal_notify: a signal may come) and sanitizer
@@ -37,6 +37,8 @@
  * DL_STABLE_NS, and a change in between shows in the scheduler ticks or
  * the counts themselves. */
 uint32_t co__plain_parked_forever, co__plain_parked_timed;
+uint32_t co__plain_gen = 1;
+uint32_t co__helper_threads;
 
 static int64_t dl_since; /* sysmon only: when the current quiet stretch was first seen; 0: none */
 static uint64_t dl_ticks; /* sysmon only: the ticks it was seen with */
@@ -78,7 +80,8 @@ static bool looks_dead(co_sched_t *s, int *ncoroutines) {
     bool lent = s->pretiring != NULL;
     int ms = s->mcount;
     bool blocking = false;
-    for (co_m_t *m = s->allm; m; m = m->alllink) blocking |= m->syscallp != NULL;
+    for (co_m_t *m = s->allm; m; m = m->alllink)
+        blocking |= __atomic_load_n(&m->syscallp, __ATOMIC_RELAXED) != NULL;
     co__unlock(&s->lock);
     if (lent || blocking) return false;
     struct parked_walk w = {0, true};
@@ -88,7 +91,8 @@ static bool looks_dead(co_sched_t *s, int *ncoroutines) {
     uint32_t plain = __atomic_load_n(&co__plain_parked_forever, __ATOMIC_RELAXED);
     if (!all_parked || (live == 0 && plain == 0)) return false;
     int have = co__procstat_threads(); /* first: it may start the reader */
-    int want = ms + 1 + co__procstat_threads_own() + (int)plain;
+    int want = ms + 1 + co__procstat_threads_own() + (int)plain +
+               (int)__atomic_load_n(&co__helper_threads, __ATOMIC_RELAXED);
     if (have != want) return false;
     *ncoroutines = live;
     return true;

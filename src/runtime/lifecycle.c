@@ -259,6 +259,10 @@ static void forget_locks_and_counts(void) {
     pthread_mutex_t unlocked = PTHREAD_MUTEX_INITIALIZER;
     shutdown_mu = unlocked;
     stat_readers = 0;
+    /* the parent's plain threads parked in colony calls are not here */
+    co__plain_parked_forever = co__plain_parked_timed = 0;
+    co__helper_threads = 0; /* the parent's trace writer, say */
+    if (++co__plain_gen == 0) co__plain_gen = 1;
     for (int i = 0; i < nhooks; i++)
         if (hooks[i]->forget) hooks[i]->forget();
 }

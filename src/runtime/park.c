@@ -23,7 +23,9 @@
 
 /* co__unpark of a plain thread's parker. */
 static inline void plain_uncount(co__parker_t *pk) {
-    if (__atomic_load_n(&pk->counted, __ATOMIC_RELAXED) && __atomic_exchange_n(&pk->counted, 0, __ATOMIC_RELAXED))
+    if (__atomic_load_n(&pk->counted, __ATOMIC_RELAXED) &&
+        __atomic_exchange_n(&pk->counted, 0, __ATOMIC_RELAXED) ==
+            __atomic_load_n(&co__plain_gen, __ATOMIC_RELAXED))
         __atomic_sub_fetch(&co__plain_parked_forever, 1, __ATOMIC_RELAXED);
 }
 
@@ -142,7 +144,8 @@ static int park_until(co__parker_t *pk, int64_t deadline, void (*unlockf)(void *
     const bool timed = deadline != CO_FOREVER;
     if (!timed) { /* counted before it can be woken: deadlock.c */
         __atomic_add_fetch(&co__plain_parked_forever, 1, __ATOMIC_RELAXED);
-        __atomic_store_n(&pk->counted, 1, __ATOMIC_RELAXED);
+        __atomic_store_n(&pk->counted, __atomic_load_n(&co__plain_gen, __ATOMIC_RELAXED),
+                         __ATOMIC_RELAXED);
     } else {
         __atomic_add_fetch(&co__plain_parked_timed, 1, __ATOMIC_RELAXED);
     }

@@ -346,7 +346,9 @@ typedef struct co_m {
     co_g_t *curg;              /* running G, or NULL while in g0 */
     co_p_t *p;                 /* attached P (owned), NULL when none */
     co_p_t *nextp;             /* P handed over by startm, read after wake-up */
-    co_p_t *syscallp;          /* P left in SYSCALL by co_blocking */
+    co_p_t *syscallp;          /* P left in SYSCALL by co_blocking; written by the M
+                                * itself, read by the deadlock check (atomic, relaxed:
+                                * that check looks twice, 500 ms apart) */
     bool spinning;             /* this M is looking for work (counted in sched.nmspinning) */
     uint32_t park;             /* futex word: 0 sleeping, 1 woken */
     struct co_m *link;         /* idle M list, under sched.lock */
@@ -789,6 +791,17 @@ CO_HIDDEN void co__deadlock_check(int64_t now);
 /* Plain threads parked in a colony call (park.c counts them, deadlock.c
  * reads them): atomics, relaxed. */
 CO_HIDDEN extern uint32_t co__plain_parked_forever, co__plain_parked_timed;
+/* Which process generation counted a parker (co__parker_t.counted): never
+ * 0; a fork's child moves it on and zeroes both counts (lifecycle.c), so a
+ * parent's thread, not in the child, is neither counted there nor uncounted
+ * if a child wakes its copied parker. Written only by the child's single
+ * thread at fork; relaxed. */
+CO_HIDDEN extern uint32_t co__plain_gen;
+/* colony's own threads that never wake a coroutine, beside the Ms, sysmon
+ * and the /proc reader (the trace's writer): counted from before their
+ * pthread_create to after their join, so the deadlock check may count
+ * them as its own. Atomic, relaxed; zeroed in a fork's child. */
+CO_HIDDEN extern uint32_t co__helper_threads;
 CO_HIDDEN void co__debug_parse_env(void);
 CO_HIDDEN void co__debug_signals_setup(void); /* SIGQUIT dumps (debug.c) */
 CO_HIDDEN void co__debug_sysmon_tick(void);   /* each sysmon round: a pending dump */

@@ -94,8 +94,12 @@ static int answer(int kind, int tid) {
     /* the name before the last ')' may hold anything */
     if (kind == RQ_STATE) return c && c[1] == ' ' ? c[2] : 0;
     /* fields 3 (the state) to 20 follow it, each after one space */
+    const char *st = c;
     for (int f = 3; c && f <= 20; f++) c = strchr(c + 1, ' ');
-    return c ? atoi(c + 1) : -1;
+    if (!c) return -1;
+    /* The main thread gone by pthread_exit stays in the count as a zombie
+     * (the process's state is its state) until the last thread leaves. */
+    return atoi(c + 1) - (st[1] == ' ' && st[2] == 'Z');
 }
 
 static void *reader_main(void *arg) {
@@ -116,7 +120,8 @@ static void *reader_main(void *arg) {
                 uint32_t e = v; /* idle: leave, unless a request came meanwhile */
                 if (__atomic_compare_exchange_n(&rd.req, &e, v | GONE, false, __ATOMIC_ACQ_REL,
                                                 __ATOMIC_ACQUIRE))
-                    break;
+                    return NULL; /* gone: sysmon may start another at once, which
+                                  * resets rd: no touch of it after this CAS */
             }
             continue;
         }

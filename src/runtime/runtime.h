@@ -179,9 +179,10 @@ typedef struct co__parker {
     void *winner;     /* set by the claimer: which waiter fired (select) */
     int wait_reason;  /* CO__WR_*, for co_dump */
     /* A plain thread parked with no deadline counts itself in
-     * co__plain_parked_forever and sets this; whoever swaps it back to 0
-     * (its waker, before the release, or itself) uncounts it: the count
-     * never includes a thread already released (deadlock.c). Atomic. */
+     * co__plain_parked_forever and sets this to co__plain_gen; whoever
+     * swaps it back to 0 (its waker, before the release, or itself)
+     * uncounts it if it was counted in this process's generation: the
+     * count never includes a thread already released (deadlock.c). Atomic. */
     uint32_t counted;
 } co__parker_t;
 

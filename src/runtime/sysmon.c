@@ -419,7 +419,7 @@ static co_p_t *steal_syscall_p(co_m_t *m) {
 static void blocking_exit(bool pinned) {
     co_m_t *m = co__getm(); /* same thread: a G cannot migrate inside fn */
     co_p_t *p = m->syscallp;
-    m->syscallp = NULL;
+    __atomic_store_n(&m->syscallp, NULL, __ATOMIC_RELAXED); /* deadlock.c reads it */
     uint32_t st = CO_P_SYSCALL;
     if (__atomic_compare_exchange_n(&p->status, &st, CO_P_RUNNING, false, __ATOMIC_ACQ_REL,
                                     __ATOMIC_RELAXED)) {
@@ -570,7 +570,7 @@ static int blocking(void (*fn)(void *arg), void *arg, bool pinned) {
     m = co__getm();
     co_p_t *p = m->p;
     CO_TRACE(CO__TEV_BLOCK, m->curg, 0);
-    m->syscallp = p;
+    __atomic_store_n(&m->syscallp, p, __ATOMIC_RELAXED); /* deadlock.c reads it */
     m->p = NULL;
     __atomic_store_n(&p->syscalltick, p->syscalltick + 1, __ATOMIC_RELAXED);
     /* release: the P's state is published to sysmon's acquire CAS */

@@ -735,8 +735,10 @@ int co__trace_start_with(const char *path, int chunks, int chunk_events) {
     T.t0 = co_now();
     if (T.ns_clock) T.c0 = (uint64_t)T.t0;
     pthread_once(&once, register_atfork);
+    __atomic_add_fetch(&co__helper_threads, 1, __ATOMIC_RELAXED); /* deadlock.c */
     int e = pthread_create(&T.writer, NULL, writer_main, NULL);
     if (e) {
+        __atomic_sub_fetch(&co__helper_threads, 1, __ATOMIC_RELAXED);
         close(fd);
         fclose(out);
         rc = -e;
@@ -1347,6 +1349,7 @@ int co_trace_stop(void) {
     __atomic_store_n(&T.wstop, 1, __ATOMIC_RELEASE);
     wake_writer();
     pthread_join(T.writer, NULL);
+    __atomic_sub_fetch(&co__helper_threads, 1, __ATOMIC_RELAXED);
     int rc = T.werr ? -T.werr : convert();
     if (fclose(T.out) != 0 && rc == 0) rc = -errno;
     close(T.rawfd);
