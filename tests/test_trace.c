@@ -214,6 +214,37 @@ static void test_restart_stress(void) {
     }
 }
 
+/* A coroutine's name goes into the JSON as it is (UTF-8 kept, quotes and
+ * control bytes escaped, a broken sequence as U+FFFD), and the viewer's
+ * page keeps its script whole whatever the name holds. */
+/* 16 bytes: what a trace keeps of a name */
+static const char odd_name[] = "\xc3\xa9<!--<script\"\\\x01";
+static const char bad_utf8[] = "cut\xc3";
+static void named(void *arg) {
+    (void)arg;
+    co_yield();
+    co_waitgroup_done(&wg);
+}
+static void test_names_kept(void) {
+    char path[128], cmd[1024];
+    snprintf(path, sizeof path, "%s/names.json", dir);
+    CHECK_EQ(co_trace_start(path), 0);
+    co_waitgroup_add(&wg, 2);
+    co_attr_t a = {0, odd_name};
+    CHECK_EQ(co_go_with(&a, named, NULL), 0);
+    co_attr_t b = {0, bad_utf8};
+    CHECK_EQ(co_go_with(&b, named, NULL), 0);
+    co_waitgroup_wait(&wg);
+    CHECK_EQ(co_trace_stop(), 0);
+    /* tests/trace_names_check.py: both names in the file, the page whole */
+    snprintf(cmd, sizeof cmd,
+             "python3 %s/tools/colony-trace %s %s/names.html >/dev/null && "
+             "python3 %s/tests/trace_names_check.py %s %s/names.html",
+             CO_SOURCE_DIR, path, dir, CO_SOURCE_DIR, path, dir);
+    int st = system(cmd);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
 static void test_bad_paths(void) {
     CHECK_EQ(co_trace_start(NULL), CO_EINVAL);
     CHECK_EQ(co_trace_start(""), CO_EINVAL);
@@ -241,6 +272,7 @@ int main(void) {
     T_RUN(test_overflow_counted);
     T_RUN(test_api_twice);
     T_RUN(test_restart_stress);
+    T_RUN(test_names_kept);
     T_RUN(test_bad_paths);
     char cmd[256];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);

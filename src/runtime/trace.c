@@ -629,7 +629,20 @@ static void free_buffers(void) {
     T.path = NULL;
 }
 
-static void atfork_child(void) { trace_forked(); }
+/* fork waits for a start or stop under way (prepare takes api), so the
+ * child never inherits a half-written JSON in T.out's stdio buffer (its
+ * exit would flush it into the parent's file) nor a held api. The child
+ * also gets fresh setup and bw locks: a parent's thread may have held
+ * one, and the child may start a session of its own. */
+static void atfork_prepare(void) { pthread_mutex_lock(&T.api); }
+static void atfork_parent(void) { pthread_mutex_unlock(&T.api); }
+static void atfork_child(void) {
+    pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+    T.api = fresh;
+    T.setup = fresh;
+    bw.lock = fresh;
+    trace_forked();
+}
 
 static int membarrier_(int cmd) { return (int)syscall(SYS_membarrier, cmd, 0, 0); }
 
@@ -645,7 +658,7 @@ static bool fenced_ok(void) {
            membarrier_(MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0;
 #endif
 }
-static void register_atfork(void) { pthread_atfork(NULL, NULL, atfork_child); }
+static void register_atfork(void) { pthread_atfork(atfork_prepare, atfork_parent, atfork_child); }
 
 int co__trace_start_with(const char *path, int chunks, int chunk_events) {
     if (!path || !*path || chunks < 0 || chunk_events < 0) return CO_EINVAL;
@@ -846,16 +859,36 @@ static const char *glabel(uint64_t id) {
     return g ? g->label : "G?";
 }
 
+/* The length of the well-formed UTF-8 sequence at s (2 to 4), or 0. */
+static int utf8_len(const unsigned char *s) {
+    int n = s[0] >= 0xf0 && s[0] <= 0xf4 ? 4 : s[0] >= 0xe0 ? 3 : s[0] >= 0xc2 && s[0] < 0xe0 ? 2 : 0;
+    if (n == 0 || s[0] >= 0xf5) return 0;
+    for (int i = 1; i < n; i++)
+        if ((s[i] & 0xc0) != 0x80) return 0; /* also stops at the NUL */
+    /* overlong forms, surrogates, and past U+10FFFF */
+    if (n == 3 && ((s[0] == 0xe0 && s[1] < 0xa0) || (s[0] == 0xed && s[1] >= 0xa0))) return 0;
+    if (n == 4 && ((s[0] == 0xf0 && s[1] < 0x90) || (s[0] == 0xf4 && s[1] >= 0x90))) return 0;
+    return n;
+}
+
+/* s as a JSON string: well-formed UTF-8 as it is, control bytes escaped,
+ * any other byte (a name cut inside a character, Latin-1) as U+FFFD. */
 static void jstr(const char *s) {
     fputc('"', J.f);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        unsigned char c = *p;
+        int n;
         if (c == '"' || c == '\\')
             fprintf(J.f, "\\%c", c);
-        else if (c < 0x20 || c >= 0x7f)
+        else if (c < 0x20 || c == 0x7f)
             fprintf(J.f, "\\u%04x", c);
-        else
+        else if (c < 0x80)
             fputc(c, J.f);
+        else if ((n = utf8_len(p)) > 0) {
+            fwrite(p, 1, (size_t)n, J.f);
+            p += n - 1;
+        } else
+            fputs("\\ufffd", J.f);
     }
     fputc('"', J.f);
 }
