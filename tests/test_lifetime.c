@@ -274,8 +274,28 @@ static void destroy_default_pool_races_submit(void) {
     fprintf(stderr, "   (%d default pools destroyed meanwhile)\n", destroyed);
 }
 
+/* Coroutine ids go on across a restart, as they would in Go's one
+ * runtime: an id names one coroutine over the process's life (a trace or
+ * a log spanning co_shutdown and a new co_init keeps the two apart). */
+static uint64_t seen_id;
+static int record_id(void *a) {
+    (void)a;
+    seen_id = co_id();
+    return 0;
+}
+static void ids_go_on_after_restart(void) {
+    CHECK_EQ(co_main(record_id, NULL), 0);
+    uint64_t first = seen_id;
+    CHECK(first > 0);
+    CHECK_EQ(co_shutdown(), 0);
+    CHECK_EQ(co_main(record_id, NULL), 0);
+    CHECK(seen_id > first);
+    CHECK_EQ(co_shutdown(), 0);
+}
+
 int main(void) {
     t_begin(110);
+    T_RUN(ids_go_on_after_restart);
     T_RUN(pool_holds_runtime);
     T_RUN(multipool_holds_runtime);
     T_RUN(timers_hold_runtime);

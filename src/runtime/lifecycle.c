@@ -191,7 +191,12 @@ int co_init(const co_config_t *cfg) {
     }
     /* A reader that saw the old runtime up may still be reading. */
     while (__atomic_load_n(&stat_readers, __ATOMIC_SEQ_CST) != 0) sched_yield();
+    /* ids go on from the last runtime's (proc.h, midgen) */
+    uint64_t goidgen = s->goidgen;
+    int midgen = s->midgen;
     memset(s, 0, sizeof *s);
+    s->goidgen = goidgen;
+    s->midgen = midgen;
     s->nprocs = cfg && cfg->procs ? cfg->procs : default_procs();
     /* in whole pages: a size that is not would never equal a mapped one,
      * and every exit would unmap its stack */

@@ -119,7 +119,8 @@ static bool newm(co_p_t *p, bool spinning) {
         free(m);
         return false;
     }
-    m->id = s->mcount++;
+    m->id = s->midgen++;
+    s->mcount++;
     m->alllink = s->allm;
     s->allm = m;
     co__unlock(&s->lock);

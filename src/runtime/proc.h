@@ -428,6 +428,10 @@ typedef struct co_sched {
     co_m_t *poller;
     co_m_t *allm;
     int mcount;
+    /* lock: the next M's id. Like goidgen, kept by co_init across a
+     * restart, so that ids name one thread (one G) over the process's
+     * life: a trace spanning a restart keeps both runtimes apart. */
+    int midgen;
     /* Ms in transit: without a P, outside co_blocking's fn, on their way to
      * sleep (stopm, the poller) or to a P. co__startm, finding no M asleep,
      * leaves its P idle for one of them rather than make a thread while one
