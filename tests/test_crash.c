@@ -128,6 +128,96 @@ static void test_crash_all(void) {
 #endif
 }
 
+/* A child: fn(), its stderr in out; the wait status. No core file. */
+static int in_child(void (*fn)(void), char *out, size_t cap) {
+    int p[2];
+    if (pipe(p) != 0) return -1;
+    pid_t pid = fork();
+    if (pid == 0) {
+        struct rlimit rl = {0, 0};
+        setrlimit(RLIMIT_CORE, &rl);
+        dup2(p[1], 2);
+        close(p[0]);
+        unsetenv("COLONY_DEBUG");
+        alarm(20);
+        fn();
+        _exit(0);
+    }
+    close(p[1]);
+    size_t n = 0;
+    ssize_t r;
+    while (n + 1 < cap && (r = read(p[0], out + n, cap - 1 - n)) > 0) n += (size_t)r;
+    out[n] = 0;
+    close(p[0]);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    return st;
+}
+
+/* A handler installed with SA_RESETHAND that returns: the kernel would
+ * call it once and let the fault, run again, kill the process. */
+static void once_handler(int sig) {
+    (void)sig;
+    static const char m[] = "once handler ran\n";
+    (void)!write(2, m, sizeof m - 1);
+}
+static void resethand_child(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = once_handler;
+    sa.sa_flags = SA_RESETHAND;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGSEGV, &sa, NULL);
+    co_main(spawn_crasher, NULL);
+}
+static void test_user_handler_resethand(void) {
+    static char out[65536];
+    int st = in_child(resethand_child, out, sizeof out);
+    fputs(out, stderr);
+    CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGSEGV);
+    const char *first = strstr(out, "once handler ran");
+    CHECK(first != NULL);
+    CHECK(first && strstr(first + 1, "once handler ran") == NULL); /* once only */
+}
+
+/* A crash signal the program ignores, sent by kill: still ignored. */
+static int send_fpe(void *arg) {
+    (void)arg;
+    kill(getpid(), SIGFPE);
+    return 0;
+}
+static void ignored_child(void) {
+    signal(SIGFPE, SIG_IGN);
+    if (co_main(send_fpe, NULL) == 0) (void)!write(2, "survived\n", 9);
+}
+static void test_ignored_stays_ignored(void) {
+    static char out[4096];
+    int st = in_child(ignored_child, out, sizeof out);
+    fputs(out, stderr);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    CHECK(strstr(out, "survived") != NULL);
+}
+
+/* SIGQUIT once the runtime is down: no sysmon dumps, so it quits as by
+ * default rather than being swallowed. */
+static int nothing(void *arg) {
+    (void)arg;
+    return 0;
+}
+static void quit_after_shutdown_child(void) {
+    co_main(nothing, NULL);
+    if (co_shutdown() != 0) _exit(3);
+    raise(SIGQUIT);
+    (void)!write(2, "swallowed\n", 10);
+    _exit(4);
+}
+static void test_sigquit_after_shutdown(void) {
+    static char out[4096];
+    int st = in_child(quit_after_shutdown_child, out, sizeof out);
+    fputs(out, stderr);
+    CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGQUIT);
+}
+
 int main(void) {
 #ifdef SAN
     fprintf(stderr, "skip: the sanitizer runtime owns the crash signals in this build\n");
@@ -137,5 +227,8 @@ int main(void) {
     T_RUN(test_null_deref);
     T_RUN(test_user_handler);
     T_RUN(test_crash_all);
+    T_RUN(test_user_handler_resethand);
+    T_RUN(test_ignored_stays_ignored);
+    T_RUN(test_sigquit_after_shutdown);
     return t_end();
 }

@@ -57,12 +57,20 @@ static uint32_t sigquit_pending; /* atomic: handler sets (release), sysmon reads
 static bool sigquit_installed;   /* co__debug_signals_setup, on the init path */
 
 static void sigquit_handler(int sig) {
-    (void)sig;
+    /* No runtime (after co_shutdown): no sysmon to dump, so the default
+     * action, as if colony had never been there */
+    if (__atomic_load_n(&co__rt_state, __ATOMIC_ACQUIRE) != CO__RT_UP) {
+        signal(sig, SIG_DFL);
+        raise(sig);
+        return;
+    }
     __atomic_store_n(&sigquit_pending, 1, __ATOMIC_RELEASE);
     co__sysmon_kick(); /* an atomic add and a futex wake: async-signal-safe */
 }
 
 void co__debug_signals_setup(void) {
+    /* a SIGQUIT the last runtime took but did not act on is not this one's */
+    __atomic_store_n(&sigquit_pending, 0, __ATOMIC_RELAXED);
     const char *e = getenv("COLONY_DEBUG");
     if (sigquit_installed || (e && strstr(e, "nosigquit"))) return;
     /* Only where the program left SIGQUIT to its default: an ignored or

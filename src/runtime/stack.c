@@ -292,15 +292,29 @@ static void segv_handler(int sig, siginfo_t *si, void *uctx) {
      * exchange: only which handler prints matters). */
     /* sa_handler and sa_sigaction share their storage: SIG_DFL and SIG_IGN
      * read the same through either, SA_SIGINFO or not */
+    /* An ignored signal that no fault raised (kill, sigqueue): ignored, as
+     * the program asked. A fault's is not ignorable (the kernel would kill). */
+    if (prev && prev->sa_handler == SIG_IGN && si && si->si_code <= 0) return;
     bool user = prev && prev->sa_handler != SIG_DFL && prev->sa_handler != SIG_IGN;
     if (user) {
         static uint32_t chained_reported; /* atomic: 1 once a chained report was printed */
         if (g && crash_reports && !__atomic_exchange_n(&chained_reported, 1, __ATOMIC_RELAXED))
             crash_report(sig, si, uctx, g, true);
-        if (prev->sa_flags & SA_SIGINFO)
-            prev->sa_sigaction(sig, si, uctx);
+        /* As the kernel would call it: with its mask, and once only if it
+         * asked for SA_RESETHAND (the next fault then dies the default
+         * way, which is what such a handler counts on). */
+        struct sigaction h = *prev;
+        if (h.sa_flags & SA_RESETHAND) {
+            prev->sa_handler = SIG_DFL;
+            prev->sa_flags = 0;
+        }
+        sigset_t old;
+        pthread_sigmask(SIG_BLOCK, &h.sa_mask, &old);
+        if (h.sa_flags & SA_SIGINFO)
+            h.sa_sigaction(sig, si, uctx);
         else
-            prev->sa_handler(sig);
+            h.sa_handler(sig);
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
         return;
     }
     /* Dying the default way: say where first. */
@@ -386,9 +400,12 @@ void co__stack_setup(void) {
         bool crash = !CO_TSAN_ON && !(dbg && strstr(dbg, "nocrash"));
         crash_reports = crash;
         crash_all = crash && strstr(dbg ? dbg : "", "crashall") != NULL;
-        for (size_t i = 1; crash && i < N_CRASH_SIGS; i++)
+        for (size_t i = 1; crash && i < N_CRASH_SIGS; i++) {
             if (sigaction(crash_sigs[i], &sa, &prev_act[i]) != 0)
                 prev_act[i].sa_handler = SIG_DFL;
+            else if (prev_act[i].sa_handler == SIG_IGN) /* the program's: left so */
+                sigaction(crash_sigs[i], &prev_act[i], NULL);
+        }
     }
 #endif
 }
