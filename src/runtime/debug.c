@@ -199,29 +199,31 @@ static const char *sym_of(void *pc) {
     return sym_cache[h].name;
 }
 
-/* One coroutine's frames: the entry function, then its stack, unwound from
- * its saved context when it is parked (WAITING) or from here when it is the
- * caller. Other states are not unwound: their stacks may be in use. */
-static void dump_frames(FILE *out, co_g_t *g, uint32_t status, co_g_t *self) {
+/* One coroutine's frames into pcs, before anything of it is printed (a
+ * print may block on a slow reader, long enough for a parked coroutine to
+ * wake and exit, and its stack to go): unwound from its saved context when
+ * it is parked (WAITING) or from here when it is the caller. The count;
+ * -1 for a coroutine running or runnable elsewhere (its stack may be in
+ * use), -2 for one that woke or was compacted while it was unwound (its
+ * frames are dropped: the walk may have read a stack being reused). */
+static int unwind_g(co_g_t *g, uint32_t status, co_g_t *self, void **pcs) {
+    if (g == self) return co__unwind_self(pcs, CO_DUMP_FRAMES);
+    if (status != CO_G_WAITING) return -1;
+    int n = co__unwind_parked(g, pcs, CO_DUMP_FRAMES);
+    if (__atomic_load_n(&g->status, __ATOMIC_ACQUIRE) != CO_G_WAITING ||
+        __atomic_load_n(&g->cstate, __ATOMIC_ACQUIRE) >= CO__CS_BUSY)
+        return -2;
+    return n;
+}
+
+static void dump_frames(FILE *out, co_g_t *g, uint32_t status, void **pcs, int n) {
     fprintf(out, "  entry: %s\n", sym_of((void *)(uintptr_t)g->fn));
-    void *pcs[CO_DUMP_FRAMES];
-    int n = 0;
-    if (g == self)
-        n = co__unwind_self(pcs, CO_DUMP_FRAMES);
-    else if (status == CO_G_WAITING)
-        n = co__unwind_parked(g, pcs, CO_DUMP_FRAMES);
-    else {
+    if (n == -1)
         fprintf(out, "  (%s on another thread: stack not shown)\n",
                 status == CO_G_RUNNING ? "running" : "runnable");
-        return;
-    }
-    /* Looked at after the walk: sysmon may have claimed it meanwhile (the
-     * walk then read pages being released), and those frames are dropped. */
-    if (status == CO_G_WAITING && g != self &&
-        __atomic_load_n(&g->cstate, __ATOMIC_ACQUIRE) >= CO__CS_BUSY) {
-        fprintf(out, "  (stack compacted while parked: frames not shown)\n");
-        n = 0;
-    } else if (n == 0)
+    else if (n == -2)
+        fprintf(out, "  (woke or compacted while dumped: frames not shown)\n");
+    else if (n == 0)
         fprintf(out, "  (no frames: unwinder %s)\n", co__unwinder());
     for (int i = 0; i < n; i++) fprintf(out, "  %s\n", sym_of(pcs[i]));
 }
@@ -263,6 +265,8 @@ static bool dump_g(co_g_t *g, uint32_t status, void *arg) {
     static const char *const st[] = {"idle", "runnable", "running", "waiting", "dead"};
     struct dump_walk *w = arg;
     FILE *out = w->out;
+    void *pcs[CO_DUMP_FRAMES];
+    int n = unwind_g(g, status, w->self, pcs); /* first: see unwind_g */
     /* A record that exits and is reused for a new coroutine during these
      * few reads may show that one's id and name: a snapshot, like the rest. */
     int wr = __atomic_load_n(&g->wait_reason, __ATOMIC_RELAXED);
@@ -273,7 +277,7 @@ static bool dump_g(co_g_t *g, uint32_t status, void *arg) {
             status == CO_G_WAITING && wr > 0 && wr < CO__WR_COUNT_ ? ", " : "",
             status == CO_G_WAITING && wr > 0 && wr < CO__WR_COUNT_ ? wait_reasons[wr] : "",
             waited);
-    dump_frames(out, g, status, w->self);
+    dump_frames(out, g, status, pcs, n);
     dump_creator(out, g);
     return true;
 }
