@@ -51,21 +51,19 @@ static void user_handler(int sig) {
     _exit(42);
 }
 
-/* Runs the crasher in a child, with the program's own SIGSEGV handler
- * first when user is set; returns its wait status, stderr in out. */
-static int run_child(int user, char *out, size_t cap, const char *debug) {
+/* A child: fn(), its stderr in out; the wait status. No core file. */
+static int in_child(void (*fn)(void), char *out, size_t cap) {
     int p[2];
     if (pipe(p) != 0) return -1;
     pid_t pid = fork();
     if (pid == 0) {
         struct rlimit rl = {0, 0};
-        setrlimit(RLIMIT_CORE, &rl); /* no core file from the test */
+        setrlimit(RLIMIT_CORE, &rl);
         dup2(p[1], 2);
         close(p[0]);
-        if (user) signal(SIGSEGV, user_handler);
-        if (debug) setenv("COLONY_DEBUG", debug, 1);
-        else unsetenv("COLONY_DEBUG");
-        co_main(spawn_crasher, NULL);
+        unsetenv("COLONY_DEBUG");
+        alarm(20);
+        fn();
         _exit(0);
     }
     close(p[1]);
@@ -77,6 +75,21 @@ static int run_child(int user, char *out, size_t cap, const char *debug) {
     int st = 0;
     waitpid(pid, &st, 0);
     return st;
+}
+
+/* The crasher in a child, with the program's own SIGSEGV handler first
+ * when child_user is set and COLONY_DEBUG=child_debug (or none). */
+static int child_user;
+static const char *child_debug;
+static void crasher_child(void) {
+    if (child_user) signal(SIGSEGV, user_handler);
+    if (child_debug) setenv("COLONY_DEBUG", child_debug, 1);
+    co_main(spawn_crasher, NULL);
+}
+static int run_child(int user, char *out, size_t cap, const char *debug) {
+    child_user = user;
+    child_debug = debug;
+    return in_child(crasher_child, out, cap);
 }
 
 static void test_null_deref(void) {
@@ -126,32 +139,6 @@ static void test_crash_all(void) {
 #ifdef CO_HAVE_LIBUNWIND
     CHECK(others && strstr(others, "entry: bystander_fn+") != NULL);
 #endif
-}
-
-/* A child: fn(), its stderr in out; the wait status. No core file. */
-static int in_child(void (*fn)(void), char *out, size_t cap) {
-    int p[2];
-    if (pipe(p) != 0) return -1;
-    pid_t pid = fork();
-    if (pid == 0) {
-        struct rlimit rl = {0, 0};
-        setrlimit(RLIMIT_CORE, &rl);
-        dup2(p[1], 2);
-        close(p[0]);
-        unsetenv("COLONY_DEBUG");
-        alarm(20);
-        fn();
-        _exit(0);
-    }
-    close(p[1]);
-    size_t n = 0;
-    ssize_t r;
-    while (n + 1 < cap && (r = read(p[0], out + n, cap - 1 - n)) > 0) n += (size_t)r;
-    out[n] = 0;
-    close(p[0]);
-    int st = 0;
-    waitpid(pid, &st, 0);
-    return st;
 }
 
 /* A handler installed with SA_RESETHAND that returns: the kernel would
