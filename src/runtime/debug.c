@@ -204,15 +204,17 @@ static const char *sym_of(void *pc) {
  * wake and exit, and its stack to go): unwound from its saved context when
  * it is parked (WAITING) or from here when it is the caller. The count;
  * -1 for a coroutine running or runnable elsewhere (its stack may be in
- * use), -2 for one that woke or was compacted while it was unwound (its
- * frames are dropped: the walk may have read a stack being reused). */
+ * use), -2 for one that woke while it was unwound, -3 for one compacted
+ * (its frames are dropped: the walk may have read a stack being reused or
+ * released). */
 static int unwind_g(co_g_t *g, uint32_t status, co_g_t *self, void **pcs) {
     if (g == self) return co__unwind_self(pcs, CO_DUMP_FRAMES);
     if (status != CO_G_WAITING) return -1;
     int n = co__unwind_parked(g, pcs, CO_DUMP_FRAMES);
-    if (__atomic_load_n(&g->status, __ATOMIC_ACQUIRE) != CO_G_WAITING ||
-        __atomic_load_n(&g->cstate, __ATOMIC_ACQUIRE) >= CO__CS_BUSY)
-        return -2;
+    /* looked at after the walk: sysmon may have claimed it meanwhile (the
+     * walk then read pages being released) */
+    if (__atomic_load_n(&g->cstate, __ATOMIC_ACQUIRE) >= CO__CS_BUSY) return -3;
+    if (__atomic_load_n(&g->status, __ATOMIC_ACQUIRE) != CO_G_WAITING) return -2;
     return n;
 }
 
@@ -222,7 +224,9 @@ static void dump_frames(FILE *out, co_g_t *g, uint32_t status, void **pcs, int n
         fprintf(out, "  (%s on another thread: stack not shown)\n",
                 status == CO_G_RUNNING ? "running" : "runnable");
     else if (n == -2)
-        fprintf(out, "  (woke or compacted while dumped: frames not shown)\n");
+        fprintf(out, "  (woke while dumped: frames not shown)\n");
+    else if (n == -3)
+        fprintf(out, "  (stack compacted while parked: frames not shown)\n");
     else if (n == 0)
         fprintf(out, "  (no frames: unwinder %s)\n", co__unwinder());
     for (int i = 0; i < n; i++) fprintf(out, "  %s\n", sym_of(pcs[i]));
