@@ -53,28 +53,18 @@ static void user_handler(int sig) {
 
 /* A child: fn(), its stderr in out; the wait status. No core file. */
 static int in_child(void (*fn)(void), char *out, size_t cap) {
-    int p[2];
-    if (pipe(p) != 0) return -1;
-    pid_t pid = fork();
+    int fd;
+    pid_t pid = t_fork_piped(2, &fd);
+    if (pid < 0) return -1;
     if (pid == 0) {
         struct rlimit rl = {0, 0};
         setrlimit(RLIMIT_CORE, &rl);
-        dup2(p[1], 2);
-        close(p[0]);
         unsetenv("COLONY_DEBUG");
-        alarm(20);
+        alarm(20); /* a hung child fails its case well before the test's own timeout */
         fn();
         _exit(0);
     }
-    close(p[1]);
-    size_t n = 0;
-    ssize_t r;
-    while (n + 1 < cap && (r = read(p[0], out + n, cap - 1 - n)) > 0) n += (size_t)r;
-    out[n] = 0;
-    close(p[0]);
-    int st = 0;
-    waitpid(pid, &st, 0);
-    return st;
+    return t_drain_and_wait(fd, out, cap, pid);
 }
 
 /* The crasher in a child, with the program's own SIGSEGV handler first
