@@ -861,8 +861,9 @@ static const char *glabel(uint64_t id) {
 
 /* The length of the well-formed UTF-8 sequence at s (2 to 4), or 0. */
 static int utf8_len(const unsigned char *s) {
-    int n = s[0] >= 0xf0 && s[0] <= 0xf4 ? 4 : s[0] >= 0xe0 ? 3 : s[0] >= 0xc2 && s[0] < 0xe0 ? 2 : 0;
-    if (n == 0 || s[0] >= 0xf5) return 0;
+    int n = s[0] >= 0xc2 && s[0] <= 0xdf ? 2 : s[0] >= 0xe0 && s[0] <= 0xef ? 3
+          : s[0] >= 0xf0 && s[0] <= 0xf4 ? 4 : 0;
+    if (n == 0) return 0;
     for (int i = 1; i < n; i++)
         if ((s[i] & 0xc0) != 0x80) return 0; /* also stops at the NUL */
     /* overlong forms, surrogates, and past U+10FFFF */
