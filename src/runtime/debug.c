@@ -44,7 +44,9 @@ void co__debug_leaks(void) {
     if (!leaks_report) return;
     int n = co_count();
     if (n <= 1) return; /* only co_main's own */
-    fprintf(stderr, "colony: leaks: %d coroutine%s still alive when co_main's function returned:\n",
+    fprintf(stderr,
+            "colony: leaks: %d coroutine%s still alive when co_main's function returned "
+            "(the dump lists 'main' too, still running):\n",
             n - 1, n - 1 == 1 ? "" : "s");
     co_dump(stderr);
     fflush(stderr);

@@ -450,6 +450,11 @@ static int shutdown_locked(void) {
         }
         pthread_join(m->thread, NULL);
     }
+    /* Unlinked before they are freed: a crash handler walks allm without
+     * the lock (m_of_altstack), and must never reach a freed M. */
+    co__lock(&s->lock);
+    __atomic_store_n(&s->allm, NULL, __ATOMIC_RELEASE);
+    co__unlock(&s->lock);
     while (all) {
         co_m_t *next = all->alllink;
         free(all);
@@ -464,7 +469,6 @@ static int shutdown_locked(void) {
     co_p_t **allp = s->allp, *spare = s->pspare;
     s->allp = NULL;
     s->pspare = NULL;
-    s->allm = NULL; /* freed above */
     /* Every M has exited and retired its lent P; none is left pretiring.
      * Should one be, it is freed with the spares rather than leaked. */
     while (s->pretiring) {
