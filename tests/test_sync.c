@@ -62,6 +62,11 @@ static void rw_pending_writer(void *rw) {
     co_rwmutex_unlock(rw);
 }
 
+static void rw_queued_reader(void *rw) {
+    co_rwmutex_rlock(rw);
+    co_rwmutex_runlock(rw);
+}
+
 static int run_misuse(const char *name) {
     static co_mutex_t m = CO_MUTEX_INIT;
     static co_rwmutex_t rw = CO_RWMUTEX_INIT;
@@ -82,6 +87,16 @@ static int run_misuse(const char *name) {
     } else if (!strcmp(name, "rw_runlock_writer")) {
         fprintf(stderr, "obj=%p\n", (void *)&rw);
         co_rwmutex_lock(&rw);
+        co_rwmutex_runlock(&rw);
+    } else if (!strcmp(name, "rw_runlock_writer_queued")) {
+        /* write-locked with a reader queued behind: the queued reader's add
+         * hid the writer from the count, and the stray runlock went through
+         * (the next writer then got in beside a reader) */
+        fprintf(stderr, "obj=%p\n", (void *)&rw);
+        co_rwmutex_lock(&rw);
+        int32_t c0 = co__rwmutex_reader_count(&rw);
+        co_go(rw_queued_reader, &rw);
+        while (co__rwmutex_reader_count(&rw) == c0) co_sleep(1000000);
         co_rwmutex_runlock(&rw);
     } else if (!strcmp(name, "rw_unlock")) {
         fprintf(stderr, "obj=%p\n", (void *)&rw);
@@ -122,6 +137,7 @@ static void test_misuse(void) {
     expect_abort("mutex_unlock_twice", "unlock of unlocked mutex");
     expect_abort("rw_runlock", "co_rwmutex_runlock");
     expect_abort("rw_runlock_writer", "co_rwmutex_runlock");
+    expect_abort("rw_runlock_writer_queued", "runlock of unlocked rwmutex");
     expect_abort("rw_unlock", "co_rwmutex_unlock");
     expect_abort("rw_unlock_reader", "co_rwmutex_unlock");
     expect_abort("rw_unlock_pending_writer", "unlock of unlocked rwmutex");

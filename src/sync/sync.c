@@ -363,7 +363,11 @@ void co_rwmutex_runlock(co_rwmutex_t *pub) {
     rwmutex_t *rw = (rwmutex_t *)pub;
     int32_t r = __atomic_sub_fetch(&rw->reader_count, 1, __ATOMIC_ACQ_REL);
     if (CO_LIKELY(r >= 0)) return;
-    if (r + 1 == 0 || r + 1 == -MAX_READERS)
+    /* wlocked: write-locked with readers queued behind the writer, whose
+     * adds hide the writer's -MAX_READERS. A reader that holds its read
+     * lock never sees 1 here: the pending writer sets it only after this
+     * reader's reader_wait decrement below. */
+    if (r + 1 == 0 || r + 1 == -MAX_READERS || __atomic_load_n(&rw->wlocked, __ATOMIC_RELAXED))
         co__fatal("co_rwmutex_runlock(%p): runlock of unlocked rwmutex", (void *)pub);
     /* A writer is pending: the last departing reader lets it in. */
     if (__atomic_sub_fetch(&rw->reader_wait, 1, __ATOMIC_ACQ_REL) == 0)
