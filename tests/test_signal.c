@@ -10,7 +10,10 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <poll.h>
+#include <sys/signalfd.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 
 #define SEC (1000LL * 1000 * 1000)
 
@@ -67,14 +70,17 @@ static void test_bad_input(void) {
     co_chan_free(wide);
 }
 
-static void raise_co(void *arg) { raise(*(int *)arg); }
+/* the signal by value: the raiser's read of a stack variable would not
+ * be ordered (for TSan) before the test's later use of that slot, the
+ * pipe and the relay being outside what it sees */
+static void raise_co(void *arg) { raise((int)(intptr_t)arg); }
 
 static void test_raise_from_coroutine(void) {
     set_own(SIGUSR1);
     co_chan_t *ch = mkchan(4);
     int s = SIGUSR1;
     CHECK_EQ(co_signal_notify(ch, &s, 1), 0);
-    CHECK_EQ(co_go(raise_co, &s), 0);
+    CHECK_EQ(co_go(raise_co, (void *)(intptr_t)SIGUSR1), 0);
     CHECK_EQ(recv_sig(ch), SIGUSR1);
     raise(SIGUSR1); /* from this coroutine too */
     CHECK_EQ(recv_sig(ch), SIGUSR1);
@@ -107,6 +113,9 @@ static void *killer_main(void *arg) {
  * thread exists) but colony's relay thread, which takes it. */
 #define SIG_ALLBLOCKED (SIGRTMIN + 1)
 #define SIG_ALLBLOCKED2 (SIGRTMIN + 2)
+/* blocked in every thread too, never given to colony: the program reads
+ * it from a signalfd */
+#define SIG_OWN_FD (SIGRTMIN + 3)
 
 static void plain_threads_with(int sig) {
     killer_t before = {.sig = sig}, after = {.sig = sig};
@@ -208,6 +217,86 @@ static void test_full_channel_drops(void) {
     co_chan_free(unbuf);
     co_chan_free(small);
     co_chan_free(witness);
+}
+
+/* A signal the program blocks everywhere and reads from a signalfd, never
+ * given to colony, stays blocked on the relay thread too: the relay once
+ * unblocked every relayable signal, and this one then took its default
+ * action there (a real-time signal's: the process ended). Runs before
+ * test_all_signals, which relays every signal. */
+static void test_signalfd_beside(void) {
+    sigset_t own;
+    sigemptyset(&own);
+    sigaddset(&own, SIG_OWN_FD);
+    int sfd = signalfd(-1, &own, SFD_CLOEXEC | SFD_NONBLOCK);
+    CHECK(sfd >= 0);
+    co_chan_t *ch = mkchan(4);
+    int s = SIGUSR1;
+    CHECK_EQ(co_signal_notify(ch, &s, 1), 0);
+    raise(SIGUSR1); /* the relay thread is up and has taken its signals */
+    CHECK_EQ(recv_sig(ch), SIGUSR1);
+    kill(getpid(), SIG_OWN_FD); /* to the process */
+    struct pollfd pf = {.fd = sfd, .events = POLLIN};
+    CHECK_EQ(poll(&pf, 1, 20000), 1);
+    struct signalfd_siginfo si;
+    CHECK_EQ(read(sfd, &si, sizeof si), (ssize_t)sizeof si);
+    CHECK_EQ((int)si.ssi_signo, SIG_OWN_FD);
+    close(sfd);
+    CHECK_EQ(co_signal_stop(ch), 0);
+    co_chan_free(ch);
+}
+
+static void other_handler(int s) { (void)s; }
+
+/* An action the program set while colony relayed the signal is kept by
+ * co_signal_stop (it used to put back the one from before the notify). */
+static void test_stop_keeps_newer_action(void) {
+    set_own(SIGUSR1);
+    co_chan_t *ch = mkchan(1);
+    int s = SIGUSR1;
+    CHECK_EQ(co_signal_notify(ch, &s, 1), 0);
+    struct sigaction sa, cur;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = other_handler;
+    CHECK_EQ(sigaction(SIGUSR1, &sa, NULL), 0);
+    CHECK_EQ(co_signal_stop(ch), 0);
+    CHECK_EQ(sigaction(SIGUSR1, NULL, &cur), 0);
+    CHECK(cur.sa_handler == other_handler);
+    co_chan_free(ch);
+    set_own(SIGUSR1);
+}
+
+/* A fork's child relays nothing: its signals take the program's own
+ * actions. They used to go down the pipe to the parent's relay thread,
+ * reaching the parent's channels, and the child never saw them. */
+static void test_fork_child(void) {
+    set_own(SIGUSR2);
+    co_chan_t *ch = mkchan(4);
+    int sigs[] = {SIGUSR1, SIGUSR2};
+    CHECK_EQ(co_signal_notify(ch, sigs, 2), 0);
+    int fd = -1;
+    pid_t pid = t_fork_piped(1, &fd);
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        atomic_store(&own_hits, 0);
+        raise(SIGUSR2); /* the program's handler, in the child */
+        char b[32];
+        int n = snprintf(b, sizeof b, "own=%d\n", atomic_load(&own_hits));
+        (void)!write(1, b, (size_t)n);
+        _exit(0);
+    }
+    if (pid < 0) return;
+    char out[256];
+    int st = t_drain_and_wait(fd, out, sizeof out, pid);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    CHECK(strstr(out, "own=1") != NULL);
+    /* the parent's channel: SIGUSR1 raised here after the child is gone
+     * is the first thing in it (the relay keeps the pipe's order) */
+    raise(SIGUSR1);
+    CHECK_EQ(recv_sig(ch), SIGUSR1);
+    CHECK_EQ(co_chan_len(ch), 0);
+    CHECK_EQ(co_signal_stop(ch), 0);
+    co_chan_free(ch);
 }
 
 static void test_all_signals(void) {
@@ -339,7 +428,10 @@ static void test_stress(void) {
 static int run(void *arg) {
     (void)arg;
     T_RUN(test_bad_input);
+    T_RUN(test_signalfd_beside);
     T_RUN(test_raise_from_coroutine);
+    T_RUN(test_stop_keeps_newer_action);
+    T_RUN(test_fork_child);
     T_RUN(test_plain_threads);
     T_RUN(test_receive_on_plain_thread);
     T_RUN(test_several_channels);
@@ -358,6 +450,7 @@ int main(void) {
     sigemptyset(&blk);
     sigaddset(&blk, SIG_ALLBLOCKED);
     sigaddset(&blk, SIG_ALLBLOCKED2);
+    sigaddset(&blk, SIG_OWN_FD);
     pthread_sigmask(SIG_BLOCK, &blk, NULL);
     CHECK_EQ(co_main(run, NULL), 0);
     return t_end();

@@ -15,12 +15,19 @@
  * every thread blocks it (a signalfd program's way), and a plain thread
  * needs nothing done to it, whenever it was made.
  *
- * The relay thread has every relayable signal unblocked (and no other):
- * a program may block the signals it relays in all of its own threads
- * (set before it makes any, so that they inherit it), and the relay
- * thread still takes them when they are sent to the process. The handler
- * takes no lock, so it may run on the relay thread while that holds
- * reg_lock.
+ * The relay thread has unblocked the signals colony has ever relayed
+ * (relay_take) and no other: a program may block the signals it relays in
+ * all of its own threads (set before it makes any, so that they inherit
+ * it), and the relay thread still takes them when they are sent to the
+ * process; a signal the program blocks everywhere to read itself
+ * (signalfd, sigwait) and never gives colony stays blocked there too. The
+ * handler takes no lock, so it may run on the relay thread while that
+ * holds reg_lock.
+ *
+ * fork: the child has no relay thread. Its fork handler puts back the
+ * program's actions, closes its copy of the pipe (whose far end is the
+ * parent's relay) and forgets every registration; the child starts as if
+ * it had never called co_signal_notify.
  */
 #include <colony.h>
 
@@ -34,6 +41,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #define SIG_MAX 65 /* signal numbers 1..64 (NSIG on Linux) */
@@ -54,6 +62,13 @@ static int nregs, capregs;
 static bool installed[SIG_MAX];
 static struct sigaction old_act[SIG_MAX];
 static bool relay_started;
+static bool atfork_set; /* under reg_lock: the fork handlers are registered */
+
+/* Signals the relay thread is to have unblocked: every one a handler was
+ * ever installed for. Only grows. Stored (release) by sync_handlers, which
+ * then writes a 0 byte to the pipe; loaded (acquire) by the relay thread
+ * before each read of the pipe. */
+static uint64_t relay_take;
 
 /* The self-pipe: written by the handler, read by the relay thread. Set once
  * (under reg_lock) before any handler is installed; the handler reads it
@@ -69,7 +84,9 @@ static void sig_handler(int sig) {
     int saved = errno;
     unsigned char b = (unsigned char)sig;
     int fd = __atomic_load_n(&pipe_w, __ATOMIC_RELAXED);
-    if (fd >= 0 && write(fd, &b, 1) < 0) /* full pipe: the signal is dropped */
+    /* the system call itself: a preloaded write(2) (colony's hook) would
+     * look the fd up, which is no business of a signal handler */
+    if (fd >= 0 && syscall(SYS_write, fd, &b, 1) < 0) /* full pipe: dropped */
         errno = saved;
 }
 
@@ -90,19 +107,29 @@ static bool sig_relayable(int s) {
     }
 }
 
-static void *relay_main(void *arg) {
-    (void)arg;
-    /* Take every relayable signal: a program that blocks them in all its
-     * own threads still gets the process-directed ones (kill, ^C) here,
-     * and this thread waits in poll(2), after which a sanitizer's deferred
-     * handler runs at once. */
+/* The relay thread: unblock what relay_take names beyond `had`. */
+static uint64_t relay_unblock(uint64_t had) {
+    uint64_t want = __atomic_load_n(&relay_take, __ATOMIC_ACQUIRE);
+    if (want == had)
+        return had;
     sigset_t take;
     sigemptyset(&take);
     for (int s = 1; s < SIG_MAX; s++)
-        if (sig_relayable(s))
+        if (want & (1ull << (s - 1)))
             sigaddset(&take, s);
     pthread_sigmask(SIG_UNBLOCK, &take, NULL);
+    return want;
+}
+
+static void *relay_main(void *arg) {
+    (void)arg;
+    /* Take the relayed signals: a program that blocks them in all its
+     * own threads still gets the process-directed ones (kill, ^C) here,
+     * and this thread waits in poll(2), after which a sanitizer's deferred
+     * handler runs at once. */
+    uint64_t had = 0;
     for (;;) {
+        had = relay_unblock(had); /* a 0 byte in the pipe: relay_take grew */
         unsigned char buf[64];
         ssize_t n = read(pipe_r, buf, sizeof buf);
         if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
@@ -136,10 +163,40 @@ static void *relay_main(void *arg) {
     }
 }
 
+/* fork: reg_lock held across it, so the child's copy is consistent */
+static void fork_prepare(void) { pthread_mutex_lock(&reg_lock); }
+static void fork_parent(void) { pthread_mutex_unlock(&reg_lock); }
+static void fork_child(void) {
+    for (int s = 1; s < SIG_MAX; s++) {
+        if (!installed[s])
+            continue;
+        struct sigaction cur;
+        if (sigaction(s, NULL, &cur) == 0 && !(cur.sa_flags & SA_SIGINFO) &&
+            cur.sa_handler == sig_handler)
+            sigaction(s, &old_act[s], NULL);
+        installed[s] = false;
+    }
+    nregs = 0;
+    relay_started = false;
+    __atomic_store_n(&relay_take, 0, __ATOMIC_RELAXED);
+    int w = __atomic_exchange_n(&pipe_w, -1, __ATOMIC_RELAXED);
+    if (w >= 0)
+        close(w);
+    if (pipe_r >= 0)
+        close(pipe_r);
+    pipe_r = -1;
+    pthread_mutex_init(&reg_lock, NULL);
+}
+
 /* Under reg_lock: the pipe and the relay thread, once. 0 or -errno. */
 static int relay_start(void) {
     if (relay_started)
         return 0;
+    if (!atfork_set) {
+        if (pthread_atfork(fork_prepare, fork_parent, fork_child) != 0)
+            return -ENOMEM;
+        atfork_set = true;
+    }
     if (pipe_r < 0) {
         int p[2];
         if (pipe2(p, O_CLOEXEC) < 0)
@@ -181,10 +238,12 @@ static uint64_t wanted(void) {
 }
 
 /* Under reg_lock: install the handler on signals now wanted, put back the
- * program's own action on those no longer wanted. */
+ * program's own action on those no longer wanted (unless the program has
+ * set another since: that one stays). */
 static int sync_handlers(void) {
     uint64_t m = wanted();
     int rc = 0;
+    uint64_t take = __atomic_load_n(&relay_take, __ATOMIC_RELAXED);
     for (int s = 1; s < SIG_MAX; s++) {
         bool want = m & (1ull << (s - 1));
         if (want && !installed[s]) {
@@ -203,10 +262,21 @@ static int sync_handlers(void) {
                 continue;
             }
             installed[s] = true;
+            take |= 1ull << (s - 1);
         } else if (!want && installed[s]) {
-            sigaction(s, &old_act[s], NULL);
+            struct sigaction cur;
+            if (sigaction(s, NULL, &cur) == 0 && !(cur.sa_flags & SA_SIGINFO) &&
+                cur.sa_handler == sig_handler)
+                sigaction(s, &old_act[s], NULL);
             installed[s] = false;
         }
+    }
+    if (take != __atomic_load_n(&relay_take, __ATOMIC_RELAXED)) {
+        __atomic_store_n(&relay_take, take, __ATOMIC_RELEASE);
+        unsigned char zero = 0; /* wakes the relay thread to unblock them */
+        int w = __atomic_load_n(&pipe_w, __ATOMIC_RELAXED);
+        if (w >= 0)
+            (void)!syscall(SYS_write, w, &zero, 1);
     }
     return rc;
 }
