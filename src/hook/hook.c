@@ -110,6 +110,7 @@ typedef struct {
     uint8_t kind;    /* FD_*; atomic relaxed: set by the first coroutine use, reset
                         by close/dup/socket/accept of that number */
     uint8_t user_nb; /* atomic relaxed: the program's own O_NONBLOCK */
+    uint8_t made;    /* atomic relaxed: made by socket/accept here (or a dup of one) */
     int64_t rcvtimeo, sndtimeo; /* atomic relaxed: ns, 0 = none */
 } hfd_t;
 static hfd_t fds[HOOK_NFD];
@@ -121,8 +122,17 @@ static void hfd_reset(int fd) {
     if (!h) return;
     __atomic_store_n(&h->kind, FD_UNKNOWN, __ATOMIC_RELAXED);
     __atomic_store_n(&h->user_nb, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&h->made, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&h->rcvtimeo, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&h->sndtimeo, 0, __ATOMIC_RELAXED);
+}
+
+/* fd was just made by socket or accept in this process: its file is this
+ * process's own (see hooked: 0, 1 and 2 otherwise stay libc's) */
+static void hfd_made(int fd) {
+    hfd_reset(fd);
+    hfd_t *h = hfd(fd);
+    if (h) __atomic_store_n(&h->made, 1, __ATOMIC_RELAXED);
 }
 
 /* nfd now names the same open file as fd (a dup): the same record, so
@@ -137,6 +147,7 @@ static void hfd_copy(int fd, int nfd) {
     }
     __atomic_store_n(&n->kind, FD_UNKNOWN, __ATOMIC_RELAXED);
     __atomic_store_n(&n->user_nb, __atomic_load_n(&h->user_nb, __ATOMIC_RELAXED), __ATOMIC_RELAXED);
+    __atomic_store_n(&n->made, 1, __ATOMIC_RELAXED); /* a hooked file, O_NONBLOCK already */
     __atomic_store_n(&n->rcvtimeo, __atomic_load_n(&h->rcvtimeo, __ATOMIC_RELAXED), __ATOMIC_RELAXED);
     __atomic_store_n(&n->sndtimeo, __atomic_load_n(&h->sndtimeo, __ATOMIC_RELAXED), __ATOMIC_RELAXED);
     co__io_fresh(nfd); /* what the io layer's slot remembers is a former file's */
@@ -170,7 +181,12 @@ static __attribute__((noinline)) HOOK_NO_TSAN int get_errno(void) { return errno
 
 /* The fd's entry if it is hooked. A coroutine's first use of an unknown
  * fd decides: a socket or a pipe is hooked (made O_NONBLOCK in the kernel),
- * anything else (or an fd beyond the table) is libc's. */
+ * anything else (or an fd beyond the table) is libc's. So are 0, 1 and 2
+ * unless socket or accept made them here: standard input and output are
+ * mostly files shared with other processes (a shell's pipe), which
+ * O_NONBLOCK on the shared file would reach. A socket's SO_RCVTIMEO and
+ * SO_SNDTIMEO are read from the kernel then (an accepted socket has its
+ * listener's; an inherited one, its maker's). */
 static hfd_t *hooked(int fd, bool co) {
     hfd_t *h = hfd(fd);
     if (!h) return NULL;
@@ -179,10 +195,22 @@ static hfd_t *hooked(int fd, bool co) {
     if (k == FD_PLAIN || !co) return NULL;
     struct stat st;
     int e = get_errno();
-    if (fstat(fd, &st) < 0 || !(S_ISSOCK(st.st_mode) || S_ISFIFO(st.st_mode))) {
-        if (get_errno() != EBADF) __atomic_store_n(&h->kind, FD_PLAIN, __ATOMIC_RELAXED);
+    if ((fd <= 2 && !__atomic_load_n(&h->made, __ATOMIC_RELAXED)) || fstat(fd, &st) < 0 ||
+        !(S_ISSOCK(st.st_mode) || S_ISFIFO(st.st_mode))) {
+        if (fd <= 2 || get_errno() != EBADF) __atomic_store_n(&h->kind, FD_PLAIN, __ATOMIC_RELAXED);
         set_errno(e);
         return NULL;
+    }
+    if (S_ISSOCK(st.st_mode)) {
+        struct timeval tv;
+        socklen_t l = sizeof tv;
+        if (getsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, &l) == 0 && l >= sizeof tv)
+            __atomic_store_n(&h->rcvtimeo, (int64_t)tv.tv_sec * 1000000000 + tv.tv_usec * 1000,
+                             __ATOMIC_RELAXED);
+        l = sizeof tv;
+        if (getsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, &l) == 0 && l >= sizeof tv)
+            __atomic_store_n(&h->sndtimeo, (int64_t)tv.tv_sec * 1000000000 + tv.tv_usec * 1000,
+                             __ATOMIC_RELAXED);
     }
     int fl = REAL(fcntl)(fd, F_GETFL);
     if (fl < 0 || (!(fl & O_NONBLOCK) && REAL(fcntl)(fd, F_SETFL, fl | O_NONBLOCK) < 0)) {
@@ -275,12 +303,20 @@ static int wait_fd(int fd, int ev, int64_t timeo, bool co) {
     }
     struct pollfd p = {.fd = fd, .events = (short)((ev & CO_READABLE ? POLLIN : 0) |
                                                    (ev & CO_WRITABLE ? POLLOUT : 0))};
-    int ms = timeo > 0 ? (int)((timeo + 999999) / 1000000) : -1;
+    /* a deadline, not a length: a signal's EINTR does not start it over */
+    int64_t dl = timeo > 0 ? co_deadline_after(timeo) : CO_FOREVER;
     for (;;) {
+        int ms = -1;
+        if (dl != CO_FOREVER) {
+            int64_t left = dl - co_now();
+            if (left <= 0) return EAGAIN;
+            int64_t m = (left + 999999) / 1000000;
+            ms = m > INT32_MAX ? INT32_MAX : (int)m;
+        }
         int r = REAL(poll)(&p, 1, ms);
         if (r > 0) return (p.revents & POLLNVAL) ? EBADF : 0;
-        if (r == 0) return EAGAIN;
-        if (get_errno() != EINTR) return get_errno();
+        if (r == 0 && dl != CO_FOREVER && co_now() >= dl) return EAGAIN;
+        if (r < 0 && get_errno() != EINTR) return get_errno();
     }
 }
 
@@ -370,7 +406,7 @@ XFN(sendmsg, REAL(sendmsg)(fd, x->b, x->fl))
 HOOK_API ssize_t read(int fd, void *buf, size_t n) {
     HOOK_IO(fd, CO_READABLE, false, rcvtimeo, REAL(read)(fd, buf, n), x_read, n > 0, n, .b = buf, .n = n);
 }
-HOOK_API ssize_t write(int fd, const void *buf, size_t n) {
+static ssize_t write_1(int fd, const void *buf, size_t n) {
     HOOK_IO(fd, CO_WRITABLE, false, sndtimeo, REAL(write)(fd, buf, n), x_write, false, 0,
             .b = (void *)buf, .n = n);
 }
@@ -378,37 +414,165 @@ HOOK_API ssize_t readv(int fd, const struct iovec *iov, int cnt) {
     HOOK_IO(fd, CO_READABLE, false, rcvtimeo, REAL(readv)(fd, iov, cnt),
             x_readv, false, 0, .b = (void *)iov, .cnt = cnt);
 }
-HOOK_API ssize_t writev(int fd, const struct iovec *iov, int cnt) {
+static ssize_t writev_1(int fd, const struct iovec *iov, int cnt) {
     HOOK_IO(fd, CO_WRITABLE, false, sndtimeo, REAL(writev)(fd, iov, cnt), x_writev, false, 0,
             .b = (void *)iov, .cnt = cnt);
 }
-HOOK_API ssize_t recv(int fd, void *buf, size_t n, int fl) {
+static ssize_t recv_1(int fd, void *buf, size_t n, int fl) {
     HOOK_IO(fd, CO_READABLE, fl & MSG_DONTWAIT, rcvtimeo,
             REAL(recv)(fd, buf, n, fl), x_recv, n > 0, fl & MSG_PEEK ? 0 : n, .b = buf, .n = n, .fl = fl);
 }
-HOOK_API ssize_t recvfrom(int fd, void *buf, size_t n, int fl, struct sockaddr *a,
+static ssize_t recvfrom_1(int fd, void *buf, size_t n, int fl, struct sockaddr *a,
                           socklen_t *al) {
     HOOK_IO(fd, CO_READABLE, fl & MSG_DONTWAIT, rcvtimeo,
             REAL(recvfrom)(fd, buf, n, fl, a, al), x_recvfrom, n > 0,
             fl & MSG_PEEK ? 0 : n, .b = buf, .n = n, .fl = fl,
             .a = a, .al = al);
 }
-HOOK_API ssize_t recvmsg(int fd, struct msghdr *m, int fl) {
+static ssize_t recvmsg_1(int fd, struct msghdr *m, int fl) {
     HOOK_IO(fd, CO_READABLE, fl & MSG_DONTWAIT, rcvtimeo,
             REAL(recvmsg)(fd, m, fl), x_recvmsg, false, 0, .b = m, .fl = fl);
 }
-HOOK_API ssize_t send(int fd, const void *buf, size_t n, int fl) {
+static ssize_t send_1(int fd, const void *buf, size_t n, int fl) {
     HOOK_IO(fd, CO_WRITABLE, fl & MSG_DONTWAIT, sndtimeo, REAL(send)(fd, buf, n, fl), x_send, false, 0,
             .b = (void *)buf, .n = n, .fl = fl);
 }
-HOOK_API ssize_t sendto(int fd, const void *buf, size_t n, int fl, const struct sockaddr *a,
+static ssize_t sendto_1(int fd, const void *buf, size_t n, int fl, const struct sockaddr *a,
                         socklen_t al) {
     HOOK_IO(fd, CO_WRITABLE, fl & MSG_DONTWAIT, sndtimeo, REAL(sendto)(fd, buf, n, fl, a, al),
             x_sendto, false, 0, .b = (void *)buf, .n = n, .fl = fl, .a = (void *)a, .cnt = (int)al);
 }
-HOOK_API ssize_t sendmsg(int fd, const struct msghdr *m, int fl) {
+static ssize_t sendmsg_1(int fd, const struct msghdr *m, int fl) {
     HOOK_IO(fd, CO_WRITABLE, fl & MSG_DONTWAIT, sndtimeo, REAL(sendmsg)(fd, m, fl), x_sendmsg, false, 0,
             .b = (void *)m, .fl = fl);
+}
+
+/* ---- whole transfers -------------------------------------------------------
+ * The kernel's file of a hooked fd is O_NONBLOCK, where a write stops at
+ * what fits and MSG_WAITALL at what has come. A program that sees the fd
+ * as blocking (no O_NONBLOCK of its own, no MSG_DONTWAIT) gets libc's
+ * blocking answer instead: the rest is written (or, for MSG_WAITALL on a
+ * stream socket, read) after a wait, until all of it is done, end of file
+ * or an error or timeout, which then answer the count done so far. */
+static bool whole(int fd, int fl) {
+    hfd_t *h = hfd(fd);
+    return h && __atomic_load_n(&h->kind, __ATOMIC_RELAXED) == FD_HOOKED &&
+           !__atomic_load_n(&h->user_nb, __ATOMIC_RELAXED) && !(fl & MSG_DONTWAIT);
+}
+static bool stream_socket(int fd) {
+    int t = 0;
+    socklen_t l = sizeof t;
+    return getsockopt(fd, SOL_SOCKET, SO_TYPE, &t, &l) == 0 && t == SOCK_STREAM;
+}
+
+/* What is left of iov[0..cnt) past its first `done` bytes, into v (cnt
+ * entries at most); the number of entries. */
+static int iov_rest(const struct iovec *iov, int cnt, size_t done, struct iovec *v) {
+    int k = 0;
+    for (int i = 0; i < cnt; i++) {
+        if (done >= iov[i].iov_len) {
+            done -= iov[i].iov_len;
+            continue;
+        }
+        v[k].iov_base = (char *)iov[i].iov_base + done;
+        v[k].iov_len = iov[i].iov_len - done;
+        done = 0;
+        k++;
+    }
+    return k;
+}
+static size_t iov_total(const struct iovec *iov, int cnt) {
+    size_t t = 0;
+    for (int i = 0; i < cnt; i++) t += iov[i].iov_len;
+    return t;
+}
+
+/* The rest of a vectored transfer that did `done` bytes of iov, by writev
+ * (how 0), sendmsg (1) or recvmsg (2) with flags fl and m's address: no
+ * ancillary data again (it went with the first part). */
+static ssize_t iov_whole(int fd, int how, const struct msghdr *m0, const struct iovec *iov,
+                         int cnt, size_t done, int fl) {
+    size_t total = iov_total(iov, cnt);
+    struct iovec small[16], *v = cnt <= 16 ? small : malloc((size_t)cnt * sizeof *v);
+    if (!v) return (ssize_t)done;
+    while (done < total) {
+        int k = iov_rest(iov, cnt, done, v);
+        struct msghdr m = {0};
+        m.msg_iov = v;
+        m.msg_iovlen = (size_t)k;
+        if (m0 && how == 1) {
+            m.msg_name = m0->msg_name;
+            m.msg_namelen = m0->msg_namelen;
+        }
+        ssize_t r = how == 0 ? writev_1(fd, v, k) : how == 1 ? sendmsg_1(fd, &m, fl)
+                                                             : recvmsg_1(fd, &m, fl);
+        if (r <= 0) break;
+        done += (size_t)r;
+    }
+    if (v != small) free(v);
+    return (ssize_t)done;
+}
+
+HOOK_API ssize_t write(int fd, const void *buf, size_t n) {
+    ssize_t r = write_1(fd, buf, n);
+    if (r <= 0 || (size_t)r >= n || !whole(fd, 0)) return r;
+    size_t done = (size_t)r;
+    while (done < n && (r = write_1(fd, (const char *)buf + done, n - done)) > 0) done += (size_t)r;
+    return (ssize_t)done;
+}
+HOOK_API ssize_t send(int fd, const void *buf, size_t n, int fl) {
+    ssize_t r = send_1(fd, buf, n, fl);
+    if (r <= 0 || (size_t)r >= n || !whole(fd, fl)) return r;
+    size_t done = (size_t)r;
+    while (done < n && (r = send_1(fd, (const char *)buf + done, n - done, fl)) > 0)
+        done += (size_t)r;
+    return (ssize_t)done;
+}
+HOOK_API ssize_t sendto(int fd, const void *buf, size_t n, int fl, const struct sockaddr *a,
+                        socklen_t al) {
+    ssize_t r = sendto_1(fd, buf, n, fl, a, al);
+    if (r <= 0 || (size_t)r >= n || !whole(fd, fl)) return r;
+    size_t done = (size_t)r;
+    while (done < n && (r = sendto_1(fd, (const char *)buf + done, n - done, fl, a, al)) > 0)
+        done += (size_t)r;
+    return (ssize_t)done;
+}
+HOOK_API ssize_t writev(int fd, const struct iovec *iov, int cnt) {
+    ssize_t r = writev_1(fd, iov, cnt);
+    if (r <= 0 || !whole(fd, 0) || (size_t)r >= iov_total(iov, cnt)) return r;
+    return iov_whole(fd, 0, NULL, iov, cnt, (size_t)r, 0);
+}
+HOOK_API ssize_t sendmsg(int fd, const struct msghdr *m, int fl) {
+    ssize_t r = sendmsg_1(fd, m, fl);
+    if (r <= 0 || !m || !whole(fd, fl) || (size_t)r >= iov_total(m->msg_iov, (int)m->msg_iovlen))
+        return r;
+    return iov_whole(fd, 1, m, m->msg_iov, (int)m->msg_iovlen, (size_t)r, fl);
+}
+HOOK_API ssize_t recv(int fd, void *buf, size_t n, int fl) {
+    ssize_t r = recv_1(fd, buf, n, fl);
+    if (r <= 0 || (size_t)r >= n || !(fl & MSG_WAITALL) || (fl & MSG_PEEK) || !whole(fd, fl) ||
+        !stream_socket(fd))
+        return r;
+    size_t done = (size_t)r;
+    while (done < n && (r = recv_1(fd, (char *)buf + done, n - done, fl)) > 0) done += (size_t)r;
+    return (ssize_t)done;
+}
+HOOK_API ssize_t recvfrom(int fd, void *buf, size_t n, int fl, struct sockaddr *a,
+                          socklen_t *al) {
+    ssize_t r = recvfrom_1(fd, buf, n, fl, a, al);
+    if (r <= 0 || (size_t)r >= n || !(fl & MSG_WAITALL) || (fl & MSG_PEEK) || !whole(fd, fl) ||
+        !stream_socket(fd))
+        return r;
+    size_t done = (size_t)r;
+    while (done < n && (r = recv_1(fd, (char *)buf + done, n - done, fl)) > 0) done += (size_t)r;
+    return (ssize_t)done;
+}
+HOOK_API ssize_t recvmsg(int fd, struct msghdr *m, int fl) {
+    ssize_t r = recvmsg_1(fd, m, fl);
+    if (r <= 0 || !m || !(fl & MSG_WAITALL) || (fl & MSG_PEEK) || !whole(fd, fl) ||
+        (size_t)r >= iov_total(m->msg_iov, (int)m->msg_iovlen) || !stream_socket(fd))
+        return r;
+    return iov_whole(fd, 2, m, m->msg_iov, (int)m->msg_iovlen, (size_t)r, fl);
 }
 
 struct accept_args {
@@ -432,7 +596,7 @@ HOOK_API int accept4(int fd, struct sockaddr *a, socklen_t *al, int fl) {
         struct accept_args x = {a, al, al0, fl};
         r = (int)io_call(fd, CO__IO_READ, __atomic_load_n(&h->rcvtimeo, __ATOMIC_RELAXED),
                          x_accept4, &x, 0);
-        if (r >= 0) hfd_reset(r);
+        if (r >= 0) hfd_made(r);
         return r;
     }
     for (;;) {
@@ -448,15 +612,46 @@ HOOK_API int accept4(int fd, struct sockaddr *a, socklen_t *al, int fl) {
             return -1;
         }
     }
-    if (r >= 0) hfd_reset(r);
+    if (r >= 0) hfd_made(r);
     return r;
 }
 HOOK_API int accept(int fd, struct sockaddr *a, socklen_t *al) { return accept4(fd, a, al, 0); }
+
+/* A Unix stream socket's connect to a listener whose backlog is full: on
+ * the hook's O_NONBLOCK file the kernel answers EAGAIN at once (not
+ * EINPROGRESS), where libc's blocking connect waits for room until
+ * SO_SNDTIMEO. No readiness says when room comes, so this tries again
+ * after sleeps of 1 ms doubling to 32 ms (a coroutine's sleep parks it). */
+static int unix_connect_wait(int fd, const struct sockaddr *a, socklen_t al, hfd_t *h, bool co) {
+    int64_t timeo = __atomic_load_n(&h->sndtimeo, __ATOMIC_RELAXED);
+    int64_t dl = timeo > 0 ? co_deadline_after(timeo) : CO_FOREVER;
+    int64_t nap = 1000000;
+    for (;;) {
+        int64_t left = dl - co_now();
+        if (dl != CO_FOREVER && left <= 0) {
+            set_errno(EAGAIN);
+            return -1;
+        }
+        int64_t d = dl != CO_FOREVER && left < nap ? left : nap;
+        if (co) {
+            co_wait(-1, 0, co_deadline_after(d));
+        } else {
+            struct timespec ts = {(time_t)(d / 1000000000), (long)(d % 1000000000)};
+            REAL(nanosleep)(&ts, NULL);
+        }
+        if (nap < 32000000) nap *= 2;
+        int r = REAL(connect)(fd, a, al);
+        if (r == 0 || get_errno() != EAGAIN) return r;
+    }
+}
 
 HOOK_API int connect(int fd, const struct sockaddr *a, socklen_t al) {
     bool co = in_coroutine();
     hfd_t *h = hooked(fd, co);
     int r = REAL(connect)(fd, a, al);
+    if (r < 0 && h && get_errno() == EAGAIN && a && a->sa_family == AF_UNIX &&
+        !__atomic_load_n(&h->user_nb, __ATOMIC_RELAXED))
+        return unix_connect_wait(fd, a, al, h, co);
     if (r == 0 || !h || get_errno() != EINPROGRESS || __atomic_load_n(&h->user_nb, __ATOMIC_RELAXED))
         return r;
     /* in progress on a socket the program thinks blocking: wait, then
@@ -478,7 +673,7 @@ HOOK_API int connect(int fd, const struct sockaddr *a, socklen_t al) {
 
 HOOK_API int socket(int dom, int type, int proto) {
     int r = REAL(socket)(dom, type, proto);
-    if (r >= 0) hfd_reset(r);
+    if (r >= 0) hfd_made(r);
     return r;
 }
 
@@ -506,14 +701,23 @@ HOOK_API int dup(int fd) {
     if (r >= 0) hfd_copy(fd, r);
     return r;
 }
+/* Whether dup2/dup3(fd, nfd) will replace nfd: a failure (fd not open,
+ * nfd out of range) must leave nfd's file and its waiters alone. */
+static bool dup_would_replace(int fd, int nfd) {
+    if (fd == nfd || nfd < 0) return false;
+    int e = get_errno();
+    bool ok = REAL(fcntl)(fd, F_GETFD) >= 0;
+    set_errno(e);
+    return ok;
+}
 HOOK_API int dup2(int fd, int nfd) {
-    if (fd != nfd) retire(nfd);
+    if (dup_would_replace(fd, nfd)) retire(nfd);
     int r = REAL(dup2)(fd, nfd);
     if (r >= 0 && fd != nfd) hfd_copy(fd, nfd);
     return r;
 }
 HOOK_API int dup3(int fd, int nfd, int fl) {
-    if (fd != nfd) retire(nfd);
+    if (!(fl & ~O_CLOEXEC) && dup_would_replace(fd, nfd)) retire(nfd);
     int r = REAL(dup3)(fd, nfd, fl);
     if (r >= 0) hfd_copy(fd, nfd);
     return r;
@@ -593,11 +797,17 @@ static int poll_many(struct pollfd *p, nfds_t n, int ms) {
     for (nfds_t i = 0; i < n; i++) {
         if (p[i].fd < 0) continue;
         struct epoll_event e = {.events = 0, .data.u64 = i};
-        if (p[i].events & (POLLIN | POLLPRI)) e.events |= EPOLLIN | EPOLLPRI;
-        if (p[i].events & POLLOUT) e.events |= EPOLLOUT;
-        if (p[i].events & POLLRDHUP) e.events |= EPOLLRDHUP;
-        /* EEXIST: the same file twice; EPERM: a regular file (always
-         * ready, so the try before us saw it) */
+        /* the same fd may be listed more than once: all its entries' events */
+        for (nfds_t j = 0; j < n; j++) {
+            if (p[j].fd != p[i].fd) continue;
+            short ev = p[j].events;
+            if (ev & (POLLIN | POLLRDNORM | POLLRDBAND | POLLPRI)) e.events |= EPOLLIN | EPOLLPRI;
+            if (ev & (POLLOUT | POLLWRNORM | POLLWRBAND)) e.events |= EPOLLOUT;
+            if (ev & POLLRDHUP) e.events |= EPOLLRDHUP;
+        }
+        /* EEXIST: the same fd again (added with every entry's events) or
+         * the same file under another number; EPERM: a regular file
+         * (always ready, so the try before us saw it) */
         if (epoll_ctl(ep, EPOLL_CTL_ADD, p[i].fd, &e) < 0 && get_errno() != EEXIST &&
             get_errno() != EPERM) {
             REAL(close)(ep);
