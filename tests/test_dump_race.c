@@ -3,7 +3,10 @@
  * it and waits for its exit), so the victim's stack (not of the default
  * size: unmapped at exit) is gone by the time a dump that unwound after
  * printing would read it. The dump unwinds each coroutine before printing
- * any of it, so it completes; the victim shows its frames or a note. */
+ * any of it, so it completes; the victim shows its frames or a note.
+ * Then the walk itself: dumps in a loop while such coroutines park, wake
+ * and exit by the hundred; a stack unmapped during its walk faulted in
+ * the unwinder (an exit's munmap now waits for the walk). */
 // ctest-no-chaos
 // ctest-timeout: 60
 #include "t.h"
@@ -66,11 +69,70 @@ static void test_victim_exits_mid_dump(void) {
     co_chan_free(ch);
 }
 
+/* ---- dumps in a loop over coroutines that come and go ------------------- */
+static int churn_stop; /* atomic */
+static co_chan_t *churn_ch;
+
+static __attribute__((noinline)) void churn_deep(int d) {
+    volatile char pad[512];
+    pad[0] = (char)d;
+    if (d > 0) {
+        churn_deep(d - 1);
+        return;
+    }
+    int v;
+    (void)co_chan_recv(churn_ch, &v, co_deadline_after(100 * 1000 * 1000));
+    (void)pad[0];
+}
+static void churn_victim(void *arg) {
+    (void)arg;
+    churn_deep(6);
+}
+static void churn_feeder(void *arg) {
+    (void)arg;
+    int v = 1;
+    while (!__atomic_load_n(&churn_stop, __ATOMIC_ACQUIRE))
+        (void)co_chan_send(churn_ch, &v, co_deadline_after(1000 * 1000));
+}
+static void churn_spawner(void *arg) {
+    (void)arg;
+    co_attr_t a = {64 * 1024, "victim"}; /* unmapped at exit */
+    while (!__atomic_load_n(&churn_stop, __ATOMIC_ACQUIRE)) {
+        if (co_count() < 200)
+            (void)co_go_with(&a, churn_victim, NULL);
+        else
+            co_yield();
+    }
+}
+
+static void test_walk_while_exiting(void) {
+    CHECK_EQ(co_chan_new(&churn_ch, sizeof(int), 0), 0);
+    CHECK_EQ(co_go(churn_feeder, NULL), 0);
+    CHECK_EQ(co_go(churn_spawner, NULL), 0);
+    FILE *f = fopen("/dev/null", "w");
+    CHECK(f != NULL);
+    int64_t t0 = co_now();
+    long dumps = 0;
+    while (co_now() - t0 < 1500LL * 1000 * 1000) { /* a second and a half of dumps */
+        co_dump(f);
+        dumps++;
+    }
+    fclose(f);
+    __atomic_store_n(&churn_stop, 1, __ATOMIC_RELEASE);
+    t0 = co_now();
+    while (co_count() > 0 && co_now() - t0 < 20LL * 1000 * 1000 * 1000) usleep(1000);
+    CHECK_EQ(co_count(), 0);
+    CHECK(dumps > 0);
+    fprintf(stderr, "   %ld dumps\n", dumps);
+    co_chan_free(churn_ch);
+}
+
 int main(void) {
     t_begin(50);
     co_config_t c = {2, 0};
     CHECK_EQ(co_init(&c), 0);
     T_RUN(test_victim_exits_mid_dump);
+    T_RUN(test_walk_while_exiting);
     CHECK_EQ(co_shutdown(), 0);
     return t_end();
 }

@@ -150,8 +150,7 @@ static gslab_t *slab_map(size_t size) {
 static void slab_unmap(gslab_t *s) {
     UNPOISON(s, s->size);
     VALGRIND_MAKE_MEM_UNDEFINED(s, s->size);
-    munmap(s, s->size);
-    __atomic_sub_fetch(&slabs_mapped, 1, __ATOMIC_RELAXED);
+    (void)co__unmap(s, s->size, &slabs_mapped, NULL, false);
 }
 
 co_g_t *co__gslab_get(void) {

@@ -485,6 +485,7 @@ static int shutdown_locked(void) {
         free_p(p);
     }
     co__gcache_free_global();
+    (void)co__unmap_retry(); /* any the kernel refused before */
     free(allp);
     co__globrunq_free();
     co__netpoll_fini();

@@ -369,6 +369,7 @@ typedef struct co_m {
     co_g_t *g0_next;
 
     void *altstack;            /* sigaltstack for the overflow report */
+    bool altstack_heap;        /* altstack came from malloc (mmap refused) */
     bool exiting;
     uint64_t tcheck;           /* co__cycles() at run_post's last timer check; owner only */
     bool np_batch;             /* inside co__netpoll's event loop, or past the first callback
@@ -746,6 +747,15 @@ CO_HIDDEN int co__stack_runs(void);
 CO_HIDDEN int co__stack_alloc_runs(co__stack_t *out, int runs, size_t size, int need,
                                    void (*put)(co__stack_t *run, int n, void *arg), void *arg);
 CO_HIDDEN void co__stack_free(co__stack_t *s);
+/* munmap(p, len), then *dec down and *inc up by one (either may be NULL);
+ * stack: under allg_lock (co_dump's walk reads parked stacks). If the
+ * kernel refuses (at vm.max_map_count), the pages are released and the
+ * range is kept for co__unmap_retry, which moves the counts once it goes;
+ * false then. */
+CO_HIDDEN bool co__unmap(void *p, size_t len, int64_t *dec, int64_t *inc, bool stack);
+CO_HIDDEN int co__unmap_retry(void);     /* sysmon, co_shutdown: ranges unmapped now */
+CO_HIDDEN int co__unmap_deferred(void);  /* ranges waiting (tests) */
+CO_HIDDEN int64_t co__unmap_lost(void);  /* ranges left mapped for good (tests) */
 CO_HIDDEN int64_t co__stacks_mapped(void);        /* stacks mapped now (tests read it) */
 CO_HIDDEN int64_t co__stacks_mapped_total(void);  /* stacks ever mapped (tests) */
 CO_HIDDEN void co__stack_check_canary(co_g_t *g);

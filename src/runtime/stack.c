@@ -413,19 +413,37 @@ void co__stack_setup(void) {
 void co__stack_m_init(co_m_t *m) {
     size_t sz = ALTSTACK_SIZE;
     void *p = mmap(NULL, sz, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) return;
+    bool heap = p == MAP_FAILED;
+    if (heap) p = malloc(sz); /* a refused mmap (map count): the heap's brk may still grow */
+    if (!p) {
+        /* without a signal stack an overflow on this M dies unreported
+         * (its handler cannot run on the stack it overflowed): say so,
+         * once */
+        static int said; /* atomic relaxed */
+        if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
+            fprintf(stderr, "colony: warning: no memory for a thread's signal stack; "
+                            "a stack overflow on it will not be reported\n");
+        return;
+    }
     stack_t ss = {.ss_sp = p, .ss_size = sz, .ss_flags = 0};
-    if (sigaltstack(&ss, NULL) == 0)
+    if (sigaltstack(&ss, NULL) == 0) {
         m->altstack = p;
-    else
+        m->altstack_heap = heap;
+    } else if (heap) {
+        free(p);
+    } else {
         munmap(p, sz);
+    }
 }
 
 void co__stack_m_fini(co_m_t *m) {
     if (!m->altstack) return;
     stack_t ss = {.ss_flags = SS_DISABLE};
     sigaltstack(&ss, NULL);
-    munmap(m->altstack, ALTSTACK_SIZE);
+    if (m->altstack_heap)
+        free(m->altstack);
+    else
+        munmap(m->altstack, ALTSTACK_SIZE);
     m->altstack = NULL;
 }
 
@@ -605,6 +623,83 @@ int co__stack_alloc(co__stack_t *s, size_t size) {
     return rc < 0 ? rc : 0;
 }
 
+/* ---- unmaps that failed ----------------------------------------------------
+ * munmap of a range inside a larger mapping splits it, which the kernel
+ * refuses (ENOMEM) when the process is at vm.max_map_count. Such a range's
+ * pages are released at once (MADV_DONTNEED) and the range waits here; the
+ * counts it stands for (dec: down by one, inc: up by one) move only once
+ * it is really unmapped. sysmon tries again each trim round
+ * (co__unmap_retry), co_shutdown once more. Past UNMAP_DEFER_MAX ranges
+ * one is left mapped for good (its pages released) and counted in
+ * unmap_lost. */
+#define UNMAP_DEFER_MAX 1024
+static co__lock_t defer_lock; /* protects deferred[] and ndeferred */
+static struct {
+    void *p;
+    size_t len;
+    int64_t *dec, *inc;
+    bool stack; /* unmapped under allg_lock, as co__stack_free does */
+} deferred[UNMAP_DEFER_MAX];
+static int ndeferred;
+static int64_t unmap_lost; /* atomic relaxed: ranges left mapped for good (tests) */
+int64_t co__unmap_lost(void) { return __atomic_load_n(&unmap_lost, __ATOMIC_RELAXED); }
+
+static int unmap_now(void *p, size_t len, bool stack) {
+    /* a stack under allg_lock: co_dump reads a parked coroutine's stack
+     * under it (its walk), which must never meet a range being unmapped */
+    if (stack) co__lock(&co__sched.allg_lock);
+    int rc = munmap(p, len);
+    if (stack) co__unlock(&co__sched.allg_lock);
+    return rc;
+}
+
+bool co__unmap(void *p, size_t len, int64_t *dec, int64_t *inc, bool stack) {
+    if (unmap_now(p, len, stack) == 0) {
+        if (dec) __atomic_sub_fetch(dec, 1, __ATOMIC_RELAXED);
+        if (inc) __atomic_add_fetch(inc, 1, __ATOMIC_RELAXED);
+        return true;
+    }
+    (void)madvise(p, len, MADV_DONTNEED);
+    co__lock(&defer_lock);
+    bool kept = ndeferred < UNMAP_DEFER_MAX;
+    if (kept) {
+        deferred[ndeferred].p = p;
+        deferred[ndeferred].len = len;
+        deferred[ndeferred].dec = dec;
+        deferred[ndeferred].inc = inc;
+        deferred[ndeferred].stack = stack;
+        ndeferred++;
+    }
+    co__unlock(&defer_lock);
+    if (!kept) __atomic_add_fetch(&unmap_lost, 1, __ATOMIC_RELAXED);
+    return false;
+}
+
+int co__unmap_retry(void) {
+    if (__atomic_load_n(&ndeferred, __ATOMIC_RELAXED) == 0) return 0; /* racy peek: next round */
+    int done = 0;
+    co__lock(&defer_lock);
+    for (int i = 0; i < ndeferred;) {
+        if (unmap_now(deferred[i].p, deferred[i].len, deferred[i].stack) != 0) {
+            i++;
+            continue;
+        }
+        if (deferred[i].dec) __atomic_sub_fetch(deferred[i].dec, 1, __ATOMIC_RELAXED);
+        if (deferred[i].inc) __atomic_add_fetch(deferred[i].inc, 1, __ATOMIC_RELAXED);
+        deferred[i] = deferred[--ndeferred];
+        done++;
+    }
+    co__unlock(&defer_lock);
+    return done;
+}
+
+int co__unmap_deferred(void) {
+    co__lock(&defer_lock);
+    int n = ndeferred;
+    co__unlock(&defer_lock);
+    return n;
+}
+
 void co__stack_free(co__stack_t *s) {
     if (!s->map) return;
 #ifdef CO_ASAN
@@ -615,9 +710,8 @@ void co__stack_free(co__stack_t *s) {
     __asan_unpoison_memory_region(s->lo, s->size);
 #endif
     VALGRIND_STACK_DEREGISTER(s->vg_id);
-    munmap(s->map, s->map_size);
-    __atomic_sub_fetch(&stacks_mapped, 1, __ATOMIC_RELAXED);
-    if (s->guarded && !s->light_guard) __atomic_add_fetch(&guard_budget, 1, __ATOMIC_RELAXED);
+    (void)co__unmap(s->map, s->map_size, &stacks_mapped,
+                    s->guarded && !s->light_guard ? &guard_budget : NULL, true);
     s->map = NULL;
 }
 

@@ -334,6 +334,7 @@ static void *sysmon_main(void *arg) {
         if (now - last_trim >= GFREE_TRIM_NS) {
             last_trim = now;
             co__gfree_trim(GFREE_KEEP);
+            co__unmap_retry(); /* munmaps the kernel refused (map count) */
         }
         co__debug_sysmon_tick();
         if (s->schedtrace_ms > 0 && now - last_trace >= s->schedtrace_ms * 1000000) {
