@@ -15,6 +15,7 @@
 #include "runtime/trace.h"
 #include "chan/chan_impl.h"
 #include "io/io.h"
+#include "runtime/netpoll.h" /* co__pd_peek: a number's slot, NULL if its chunk was never made */
 #include "pool/pool_impl.h"
 
 /* Fault injection (base/testhook.h): turn CO__FAIL_* bits on or off. */

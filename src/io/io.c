@@ -49,7 +49,9 @@ static bool pd_try_finalize(co__pd_t *pd, int *rc) {
                                      __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
         return false;
     co__lock(&pd->lock);
-    bool polled = __atomic_load_n(&pd->kind, __ATOMIC_RELAXED) == CO__PD_POLLED;
+    /* not PLAIN: co_wait_fd's check of a reused number registers a file
+     * while the slot stays UNKNOWN (a DEL of none is harmless) */
+    bool polled = __atomic_load_n(&pd->kind, __ATOMIC_RELAXED) != CO__PD_PLAIN;
     __atomic_store_n(&pd->kind, CO__PD_UNKNOWN, __ATOMIC_RELEASE);
     __atomic_store_n(&pd->is_sock, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&pd->stream, 0, __ATOMIC_RELAXED);
@@ -154,7 +156,8 @@ static int pd_enter(int fd, co__pd_t **out, bool *held) {
     }
     co__pd_t *pd = co__pd_get(fd);
     if (!pd) {
-        rc = fd >= CO__PD_NFD ? -EBADF : CO_ENOMEM;
+        /* co__pd_get makes no chunk for a number that is not open */
+        rc = fd >= CO__PD_NFD || fcntl(fd, F_GETFD) < 0 ? -EBADF : CO_ENOMEM;
         goto fail;
     }
     for (;;) {
@@ -238,7 +241,9 @@ int co_close(int fd) {
     if (fd < 0)
         return -EBADF;
     co__pd_t *pd = co__pd_peek(fd);
-    if (!pd)
+    /* a fork's child of a running runtime: the table is the parent's, the
+     * file the child's own to close (before its exec, typically) */
+    if (!pd || __atomic_load_n(&co__rt_state, __ATOMIC_RELAXED) == CO__RT_FORKED)
         return close(fd) < 0 ? -errno : 0;
     /* A plain thread holds the runtime while it closes, if it is up, so
      * that co_shutdown does not close the poller under the unregistering.
@@ -262,8 +267,9 @@ int co_fd_forget(int fd) {
     if (fd < 0)
         return -EBADF;
     co__pd_t *pd = co__pd_peek(fd);
-    if (!pd)
-        return 0; /* never seen: nothing to forget */
+    /* never seen, or the parent's table in a fork's child: nothing to forget */
+    if (!pd || __atomic_load_n(&co__rt_state, __ATOMIC_RELAXED) == CO__RT_FORKED)
+        return 0;
     /* Called from the close(2) of co_close's own finaliser (an interposed
      * close, libcolony_hook.so): that close forgets it already. */
     if (__atomic_load_n(&pd->state, __ATOMIC_ACQUIRE) & CO__PD_FINAL)
@@ -601,8 +607,19 @@ int co_connect(int fd, const struct sockaddr *addr, socklen_t addrlen, int64_t d
                 continue;
             if (rc == 0) {
                 rc = sys_connected(fd);
-                if (rc == -ENOTCONN)
-                    continue; /* a spurious edge: not connected yet */
+                if (rc == -ENOTCONN) {
+                    /* Not connected and no error: a spurious edge while
+                     * connecting (no POLLOUT yet), or a failed connect whose
+                     * error another caller's SO_ERROR took (a second
+                     * co_connect of this socket): writable or hung up with
+                     * no peer. That one never gets another edge. */
+                    short rev = 0;
+                    if (sys_poll1(fd, POLLOUT, &rev) > 0 && (rev & (POLLOUT | POLLHUP | POLLERR))) {
+                        rc = -ECONNABORTED;
+                        break;
+                    }
+                    continue;
+                }
             }
             break;
         }
@@ -627,8 +644,24 @@ int co_wait_fd(int fd, int events, int64_t deadline) {
                 ((events & CO_WRITABLE) ? CO__PD_WRITE : 0);
     for (;;) {
         if (pd_plain(pd)) {
-            rc = events; /* a regular file is always ready */
-            break;
+            /* A regular file is always ready; but the number may have been
+             * closed with close(2) and given to a pipe or socket since,
+             * which the check registers (else it stays plain). */
+            int e = co__np_ensure(fd);
+            if (e == -EPERM) {
+                rc = events;
+                break;
+            }
+            if (e < 0) {
+                rc = e;
+                break;
+            }
+            co__lock(&pd->lock);
+            __atomic_store_n(&pd->kind, CO__PD_UNKNOWN, __ATOMIC_RELEASE);
+            __atomic_store_n(&pd->rdrained, 0, __ATOMIC_RELAXED);
+            __atomic_store_n(&pd->hup, 0, __ATOMIC_RELAXED);
+            co__unlock(&pd->lock);
+            continue;
         }
         uint32_t rs = __atomic_load_n(&pd->rseq, __ATOMIC_ACQUIRE);
         uint32_t ws = __atomic_load_n(&pd->wseq, __ATOMIC_ACQUIRE);

@@ -21,6 +21,8 @@
 
 #include "runtime/netpoll.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -51,6 +53,13 @@ co__pd_t *co__pd_get(int fd) {
     co__pd_t *c = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
     if (CO_LIKELY(c != NULL))
         return &c[fd & (PD_CHUNK - 1)];
+    /* A chunk is 64 KiB, kept for good: none for a number that is not
+     * open (calls on stray numbers answer EBADF without growing memory) */
+    int e = errno;
+    bool open_now = fcntl(fd, F_GETFD) >= 0;
+    errno = e;
+    if (!open_now)
+        return NULL;
     co__pd_t *fresh = aligned_alloc(64, sizeof(co__pd_t) * PD_CHUNK);
     if (!fresh)
         return NULL;
