@@ -571,6 +571,26 @@ static void test_unixgram(void) {
         dial_echo("unix", ab, "abstract");
         srv_stop(&srv);
     }
+    /* an abstract name may fill all of sun_path (no NUL), 108 bytes with
+     * its '@'; one more does not fit */
+    char full[sizeof(((struct sockaddr_un *)0)->sun_path) + 2];
+    memset(full, 'x', sizeof full);
+    full[0] = '@';
+    snprintf(full + 1, 24, "colony-full-%d-", (int)getpid());
+    full[strlen(full)] = 'x';
+    full[sizeof full - 2] = 0; /* 108 bytes */
+    int lf = co_listen("unix", full, NULL);
+    CHECK(lf >= 0);
+    if (lf >= 0) {
+        int cf = co_dial("unix", full, co_deadline_after(10 * SEC));
+        CHECK(cf >= 0);
+        if (cf >= 0)
+            co_close(cf);
+        co_close(lf);
+    }
+    full[sizeof full - 2] = 'x';
+    full[sizeof full - 1] = 0; /* 109 bytes */
+    CHECK_EQ(co_listen("unix", full, NULL), CO_EADDR);
     unlink(sp);
     unlink(cp);
     CHECK_EQ(co_dial("unix", sp, co_deadline_after(SEC)), -ENOENT);

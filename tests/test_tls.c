@@ -691,6 +691,74 @@ static void test_closed_under_read(void) {
     co_tls_config_free(scfg);
 }
 
+/* ---- a pair over a socketpair: shutdown twice, names as Go takes them --- */
+
+typedef struct {
+    co_tls_config_t *cfg;
+    int fd, rc;
+    co_tls_t *c;
+    co_waitgroup_t done;
+} pair_srv_t;
+static void pair_server(void *arg) {
+    pair_srv_t *p = arg;
+    p->rc = co_tls_server(&p->c, p->fd, p->cfg, co_deadline_after(10 * SEC));
+    co_waitgroup_done(&p->done);
+}
+/* A handshaken pair: *cli and *srv (NULL and a failed check if not). */
+static void tls_pair(co_tls_config_t *scfg, co_tls_config_t *ccfg, const char *name,
+                     co_tls_t **cli, co_tls_t **srv, int *crc) {
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    pair_srv_t p = {.cfg = scfg, .fd = sv[1], .rc = 1};
+    co_waitgroup_add(&p.done, 1);
+    CHECK_EQ(co_go(pair_server, &p), 0);
+    *cli = NULL;
+    /* (a failed handshake closes its fd itself) */
+    *crc = co_tls_client(cli, sv[0], ccfg, name, co_deadline_after(10 * SEC));
+    co_waitgroup_wait(&p.done);
+    *srv = p.rc == 0 ? p.c : NULL;
+}
+
+/* A second co_tls_shutdown returns 0 at once and leaves the read side as
+ * it was: it used to wait for the peer's close_notify (to its deadline)
+ * or read, and lose, the peer's data and fail every later read with
+ * -ECONNRESET. A write after one's own shutdown is -EPIPE. */
+static void test_shutdown_twice(void) {
+    co_tls_config_t *scfg = server_cfg("good"), *ccfg = client_cfg(true);
+    co_tls_t *c, *sv;
+    int crc;
+    tls_pair(scfg, ccfg, "localhost", &c, &sv, &crc);
+    CHECK_EQ(crc, 0);
+    if (c && sv) {
+        CHECK_EQ(co_tls_shutdown(sv, co_deadline_after(10 * SEC)), 0);
+        CHECK_EQ(co_tls_write(c, "hello", 5, co_deadline_after(10 * SEC)), 5); /* half-close */
+        CHECK_EQ(co_tls_shutdown(sv, co_deadline_after(10 * SEC)), 0);
+        char b[16] = {0};
+        CHECK_EQ(co_tls_read(sv, b, sizeof b, co_deadline_after(10 * SEC)), 5);
+        CHECK(!memcmp(b, "hello", 5));
+        CHECK_EQ(co_tls_write(sv, "x", 1, co_deadline_after(10 * SEC)), -EPIPE);
+        CHECK_EQ(co_tls_read(c, b, sizeof b, co_deadline_after(10 * SEC)), 0); /* its close_notify */
+    }
+    if (c) co_tls_close(c);
+    if (sv) co_tls_close(sv);
+    co_tls_config_free(ccfg);
+    co_tls_config_free(scfg);
+}
+
+/* "localhost." and the certificate's "localhost" are one name, as in Go:
+ * the trailing dot used to fail verification. */
+static void test_name_trailing_dot(void) {
+    co_tls_config_t *scfg = server_cfg("good"), *ccfg = client_cfg(true);
+    co_tls_t *c, *sv;
+    int crc;
+    tls_pair(scfg, ccfg, "localhost.", &c, &sv, &crc);
+    CHECK_EQ(crc, 0);
+    if (c) co_tls_close(c);
+    if (sv) co_tls_close(sv);
+    co_tls_config_free(ccfg);
+    co_tls_config_free(scfg);
+}
+
 /* ---- ALPN with nothing in common, mutual TLS, an unclean end ------------ */
 
 static void test_alpn_mtls_eof(void) {
@@ -1064,6 +1132,8 @@ static int run(void *arg) {
     T_RUN(test_full_duplex);
     T_RUN(test_closed_under_read);
     T_RUN(test_alpn_mtls_eof);
+    T_RUN(test_shutdown_twice);
+    T_RUN(test_name_trailing_dot);
     T_RUN(test_concurrent_handshakes);
     T_RUN(test_openssl_s_server);
     T_RUN(test_openssl_s_client);

@@ -165,7 +165,9 @@ static int unix_addr(const char *path, struct sockaddr_un *su, socklen_t *len) {
     size_t n = strlen(path);
     memset(su, 0, sizeof *su);
     su->sun_family = AF_UNIX;
-    if (n == 0 || n >= sizeof su->sun_path)
+    /* a path needs its NUL in sun_path; an abstract name ("@name") does
+     * not, so it may fill all of it */
+    if (n == 0 || n > sizeof su->sun_path || (path[0] != '@' && n == sizeof su->sun_path))
         return CO_EADDR; /* empty, or longer than sun_path holds */
     memcpy(su->sun_path, path, n);
     if (path[0] == '@') /* Linux's abstract namespace, as Go names it */
@@ -188,7 +190,10 @@ static void tcp_opts(int fd, bool nodelay, int64_t keepalive_ns) {
     if (nodelay)
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     if (keepalive_ns > 0) {
-        int secs = (int)((keepalive_ns + 999999999) / 1000000000);
+        /* whole seconds, 1 to the kernel's most (32767): a longer
+         * period would be refused and leave the kernel's default */
+        int64_t s64 = keepalive_ns / 1000000000 + (keepalive_ns % 1000000000 != 0);
+        int secs = s64 > 32767 ? 32767 : (int)s64;
         setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
         setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &secs, sizeof secs);
         setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &secs, sizeof secs);

@@ -19,7 +19,9 @@
  * deadline; the call finishes and cleans up alone): for the whole lookup
  * without c-ares, and for a name that c-ares cannot find when
  * /etc/nsswitch.conf names sources other than files and dns (mdns,
- * myhostname, ...), which only the C library's NSS reaches.
+ * myhostname, ...), which only the C library's NSS reaches -- unless the
+ * program named its servers (co_resolver_configure): NSS's dns would ask
+ * the system's.
  */
 #include "base/base.h"
 #include "net/net.h"
@@ -388,6 +390,7 @@ typedef struct rchan {
     int epfd;
     int evfd; /* in epfd: a context's cancellation */
     uint64_t gen;
+    bool own_servers; /* made with co_resolver_configure's servers: no NSS fallback */
     struct rchan *next;
 } rchan_t;
 
@@ -471,6 +474,7 @@ static int rchan_new(rchan_t **out, uint64_t gen) {
         return CO_ENOMEM;
     rc->epfd = rc->evfd = -1;
     rc->gen = gen;
+    rc->own_servers = rs_conf.set && rs_conf.servers;
     rc->epfd = epoll_create1(EPOLL_CLOEXEC);
     rc->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     int err = 0;
@@ -751,11 +755,15 @@ static int cares_lookup(co_ctx_t *ctx, const char *host, struct sockaddr_storage
     struct ares_addrinfo_hints hints = {.ai_family = AF_UNSPEC};
     ares_getaddrinfo(rc->ch, host, NULL, &hints, addr_cb, &q);
     err = drive(rc, &q, ctx, deadline);
+    /* the C library's NSS only for the system's own configuration: its
+     * dns source would ask /etc/resolv.conf's servers, not the ones the
+     * program configured */
+    bool nss = rs_nss_other && !rc->own_servers;
     rchan_give(rc);
     if (err < 0)
         return err;
     err = ares_code(q.status);
-    if (err == CO_ENOTFOUND && rs_nss_other)
+    if (err == CO_ENOTFOUND && nss)
         return gai_lookup(ctx, host, out, max, deadline);
     return err < 0 ? err : q.n;
 }
@@ -769,11 +777,12 @@ static int cares_reverse(co_ctx_t *ctx, const struct sockaddr *sa, socklen_t len
     qres_t q = {.name = name, .cap = cap};
     ares_getnameinfo(rc->ch, sa, len, ARES_NI_LOOKUPHOST | ARES_NI_NAMEREQD, name_cb, &q);
     err = drive(rc, &q, ctx, deadline);
+    bool nss = rs_nss_other && !rc->own_servers; /* as cares_lookup */
     rchan_give(rc);
     if (err < 0)
         return err;
     err = ares_code(q.status);
-    if (err == CO_ENOTFOUND && rs_nss_other)
+    if (err == CO_ENOTFOUND && nss)
         return gai_reverse(ctx, sa, len, name, cap, deadline);
     return err;
 }

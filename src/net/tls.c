@@ -102,6 +102,7 @@ struct co_tls {
      * BIO does not): never while parked in co_wait_fd. */
     co_mutex_t mu;
     int ioerr;          /* the last send/recv error of the BIO, -errno; 0: none */
+    bool shut;          /* under mu: our close_notify is out (co_tls_shutdown done) */
     /* atomic relaxed: set by a call that returned CO_ECLOSED (someone
      * co_close'd the fd under it): the number is no longer this
      * connection's, and may already name another file, so nothing may
@@ -605,13 +606,24 @@ static ssize_t tls_attempt(int fd, void *arg) {
         r = SSL_read_ex(c->ssl, a->buf, a->len, &done);
         break;
     case OP_WRITE:
+        if (c->shut) { /* after our close_notify: as a write to a shut socket */
+            OSSL_OUT();
+            co_mutex_unlock(&c->mu);
+            a->res = -EPIPE;
+            return 0;
+        }
         r = SSL_write_ex(c->ssl, a->buf, a->len, &done);
         break;
     default:
-        r = SSL_shutdown(c->ssl);
+        /* Once our close_notify is out, another SSL_shutdown would wait
+         * for the peer's (and read, and lose, the data before it): a
+         * second co_tls_shutdown is done already, as Go's CloseWrite. */
+        r = c->shut ? 1 : SSL_shutdown(c->ssl);
         /* 0: our close_notify is out, the peer's not yet in: enough */
         if (r == 0)
             r = 1;
+        if (r > 0)
+            c->shut = true;
         break;
     }
     ssize_t ret = 0;
@@ -709,6 +721,15 @@ static int conn_new(co_tls_t **out, int fd, co_tls_config_t *cfg, int role,
     if (servername && *servername && !(c->name = strdup(servername))) {
         rc = CO_ENOMEM;
         goto fail_conn;
+    }
+    if (c->name) { /* as Go: "[::1]" is the address ::1, "host." the name host */
+        size_t l = strlen(c->name);
+        if (l >= 2 && c->name[0] == '[' && c->name[l - 1] == ']') {
+            memmove(c->name, c->name + 1, l - 2);
+            c->name[l -= 2] = 0;
+        }
+        if (l > 1 && c->name[l - 1] == '.')
+            c->name[l - 1] = 0;
     }
     OSSL_IN();
     c->ssl = SSL_new(cfg->ctx);
