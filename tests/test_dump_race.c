@@ -11,7 +11,9 @@
 // ctest-timeout: 60
 #include "t.h"
 
+#include <poll.h>
 #include <pthread.h>
+#include <sys/ioctl.h>
 #include <stdio.h>
 
 static co_chan_t *ch;
@@ -127,12 +129,69 @@ static void test_walk_while_exiting(void) {
     co_chan_free(churn_ch);
 }
 
+/* ---- a dump blocked on its reader holds no stack's unmap ---------------- */
+static co_chan_t *held_ch;
+static void held(void *arg) {
+    (void)arg;
+    int v;
+    (void)co_chan_recv(held_ch, &v, CO_FOREVER);
+}
+static void custom_exit(void *arg) { (void)arg; }
+static int dump_pipe[2];
+static void *blocked_dumper(void *arg) {
+    (void)arg;
+    FILE *f = fdopen(dump_pipe[1], "w");
+    co_dump(f);
+    fclose(f);
+    return NULL;
+}
+
+/* A dump writing to a reader that does not read holds the all-coroutines
+ * lock; a coroutine with a stack not of the default size exits by
+ * unmapping it, which must not wait for that dump (it used to, freezing
+ * its thread and P until the reader read). */
+static void test_exit_while_dump_blocked(void) {
+    enum { HELD = 3000 };
+    CHECK_EQ(co_chan_new(&held_ch, sizeof(int), 0), 0);
+    for (int i = 0; i < HELD; i++) CHECK_EQ(co_go(held, NULL), 0);
+    while (co_count() < HELD) usleep(1000);
+    CHECK_EQ(pipe(dump_pipe), 0);
+    pthread_t t;
+    CHECK_EQ(pthread_create(&t, NULL, blocked_dumper, NULL), 0);
+    /* until the pipe is full: the dump is blocked in a write */
+    int64_t t0 = co_now();
+    for (;;) {
+        struct pollfd pf = {.fd = dump_pipe[1], .events = POLLOUT};
+        int avail = 0;
+        if (poll(&pf, 1, 0) == 0 && ioctl(dump_pipe[0], FIONREAD, &avail) == 0 && avail > 0) break;
+        if (co_now() - t0 > 20LL * 1000 * 1000 * 1000) break;
+        usleep(1000);
+    }
+    co_attr_t a = {128 * 1024, "custom"}; /* unmapped at exit */
+    int before = co_count();
+    for (int i = 0; i < 50; i++) CHECK_EQ(co_go_with(&a, custom_exit, NULL), 0);
+    t0 = co_now();
+    while (co_count() > before && co_now() - t0 < 10LL * 1000 * 1000 * 1000) usleep(1000);
+    CHECK_EQ(co_count(), before); /* all 50 gone, the dump still blocked */
+    char buf[65536];
+    while (read(dump_pipe[0], buf, sizeof buf) > 0) {
+    }
+    pthread_join(t, NULL);
+    close(dump_pipe[0]);
+    co_chan_close(held_ch);
+    t0 = co_now();
+    while (co_count() > 0 && co_now() - t0 < 20LL * 1000 * 1000 * 1000) usleep(1000);
+    CHECK_EQ(co_count(), 0);
+    co_chan_free(held_ch);
+}
+
 int main(void) {
     t_begin(50);
     co_config_t c = {2, 0};
     CHECK_EQ(co_init(&c), 0);
     T_RUN(test_victim_exits_mid_dump);
     T_RUN(test_walk_while_exiting);
+    T_RUN(test_exit_while_dump_blocked);
     CHECK_EQ(co_shutdown(), 0);
     return t_end();
 }

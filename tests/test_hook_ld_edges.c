@@ -321,9 +321,113 @@ static void test_stdio_left_alone(void) {
     CHECK_EQ(read(0, &c, 1), 1);
     CHECK_EQ(c, 's');
     CHECK_EQ(kernel_flags(0) & O_NONBLOCK, 0);
+    /* and a copy of it under another number (the shared file is the same) */
+    int cp = dup(0);
+    CHECK(cp > 2);
+    CHECK_EQ(write(p[1], "t", 1), 1);
+    CHECK_EQ(read(cp, &c, 1), 1);
+    CHECK_EQ(kernel_flags(cp) & O_NONBLOCK, 0);
+    close(cp);
     close(p[1]);
     CHECK_EQ(dup2(saved, 0), 0);
     close(saved);
+}
+
+/* a writer of 4 bytes with an fd after a while */
+static int passed_fd;
+static void late_fd(void *arg) {
+    int fd = (int)(intptr_t)arg;
+    co_sleep(30 * MS);
+    char data[4] = {'b', 'b', 'b', 'b'};
+    struct iovec iov = {data, 4};
+    union {
+        char b[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } u;
+    memset(&u, 0, sizeof u);
+    struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b,
+                       .msg_controllen = sizeof u.b};
+    struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(c), &passed_fd, sizeof(int));
+    CHECK_EQ(sendmsg(fd, &m, 0), 4);
+    co_waitgroup_done(&wg);
+}
+
+/* recvmsg with MSG_WAITALL whose second part brings an fd: the fd reaches
+ * the caller's control buffer (it used to be dropped: the later part had
+ * none). */
+static void test_waitall_keeps_fd(void) {
+    int sv[2], p[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    CHECK_EQ(pipe(p), 0);
+    passed_fd = p[0];
+    char c;
+    err_clear();
+    CHECK_EQ(recv(sv[0], &c, 1, MSG_DONTWAIT), -1); /* hooked */
+    CHECK_EQ(write(sv[1], "aaaa", 4), 4);
+    co_waitgroup_add(&wg, 1);
+    CHECK_EQ(co_go(late_fd, (void *)(intptr_t)sv[1]), 0);
+    char buf[8];
+    struct iovec iov = {buf, sizeof buf};
+    union {
+        char b[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } u;
+    memset(&u, 0, sizeof u);
+    struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b,
+                       .msg_controllen = sizeof u.b};
+    CHECK_EQ(recvmsg(sv[0], &m, MSG_WAITALL), 8);
+    CHECK(m.msg_controllen > 0);
+    struct cmsghdr *ch = CMSG_FIRSTHDR(&m);
+    int got = -1;
+    if (ch && ch->cmsg_type == SCM_RIGHTS) memcpy(&got, CMSG_DATA(ch), sizeof got);
+    CHECK(got >= 0);
+    if (got >= 0) {
+        CHECK_EQ(write(p[1], "z", 1), 1);
+        char z = 0;
+        CHECK_EQ(read(got, &z, 1), 1); /* the pipe's read end, passed */
+        CHECK_EQ(z, 'z');
+        close(got);
+    }
+    CHECK_EQ(co_waitgroup_wait_until(&wg, co_deadline_after(20000 * MS)), 0);
+    close(p[0]);
+    close(p[1]);
+    close(sv[0]);
+    close(sv[1]);
+}
+
+static int trickle_stop;
+static void trickler(void *arg) {
+    int fd = (int)(intptr_t)arg;
+    for (int i = 0; i < 10 && !__atomic_load_n(&trickle_stop, __ATOMIC_ACQUIRE); i++) {
+        co_sleep(100 * MS);
+        (void)!write(fd, "t", 1);
+    }
+    co_waitgroup_done(&wg);
+}
+
+/* MSG_WAITALL under SO_RCVTIMEO: one budget for the call, as the kernel
+ * counts it, not a fresh one per part: a peer that trickles a byte each
+ * 100 ms gives a 10-byte receive with a 300 ms budget a short count (it
+ * used to wait for all 10). */
+static void test_waitall_one_budget(void) {
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    struct timeval tv = {0, 300000};
+    CHECK_EQ(setsockopt(sv[0], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv), 0);
+    trickle_stop = 0;
+    co_waitgroup_add(&wg, 1);
+    CHECK_EQ(co_go(trickler, (void *)(intptr_t)sv[1]), 0);
+    char buf[10];
+    ssize_t n = recv(sv[0], buf, sizeof buf, MSG_WAITALL);
+    CHECK(n < 10);
+    __atomic_store_n(&trickle_stop, 1, __ATOMIC_RELEASE);
+    CHECK_EQ(co_waitgroup_wait_until(&wg, co_deadline_after(20000 * MS)), 0);
+    close(sv[0]);
+    close(sv[1]);
 }
 
 static int run(void *arg) {
@@ -336,6 +440,8 @@ static int run(void *arg) {
     T_RUN(test_accepted_keeps_timeout);
     T_RUN(test_unix_connect_waits);
     T_RUN(test_stdio_left_alone);
+    T_RUN(test_waitall_keeps_fd);
+    T_RUN(test_waitall_one_budget);
     CHECK_EQ(t_count_fds(), fds0);
     return 0;
 }

@@ -299,6 +299,26 @@ static void test_fork_child(void) {
     co_chan_free(ch);
 }
 
+/* co_signal_ignore ignores the signal even when the program set its own
+ * handler after colony's (it used to leave that handler in place). */
+static void test_ignore_after_own(void) {
+    co_chan_t *ch = mkchan(1);
+    int s = SIGWINCH;
+    CHECK_EQ(co_signal_notify(ch, &s, 1), 0);
+    struct sigaction sa, cur;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = other_handler;
+    CHECK_EQ(sigaction(SIGWINCH, &sa, NULL), 0);
+    CHECK_EQ(co_signal_ignore(&s, 1), 0);
+    CHECK_EQ(sigaction(SIGWINCH, NULL, &cur), 0);
+    CHECK(cur.sa_handler == SIG_IGN);
+    CHECK_EQ(co_signal_stop(ch), 0);
+    CHECK_EQ(sigaction(SIGWINCH, NULL, &cur), 0);
+    CHECK(cur.sa_handler == SIG_IGN);
+    co_chan_free(ch);
+    signal(SIGWINCH, SIG_DFL);
+}
+
 static void test_all_signals(void) {
     co_chan_t *ch = mkchan(4);
     CHECK_EQ(co_signal_notify(ch, NULL, 0), 0);
@@ -432,6 +452,7 @@ static int run(void *arg) {
     T_RUN(test_raise_from_coroutine);
     T_RUN(test_stop_keeps_newer_action);
     T_RUN(test_fork_child);
+    T_RUN(test_ignore_after_own);
     T_RUN(test_plain_threads);
     T_RUN(test_receive_on_plain_thread);
     T_RUN(test_several_channels);

@@ -111,6 +111,7 @@ typedef struct {
                         by close/dup/socket/accept of that number */
     uint8_t user_nb; /* atomic relaxed: the program's own O_NONBLOCK */
     uint8_t made;    /* atomic relaxed: made by socket/accept here (or a dup of one) */
+    uint8_t stdio;   /* atomic relaxed: a copy (dup) of 0, 1 or 2 not made here: libc's */
     int64_t rcvtimeo, sndtimeo; /* atomic relaxed: ns, 0 = none */
 } hfd_t;
 static hfd_t fds[HOOK_NFD];
@@ -123,6 +124,7 @@ static void hfd_reset(int fd) {
     __atomic_store_n(&h->kind, FD_UNKNOWN, __ATOMIC_RELAXED);
     __atomic_store_n(&h->user_nb, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&h->made, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&h->stdio, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&h->rcvtimeo, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&h->sndtimeo, 0, __ATOMIC_RELAXED);
 }
@@ -142,7 +144,13 @@ static void hfd_copy(int fd, int nfd) {
     hfd_t *h = hfd(fd), *n = hfd(nfd);
     if (!n) return;
     if (!h || __atomic_load_n(&h->kind, __ATOMIC_RELAXED) != FD_HOOKED) {
+        /* not hooked: what the number's file is to the hook goes along
+         * (a socket made here; a standard fd's shared file) */
+        bool made = h && __atomic_load_n(&h->made, __ATOMIC_RELAXED);
+        bool std = h && (__atomic_load_n(&h->stdio, __ATOMIC_RELAXED) || (fd <= 2 && !made));
         hfd_reset(nfd);
+        __atomic_store_n(&n->made, made, __ATOMIC_RELAXED);
+        __atomic_store_n(&n->stdio, std, __ATOMIC_RELAXED);
         return;
     }
     __atomic_store_n(&n->kind, FD_UNKNOWN, __ATOMIC_RELAXED);
@@ -182,7 +190,8 @@ static __attribute__((noinline)) HOOK_NO_TSAN int get_errno(void) { return errno
 /* The fd's entry if it is hooked. A coroutine's first use of an unknown
  * fd decides: a socket or a pipe is hooked (made O_NONBLOCK in the kernel),
  * anything else (or an fd beyond the table) is libc's. So are 0, 1 and 2
- * unless socket or accept made them here: standard input and output are
+ * unless socket or accept made them here, and their copies (dup, dup2,
+ * F_DUPFD, whatever the new number): standard input and output are
  * mostly files shared with other processes (a shell's pipe), which
  * O_NONBLOCK on the shared file would reach. A socket's SO_RCVTIMEO and
  * SO_SNDTIMEO are read from the kernel then (an accepted socket has its
@@ -195,9 +204,11 @@ static hfd_t *hooked(int fd, bool co) {
     if (k == FD_PLAIN || !co) return NULL;
     struct stat st;
     int e = get_errno();
-    if ((fd <= 2 && !__atomic_load_n(&h->made, __ATOMIC_RELAXED)) || fstat(fd, &st) < 0 ||
+    if ((fd <= 2 && !__atomic_load_n(&h->made, __ATOMIC_RELAXED)) ||
+        __atomic_load_n(&h->stdio, __ATOMIC_RELAXED) || fstat(fd, &st) < 0 ||
         !(S_ISSOCK(st.st_mode) || S_ISFIFO(st.st_mode))) {
-        if (fd <= 2 || get_errno() != EBADF) __atomic_store_n(&h->kind, FD_PLAIN, __ATOMIC_RELAXED);
+        if (fd <= 2 || __atomic_load_n(&h->stdio, __ATOMIC_RELAXED) || get_errno() != EBADF)
+            __atomic_store_n(&h->kind, FD_PLAIN, __ATOMIC_RELAXED);
         set_errno(e);
         return NULL;
     }
@@ -370,6 +381,11 @@ XFN(sendmsg, REAL(sendmsg)(fd, x->b, x->fl))
  * passes rdlen (what it asks for, 0 for a peek) and a read that needs
  * input (asks for n > 0 bytes) CO__IO_NEEDS_INPUT: a request/response
  * stream then spends no read(2) on EAGAIN after a short read (io.h). */
+/* (left: the rest of a whole transfer's budget in ns, or -1 for the fd's
+ * own timeout: each part of one call counts against one budget, as the
+ * kernel's blocking calls count SO_RCVTIMEO/SO_SNDTIMEO) */
+#define HOOK_TIMEO(h, timeo_field) \
+    (left >= 0 ? left : __atomic_load_n(&(h)->timeo_field, __ATOMIC_RELAXED))
 #define HOOK_IO(fd, ev, dontwait, timeo_field, call, xfn, needs_input, rdlen, ...)      \
     do {                                                                               \
         bool co_ = in_coroutine();                                                     \
@@ -380,8 +396,7 @@ XFN(sendmsg, REAL(sendmsg)(fd, x->b, x->fl))
             return io_call(fd,                                                         \
                            ((ev) == CO_READABLE ? CO__IO_READ : CO__IO_WRITE) |        \
                                ((needs_input) ? CO__IO_NEEDS_INPUT : 0),              \
-                           __atomic_load_n(&h_->timeo_field, __ATOMIC_RELAXED), xfn, &x_, \
-                           (rdlen));                                                   \
+                           HOOK_TIMEO(h_, timeo_field), xfn, &x_, (rdlen));           \
         }                                                                              \
         for (;;) {                                                                     \
             /* the program's own non-blocking read: a short one noted */              \
@@ -394,8 +409,7 @@ XFN(sendmsg, REAL(sendmsg)(fd, x->b, x->fl))
             if (r_ >= 0 || !h_ || (er_ != EAGAIN && er_ != EWOULDBLOCK) ||             \
                 (dontwait) || __atomic_load_n(&h_->user_nb, __ATOMIC_RELAXED))         \
                 return r_;                                                             \
-            int e_ = wait_fd(fd, ev, __atomic_load_n(&h_->timeo_field, __ATOMIC_RELAXED), \
-                             co_);                                                     \
+            int e_ = wait_fd(fd, ev, HOOK_TIMEO(h_, timeo_field), co_);                \
             if (e_) {                                                                  \
                 set_errno(e_);                                                         \
                 return -1;                                                             \
@@ -404,45 +418,47 @@ XFN(sendmsg, REAL(sendmsg)(fd, x->b, x->fl))
     } while (0)
 
 HOOK_API ssize_t read(int fd, void *buf, size_t n) {
+    const int64_t left = -1;
     HOOK_IO(fd, CO_READABLE, false, rcvtimeo, REAL(read)(fd, buf, n), x_read, n > 0, n, .b = buf, .n = n);
 }
-static ssize_t write_1(int fd, const void *buf, size_t n) {
+static ssize_t write_1(int fd, const void *buf, size_t n, int64_t left) {
     HOOK_IO(fd, CO_WRITABLE, false, sndtimeo, REAL(write)(fd, buf, n), x_write, false, 0,
             .b = (void *)buf, .n = n);
 }
 HOOK_API ssize_t readv(int fd, const struct iovec *iov, int cnt) {
+    const int64_t left = -1;
     HOOK_IO(fd, CO_READABLE, false, rcvtimeo, REAL(readv)(fd, iov, cnt),
             x_readv, false, 0, .b = (void *)iov, .cnt = cnt);
 }
-static ssize_t writev_1(int fd, const struct iovec *iov, int cnt) {
+static ssize_t writev_1(int fd, const struct iovec *iov, int cnt, int64_t left) {
     HOOK_IO(fd, CO_WRITABLE, false, sndtimeo, REAL(writev)(fd, iov, cnt), x_writev, false, 0,
             .b = (void *)iov, .cnt = cnt);
 }
-static ssize_t recv_1(int fd, void *buf, size_t n, int fl) {
+static ssize_t recv_1(int fd, void *buf, size_t n, int fl, int64_t left) {
     HOOK_IO(fd, CO_READABLE, fl & MSG_DONTWAIT, rcvtimeo,
             REAL(recv)(fd, buf, n, fl), x_recv, n > 0, fl & MSG_PEEK ? 0 : n, .b = buf, .n = n, .fl = fl);
 }
 static ssize_t recvfrom_1(int fd, void *buf, size_t n, int fl, struct sockaddr *a,
-                          socklen_t *al) {
+                          socklen_t *al, int64_t left) {
     HOOK_IO(fd, CO_READABLE, fl & MSG_DONTWAIT, rcvtimeo,
             REAL(recvfrom)(fd, buf, n, fl, a, al), x_recvfrom, n > 0,
             fl & MSG_PEEK ? 0 : n, .b = buf, .n = n, .fl = fl,
             .a = a, .al = al);
 }
-static ssize_t recvmsg_1(int fd, struct msghdr *m, int fl) {
+static ssize_t recvmsg_1(int fd, struct msghdr *m, int fl, int64_t left) {
     HOOK_IO(fd, CO_READABLE, fl & MSG_DONTWAIT, rcvtimeo,
             REAL(recvmsg)(fd, m, fl), x_recvmsg, false, 0, .b = m, .fl = fl);
 }
-static ssize_t send_1(int fd, const void *buf, size_t n, int fl) {
+static ssize_t send_1(int fd, const void *buf, size_t n, int fl, int64_t left) {
     HOOK_IO(fd, CO_WRITABLE, fl & MSG_DONTWAIT, sndtimeo, REAL(send)(fd, buf, n, fl), x_send, false, 0,
             .b = (void *)buf, .n = n, .fl = fl);
 }
 static ssize_t sendto_1(int fd, const void *buf, size_t n, int fl, const struct sockaddr *a,
-                        socklen_t al) {
+                        socklen_t al, int64_t left) {
     HOOK_IO(fd, CO_WRITABLE, fl & MSG_DONTWAIT, sndtimeo, REAL(sendto)(fd, buf, n, fl, a, al),
             x_sendto, false, 0, .b = (void *)buf, .n = n, .fl = fl, .a = (void *)a, .cnt = (int)al);
 }
-static ssize_t sendmsg_1(int fd, const struct msghdr *m, int fl) {
+static ssize_t sendmsg_1(int fd, const struct msghdr *m, int fl, int64_t left) {
     HOOK_IO(fd, CO_WRITABLE, fl & MSG_DONTWAIT, sndtimeo, REAL(sendmsg)(fd, m, fl), x_sendmsg, false, 0,
             .b = (void *)m, .fl = fl);
 }
@@ -463,6 +479,25 @@ static bool stream_socket(int fd) {
     int t = 0;
     socklen_t l = sizeof t;
     return getsockopt(fd, SOL_SOCKET, SO_TYPE, &t, &l) == 0 && t == SOCK_STREAM;
+}
+static bool is_socket(int fd) {
+    int t = 0;
+    socklen_t l = sizeof t;
+    return getsockopt(fd, SOL_SOCKET, SO_TYPE, &t, &l) == 0;
+}
+
+/* One call's budget: the fd's SO_RCVTIMEO/SO_SNDTIMEO from now, as a
+ * deadline (CO_FOREVER: none); then what is left of it for each later
+ * part (-1: none; 0: spent, the transfer stops with what it has). */
+static int64_t budget_start(int fd, bool snd) {
+    hfd_t *h = hfd(fd);
+    int64_t t = h ? __atomic_load_n(snd ? &h->sndtimeo : &h->rcvtimeo, __ATOMIC_RELAXED) : 0;
+    return t > 0 ? co_deadline_after(t) : CO_FOREVER;
+}
+static int64_t budget_left(int64_t dl) {
+    if (dl == CO_FOREVER) return -1;
+    int64_t l = dl - co_now();
+    return l > 0 ? l : 0;
 }
 
 /* What is left of iov[0..cnt) past its first `done` bytes, into v (cnt
@@ -487,25 +522,49 @@ static size_t iov_total(const struct iovec *iov, int cnt) {
     return t;
 }
 
-/* The rest of a vectored transfer that did `done` bytes of iov, by writev
- * (how 0), sendmsg (1) or recvmsg (2) with flags fl and m's address: no
- * ancillary data again (it went with the first part). */
-static ssize_t iov_whole(int fd, int how, const struct msghdr *m0, const struct iovec *iov,
-                         int cnt, size_t done, int fl) {
+/* The rest of a vectored transfer that did `done` bytes of iov: writev
+ * (how 0: sent with sendmsg on a socket), sendmsg (1) with m0's address,
+ * or recvmsg (2), with flags fl. Later sends carry MSG_NOSIGNAL: a peer
+ * gone part-way answers the count so far, as libc's one call does, not a
+ * SIGPIPE. Ancillary data goes with the first part only; a receive stops
+ * at the first part that brings any (the kernel's MSG_WAITALL stops at
+ * passed descriptors too), into the control space left, and ORs its
+ * msg_flags into m0's. */
+static ssize_t iov_whole(int fd, int how, struct msghdr *m0, const struct iovec *iov, int cnt,
+                         size_t done, int fl, int64_t dl, size_t ccap) {
     size_t total = iov_total(iov, cnt);
     struct iovec small[16], *v = cnt <= 16 ? small : malloc((size_t)cnt * sizeof *v);
     if (!v) return (ssize_t)done;
+    bool sock = how != 0 || is_socket(fd);
     while (done < total) {
+        int64_t left = budget_left(dl);
+        if (left == 0) break;
         int k = iov_rest(iov, cnt, done, v);
         struct msghdr m = {0};
         m.msg_iov = v;
         m.msg_iovlen = (size_t)k;
-        if (m0 && how == 1) {
-            m.msg_name = m0->msg_name;
-            m.msg_namelen = m0->msg_namelen;
+        ssize_t r;
+        if (how == 2) {
+            m.msg_control = m0->msg_control; /* the caller's space, unused so far */
+            m.msg_controllen = ccap;
+            r = recvmsg_1(fd, &m, fl, left);
+            if (r > 0) {
+                m0->msg_flags |= m.msg_flags;
+                m0->msg_controllen = m.msg_controllen;
+                if (m.msg_controllen > 0) { /* ancillary data: it ends here */
+                    done += (size_t)r;
+                    break;
+                }
+            }
+        } else if (sock) {
+            if (how == 1 && m0) {
+                m.msg_name = m0->msg_name;
+                m.msg_namelen = m0->msg_namelen;
+            }
+            r = sendmsg_1(fd, &m, fl | MSG_NOSIGNAL, left);
+        } else {
+            r = writev_1(fd, v, k, left);
         }
-        ssize_t r = how == 0 ? writev_1(fd, v, k) : how == 1 ? sendmsg_1(fd, &m, fl)
-                                                             : recvmsg_1(fd, &m, fl);
         if (r <= 0) break;
         done += (size_t)r;
     }
@@ -513,66 +572,90 @@ static ssize_t iov_whole(int fd, int how, const struct msghdr *m0, const struct 
     return (ssize_t)done;
 }
 
+/* The rest of a byte-buffer send or write past `done` (sockets: send with
+ * MSG_NOSIGNAL, as above). */
+static size_t buf_whole(int fd, const char *buf, size_t n, size_t done, int fl,
+                        const struct sockaddr *a, socklen_t al, bool to, int64_t dl) {
+    bool sock = to || fl || is_socket(fd);
+    while (done < n) {
+        int64_t left = budget_left(dl);
+        if (left == 0) break;
+        ssize_t r = !sock ? write_1(fd, buf + done, n - done, left)
+                    : to  ? sendto_1(fd, buf + done, n - done, fl | MSG_NOSIGNAL, a, al, left)
+                          : send_1(fd, buf + done, n - done, fl | MSG_NOSIGNAL, left);
+        if (r <= 0) break;
+        done += (size_t)r;
+    }
+    return done;
+}
+
 HOOK_API ssize_t write(int fd, const void *buf, size_t n) {
-    ssize_t r = write_1(fd, buf, n);
+    int64_t dl = budget_start(fd, true);
+    ssize_t r = write_1(fd, buf, n, -1);
     if (r <= 0 || (size_t)r >= n || !whole(fd, 0)) return r;
-    size_t done = (size_t)r;
-    while (done < n && (r = write_1(fd, (const char *)buf + done, n - done)) > 0) done += (size_t)r;
-    return (ssize_t)done;
+    return (ssize_t)buf_whole(fd, buf, n, (size_t)r, 0, NULL, 0, false, dl);
 }
 HOOK_API ssize_t send(int fd, const void *buf, size_t n, int fl) {
-    ssize_t r = send_1(fd, buf, n, fl);
+    int64_t dl = budget_start(fd, true);
+    ssize_t r = send_1(fd, buf, n, fl, -1);
     if (r <= 0 || (size_t)r >= n || !whole(fd, fl)) return r;
-    size_t done = (size_t)r;
-    while (done < n && (r = send_1(fd, (const char *)buf + done, n - done, fl)) > 0)
-        done += (size_t)r;
-    return (ssize_t)done;
+    return (ssize_t)buf_whole(fd, buf, n, (size_t)r, fl, NULL, 0, false, dl);
 }
 HOOK_API ssize_t sendto(int fd, const void *buf, size_t n, int fl, const struct sockaddr *a,
                         socklen_t al) {
-    ssize_t r = sendto_1(fd, buf, n, fl, a, al);
+    int64_t dl = budget_start(fd, true);
+    ssize_t r = sendto_1(fd, buf, n, fl, a, al, -1);
     if (r <= 0 || (size_t)r >= n || !whole(fd, fl)) return r;
-    size_t done = (size_t)r;
-    while (done < n && (r = sendto_1(fd, (const char *)buf + done, n - done, fl, a, al)) > 0)
-        done += (size_t)r;
-    return (ssize_t)done;
+    return (ssize_t)buf_whole(fd, buf, n, (size_t)r, fl, a, al, true, dl);
 }
 HOOK_API ssize_t writev(int fd, const struct iovec *iov, int cnt) {
-    ssize_t r = writev_1(fd, iov, cnt);
+    int64_t dl = budget_start(fd, true);
+    ssize_t r = writev_1(fd, iov, cnt, -1);
     if (r <= 0 || !whole(fd, 0) || (size_t)r >= iov_total(iov, cnt)) return r;
-    return iov_whole(fd, 0, NULL, iov, cnt, (size_t)r, 0);
+    return iov_whole(fd, 0, NULL, iov, cnt, (size_t)r, 0, dl, 0);
 }
 HOOK_API ssize_t sendmsg(int fd, const struct msghdr *m, int fl) {
-    ssize_t r = sendmsg_1(fd, m, fl);
+    int64_t dl = budget_start(fd, true);
+    ssize_t r = sendmsg_1(fd, m, fl, -1);
     if (r <= 0 || !m || !whole(fd, fl) || (size_t)r >= iov_total(m->msg_iov, (int)m->msg_iovlen))
         return r;
-    return iov_whole(fd, 1, m, m->msg_iov, (int)m->msg_iovlen, (size_t)r, fl);
+    return iov_whole(fd, 1, (struct msghdr *)m, m->msg_iov, (int)m->msg_iovlen, (size_t)r, fl, dl, 0);
+}
+static bool waitall(int fd, int fl) {
+    return (fl & MSG_WAITALL) && !(fl & MSG_PEEK) && whole(fd, fl) && stream_socket(fd);
 }
 HOOK_API ssize_t recv(int fd, void *buf, size_t n, int fl) {
-    ssize_t r = recv_1(fd, buf, n, fl);
-    if (r <= 0 || (size_t)r >= n || !(fl & MSG_WAITALL) || (fl & MSG_PEEK) || !whole(fd, fl) ||
-        !stream_socket(fd))
-        return r;
+    int64_t dl = budget_start(fd, false);
+    ssize_t r = recv_1(fd, buf, n, fl, -1);
+    if (r <= 0 || (size_t)r >= n || !waitall(fd, fl)) return r;
     size_t done = (size_t)r;
-    while (done < n && (r = recv_1(fd, (char *)buf + done, n - done, fl)) > 0) done += (size_t)r;
+    int64_t left;
+    while (done < n && (left = budget_left(dl)) != 0 &&
+           (r = recv_1(fd, (char *)buf + done, n - done, fl, left)) > 0)
+        done += (size_t)r;
     return (ssize_t)done;
 }
 HOOK_API ssize_t recvfrom(int fd, void *buf, size_t n, int fl, struct sockaddr *a,
                           socklen_t *al) {
-    ssize_t r = recvfrom_1(fd, buf, n, fl, a, al);
-    if (r <= 0 || (size_t)r >= n || !(fl & MSG_WAITALL) || (fl & MSG_PEEK) || !whole(fd, fl) ||
-        !stream_socket(fd))
-        return r;
+    int64_t dl = budget_start(fd, false);
+    ssize_t r = recvfrom_1(fd, buf, n, fl, a, al, -1);
+    if (r <= 0 || (size_t)r >= n || !waitall(fd, fl)) return r;
     size_t done = (size_t)r;
-    while (done < n && (r = recv_1(fd, (char *)buf + done, n - done, fl)) > 0) done += (size_t)r;
+    int64_t left;
+    while (done < n && (left = budget_left(dl)) != 0 &&
+           (r = recv_1(fd, (char *)buf + done, n - done, fl, left)) > 0)
+        done += (size_t)r;
     return (ssize_t)done;
 }
 HOOK_API ssize_t recvmsg(int fd, struct msghdr *m, int fl) {
-    ssize_t r = recvmsg_1(fd, m, fl);
-    if (r <= 0 || !m || !(fl & MSG_WAITALL) || (fl & MSG_PEEK) || !whole(fd, fl) ||
-        (size_t)r >= iov_total(m->msg_iov, (int)m->msg_iovlen) || !stream_socket(fd))
+    int64_t dl = budget_start(fd, false);
+    size_t ccap = m ? m->msg_controllen : 0; /* the call sets it to what it used */
+    ssize_t r = recvmsg_1(fd, m, fl, -1);
+    /* a part that brought ancillary data ends it (see iov_whole) */
+    if (r <= 0 || !m || m->msg_controllen > 0 || !waitall(fd, fl) ||
+        (size_t)r >= iov_total(m->msg_iov, (int)m->msg_iovlen))
         return r;
-    return iov_whole(fd, 2, m, m->msg_iov, (int)m->msg_iovlen, (size_t)r, fl);
+    return iov_whole(fd, 2, m, m->msg_iov, (int)m->msg_iovlen, (size_t)r, fl, dl, ccap);
 }
 
 struct accept_args {
@@ -791,25 +874,30 @@ static void poll_blocking(void *arg) {
  * which is itself pollable, parks the coroutine in one co_wait_fd; a poll
  * with timeout 0 then fills in revents. -2 if the set could not be made
  * (the caller falls back to co_blocking). */
+static uint32_t poll_to_epoll(short ev) {
+    uint32_t e = 0;
+    if (ev & (POLLIN | POLLRDNORM | POLLRDBAND | POLLPRI)) e |= EPOLLIN | EPOLLPRI;
+    if (ev & (POLLOUT | POLLWRNORM | POLLWRBAND)) e |= EPOLLOUT;
+    if (ev & POLLRDHUP) e |= EPOLLRDHUP;
+    return e;
+}
+
 static int poll_many(struct pollfd *p, nfds_t n, int ms) {
     int ep = epoll_create1(EPOLL_CLOEXEC);
     if (ep < 0) return -2;
     for (nfds_t i = 0; i < n; i++) {
         if (p[i].fd < 0) continue;
-        struct epoll_event e = {.events = 0, .data.u64 = i};
-        /* the same fd may be listed more than once: all its entries' events */
-        for (nfds_t j = 0; j < n; j++) {
-            if (p[j].fd != p[i].fd) continue;
-            short ev = p[j].events;
-            if (ev & (POLLIN | POLLRDNORM | POLLRDBAND | POLLPRI)) e.events |= EPOLLIN | EPOLLPRI;
-            if (ev & (POLLOUT | POLLWRNORM | POLLWRBAND)) e.events |= EPOLLOUT;
-            if (ev & POLLRDHUP) e.events |= EPOLLRDHUP;
+        struct epoll_event e = {.events = poll_to_epoll(p[i].events), .data.u64 = i};
+        int rc = epoll_ctl(ep, EPOLL_CTL_ADD, p[i].fd, &e);
+        if (rc < 0 && get_errno() == EEXIST) {
+            /* the fd listed again: all its entries' events (a scan only
+             * for such a repeat, so a poll stays linear in its fds) */
+            for (nfds_t j = 0; j < i; j++)
+                if (p[j].fd == p[i].fd) e.events |= poll_to_epoll(p[j].events);
+            rc = epoll_ctl(ep, EPOLL_CTL_MOD, p[i].fd, &e);
         }
-        /* EEXIST: the same fd again (added with every entry's events) or
-         * the same file under another number; EPERM: a regular file
-         * (always ready, so the try before us saw it) */
-        if (epoll_ctl(ep, EPOLL_CTL_ADD, p[i].fd, &e) < 0 && get_errno() != EEXIST &&
-            get_errno() != EPERM) {
+        /* EPERM: a regular file (always ready, so the try before us saw it) */
+        if (rc < 0 && get_errno() != EPERM) {
             REAL(close)(ep);
             return -2;
         }

@@ -366,11 +366,13 @@ int co_signal_ignore(const int *sigs, int n) {
     for (int s = 1; s < SIG_MAX; s++) {
         if (!(m & (1ull << (s - 1))))
             continue;
-        /* what sync_handlers puts back for a relayed one */
+        /* ignored now, whoever's handler is there (colony's relay, or
+         * one the program set since), and what a later stop puts back */
         memset(&old_act[s], 0, sizeof old_act[s]);
         old_act[s].sa_handler = SIG_IGN;
-        if (!installed[s] && sigaction(s, &old_act[s], NULL) < 0)
+        if (sigaction(s, &old_act[s], NULL) < 0)
             rc = -errno;
+        installed[s] = false;
     }
     (void)sync_handlers();
     pthread_mutex_unlock(&reg_lock);

@@ -212,7 +212,15 @@ static const char *sym_of(void *pc) {
 static int unwind_g(co_g_t *g, uint32_t status, co_g_t *self, void **pcs) {
     if (g == self) return co__unwind_self(pcs, CO_DUMP_FRAMES);
     if (status != CO_G_WAITING) return -1;
-    int n = co__unwind_parked(g, pcs, CO_DUMP_FRAMES);
+    /* No stack is unmapped while the walk lock is held; one unmapped
+     * before it was taken was its coroutine's after that one's exit, which
+     * the status, loaded again under the lock (acquire), shows. */
+    co__stack_walk_lock();
+    int n = __atomic_load_n(&g->status, __ATOMIC_ACQUIRE) == CO_G_WAITING
+                ? co__unwind_parked(g, pcs, CO_DUMP_FRAMES)
+                : -2;
+    co__stack_walk_unlock();
+    if (n == -2) return -2;
     /* looked at after the walk: sysmon may have claimed it meanwhile (the
      * walk then read pages being released) */
     if (__atomic_load_n(&g->cstate, __ATOMIC_ACQUIRE) >= CO__CS_BUSY) return -3;
@@ -288,7 +296,14 @@ static bool dump_g(co_g_t *g, uint32_t status, void *arg) {
     return true;
 }
 
-void co_dump(FILE *out) {
+/* co_dump. buffered: the coroutines' entries are written into memory
+ * during the walk, under the all-coroutines lock, and to out after it, so
+ * that a reader of out that is slow (a pipe nobody drains yet) holds up
+ * nothing but this call: not a spawn that needs a new record, nor
+ * sysmon's deadlock check, nor an exit that unmaps a stack. Unbuffered
+ * (or without memory for the buffer): straight to out, as the crash
+ * report does (no malloc after a fault). */
+void co__dump_to(FILE *out, bool buffered) {
     if (!out) out = stderr;
     /* counted in as a reader (co__stats_enter): co_init and co_shutdown
      * wait for it before they reset or free what it walks */
@@ -298,10 +313,21 @@ void co_dump(FILE *out) {
     }
     co__schedtrace(out);
     co_m_t *m = co__getm();
-    struct dump_walk w = {out, m ? m->curg : NULL};
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *mem = buffered ? open_memstream(&buf, &len) : NULL;
+    struct dump_walk w = {mem ? mem : out, m ? m->curg : NULL};
     co__each_live_g(dump_g, &w);
     co__stats_exit();
+    if (mem) {
+        fclose(mem);
+        if (buf) fwrite(buf, 1, len, out);
+        free(buf);
+        fflush(out);
+    }
 }
+
+void co_dump(FILE *out) { co__dump_to(out, true); }
 
 /* ---- what is alive (co_alive, co_dump_alive) ---------------------------- */
 

@@ -559,7 +559,8 @@ static inline void co__p_owner_hint(co_p_t *p, co_m_t *m) {
  * RUNNABLE, RUNNING or WAITING, until fn returns false. status is g's as
  * loaded (acquire: pairs with the spawn's release store of RUNNABLE, so
  * what g_init wrote is seen); it may change at once, so what fn reports is
- * a snapshot. fn runs under sched.allg_lock, a leaf lock: it takes no lock
+ * a snapshot. fn runs under sched.allg_lock, a leaf lock (co_dump takes the
+ * stack walk lock under it, a leaf too): it takes no other lock
  * of colony's, never spawns, parks, yields or frees a G, and reads g only
  * (g stays allocated until fn returns: freeing one takes the lock). The
  * caller keeps the runtime up meanwhile (co__stats_enter, or it is the
@@ -747,8 +748,13 @@ CO_HIDDEN int co__stack_runs(void);
 CO_HIDDEN int co__stack_alloc_runs(co__stack_t *out, int runs, size_t size, int need,
                                    void (*put)(co__stack_t *run, int n, void *arg), void *arg);
 CO_HIDDEN void co__stack_free(co__stack_t *s);
+/* co_dump's walk of a parked stack holds this; a stack's munmap waits for it */
+/* co_dump, straight to out when !buffered (the crash report) */
+CO_HIDDEN void co__dump_to(FILE *out, bool buffered);
+CO_HIDDEN void co__stack_walk_lock(void);
+CO_HIDDEN void co__stack_walk_unlock(void);
 /* munmap(p, len), then *dec down and *inc up by one (either may be NULL);
- * stack: under allg_lock (co_dump's walk reads parked stacks). If the
+ * stack: under the walk lock (co_dump's walk reads parked stacks). If the
  * kernel refuses (at vm.max_map_count), the pages are released and the
  * range is kept for co__unmap_retry, which moves the counts once it goes;
  * false then. */

@@ -215,7 +215,7 @@ static void crash_others(void) {
     }
     static const char hdr[] = "\nother coroutines:\n";
     (void)!write(2, hdr, sizeof hdr - 1);
-    co_dump(stderr);
+    co__dump_to(stderr, false); /* no malloc in a crash */
     fflush(stderr);
 }
 
@@ -638,18 +638,24 @@ static struct {
     void *p;
     size_t len;
     int64_t *dec, *inc;
-    bool stack; /* unmapped under allg_lock, as co__stack_free does */
+    bool stack; /* unmapped under walk_lock, as co__stack_free does */
 } deferred[UNMAP_DEFER_MAX];
 static int ndeferred;
 static int64_t unmap_lost; /* atomic relaxed: ranges left mapped for good (tests) */
 int64_t co__unmap_lost(void) { return __atomic_load_n(&unmap_lost, __ATOMIC_RELAXED); }
 
+/* walk_lock: held by co_dump around each walk of a parked coroutine's
+ * stack (and nothing else: not its prints, which may block), and by a
+ * stack's munmap, so that a walk never meets a range being unmapped. A
+ * leaf lock, taken under allg_lock by the dump. */
+static co__lock_t walk_lock;
+void co__stack_walk_lock(void) { co__lock(&walk_lock); }
+void co__stack_walk_unlock(void) { co__unlock(&walk_lock); }
+
 static int unmap_now(void *p, size_t len, bool stack) {
-    /* a stack under allg_lock: co_dump reads a parked coroutine's stack
-     * under it (its walk), which must never meet a range being unmapped */
-    if (stack) co__lock(&co__sched.allg_lock);
+    if (stack) co__lock(&walk_lock);
     int rc = munmap(p, len);
-    if (stack) co__unlock(&co__sched.allg_lock);
+    if (stack) co__unlock(&walk_lock);
     return rc;
 }
 
