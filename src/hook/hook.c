@@ -624,28 +624,24 @@ HOOK_API ssize_t sendmsg(int fd, const struct msghdr *m, int fl) {
 static bool waitall(int fd, int fl) {
     return (fl & MSG_WAITALL) && !(fl & MSG_PEEK) && whole(fd, fl) && stream_socket(fd);
 }
-HOOK_API ssize_t recv(int fd, void *buf, size_t n, int fl) {
-    int64_t dl = budget_start(fd, false);
-    ssize_t r = recv_1(fd, buf, n, fl, -1);
+/* The rest of a MSG_WAITALL receive whose first part brought r of n. */
+static ssize_t recv_rest(int fd, char *buf, size_t n, ssize_t r, int fl, int64_t dl) {
     if (r <= 0 || (size_t)r >= n || !waitall(fd, fl)) return r;
     size_t done = (size_t)r;
     int64_t left;
     while (done < n && (left = budget_left(dl)) != 0 &&
-           (r = recv_1(fd, (char *)buf + done, n - done, fl, left)) > 0)
+           (r = recv_1(fd, buf + done, n - done, fl, left)) > 0)
         done += (size_t)r;
     return (ssize_t)done;
+}
+HOOK_API ssize_t recv(int fd, void *buf, size_t n, int fl) {
+    int64_t dl = budget_start(fd, false);
+    return recv_rest(fd, buf, n, recv_1(fd, buf, n, fl, -1), fl, dl);
 }
 HOOK_API ssize_t recvfrom(int fd, void *buf, size_t n, int fl, struct sockaddr *a,
                           socklen_t *al) {
     int64_t dl = budget_start(fd, false);
-    ssize_t r = recvfrom_1(fd, buf, n, fl, a, al, -1);
-    if (r <= 0 || (size_t)r >= n || !waitall(fd, fl)) return r;
-    size_t done = (size_t)r;
-    int64_t left;
-    while (done < n && (left = budget_left(dl)) != 0 &&
-           (r = recv_1(fd, (char *)buf + done, n - done, fl, left)) > 0)
-        done += (size_t)r;
-    return (ssize_t)done;
+    return recv_rest(fd, buf, n, recvfrom_1(fd, buf, n, fl, a, al, -1), fl, dl);
 }
 HOOK_API ssize_t recvmsg(int fd, struct msghdr *m, int fl) {
     int64_t dl = budget_start(fd, false);
